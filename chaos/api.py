@@ -1,0 +1,58 @@
+"""Interfaces of the fault library, without implementations (see `chaos.inject`).
+
+A `Host` is where a fault lands: a rank's network host (its link to the switch) and the
+process running on it. An `Injector` applies a fault value to hosts and returns an
+`Injection`, whose `revert()` is idempotent and undoes the side effects last-in-first-out.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Sequence
+
+from chaos.faults import FaultBase
+
+
+@dataclass(frozen=True)
+class Host:
+    """One network host of a cluster, as the fault library needs to see it."""
+
+    name: str                 # "r005": unique within the run
+    address: str              # the host's IP on the cluster network
+    switch_ns: str            # namespace holding the bridge and this host's port
+    port: str                 # switch-side end of the host's link (a bridge port)
+    ns_path: str              # the host's own network namespace (/run/netns/X or /proc/PID/ns/net)
+    ifname: str = "eth0"      # the host-side end of the link
+    pid: int | None = None    # the process on the host (a rank), for process faults
+
+
+@dataclass(frozen=True)
+class AppliedFault:
+    """What an apply did: when the kernel acknowledged it, on which hosts, which mechanism."""
+
+    fault: FaultBase
+    hosts: tuple[str, ...]
+    mechanism: str
+    t_applied: float
+
+
+class Injection(abc.ABC):
+    """Handle of one applied fault."""
+
+    applied: AppliedFault
+
+    @abc.abstractmethod
+    def revert(self) -> float:
+        """Undo the fault (idempotent); returns the kernel acknowledgement time of the undo."""
+
+
+class Injector(abc.ABC):
+    """Puts faults on hosts. Records every side effect in a ledger before making it."""
+
+    @abc.abstractmethod
+    def apply(self, fault: FaultBase, hosts: Sequence[Host]) -> Injection:
+        """Apply `fault` to every host in `hosts`; raises UnsupportedFault or InjectionError."""
+
+    @abc.abstractmethod
+    def mechanism(self, fault: FaultBase) -> str:
+        """Which mechanism `apply` will use for `fault` on this machine (for plans and reports)."""

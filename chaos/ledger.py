@@ -1,0 +1,106 @@
+"""The on-disk ledger: every side effect is written here before it happens.
+
+One JSON-lines file per run under the state directory (``/run/chaos-harness`` by default,
+``CHAOS_STATE_DIR`` to change it; /run is a tmpfs, cleared at boot like the namespaces it
+describes). A line is appended with ``state: "recorded"`` before an action, then
+``"done"`` once the kernel acknowledged it and ``"undone"`` once it was reverted. Each
+entry carries everything its undo needs, so `chaos heal` can revert it from the file alone
+after the harness was killed with SIGKILL.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+STATE_DIR_ENV = "CHAOS_STATE_DIR"
+DEFAULT_STATE_DIR = "/run/chaos-harness"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded side effect: `op` names the undo (see `chaos.heal.UNDO`), `args` feed it."""
+
+    id: int
+    run_id: str
+    op: str
+    args: dict[str, Any]
+    state: str = "recorded"  # recorded -> done -> undone
+    t: float = field(default=0.0)
+
+
+class Ledger:
+    """Append-only record of one run's side effects. Safe to use from one process."""
+
+    def __init__(self, run_id: str, directory: Path | None = None) -> None:
+        self.run_id = run_id
+        self.path = (directory or state_dir()) / f"{run_id}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._next_id = 1 + max((e.id for e in self.entries()), default=0)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def record(self, op: str, **args: Any) -> Entry:
+        """Write the intent before acting; returns the entry to mark done/undone later."""
+        entry = Entry(self._next_id, self.run_id, op, args, "recorded", time.monotonic())
+        self._next_id += 1
+        self._append({"id": entry.id, "run_id": self.run_id, "op": op, "args": args,
+                      "state": "recorded", "t": entry.t})
+        return entry
+
+    def mark(self, entry: Entry, state: str) -> None:
+        self._append({"id": entry.id, "state": state, "t": time.monotonic()})
+
+    def entries(self) -> list[Entry]:
+        """Entries folded to their latest state, in the order they were recorded."""
+        return list(read_entries(self.path))
+
+    def outstanding(self) -> list[Entry]:
+        """Entries not yet undone, last-in first."""
+        return [e for e in reversed(self.entries()) if e.state != "undone"]
+
+    def close_if_clean(self) -> bool:
+        """Remove the file once every entry is undone; returns whether it was removed."""
+        if self.outstanding():
+            return False
+        self.path.unlink(missing_ok=True)
+        return True
+
+
+def read_entries(path: Path) -> Iterator[Entry]:
+    by_id: dict[int, Entry] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return iter(())
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line from a SIGKILL mid-write
+        if "op" in rec:
+            by_id[rec["id"]] = Entry(rec["id"], rec["run_id"], rec["op"], rec["args"],
+                                     rec["state"], rec["t"])
+        elif rec.get("id") in by_id:
+            old = by_id[rec["id"]]
+            by_id[rec["id"]] = Entry(old.id, old.run_id, old.op, old.args, rec["state"], rec["t"])
+    return iter(sorted(by_id.values(), key=lambda e: e.id))
+
+
+def ledger_run_ids(directory: Path | None = None) -> list[str]:
+    d = directory or state_dir()
+    return sorted(p.stem for p in d.glob("*.jsonl")) if d.is_dir() else []

@@ -1,0 +1,77 @@
+"""Interfaces of the harness, without implementations.
+
+Spec / instance / result are separate types (as in TorchElastic): a `ClusterSpec` says
+what to build, a `Backend` builds it and returns a `Cluster` (the live instance: hosts,
+control-plane address, rank processes), and a `RankExit` is what a rank left when it
+ended. `harness.netns` is the default backend (one Linux network namespace per rank);
+others (docker) implement the same interface.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.api import Host
+from chaos.ledger import Ledger
+
+STORE_PORT = 29400
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to build: `ranks` hosts on one switch, named after `run_id`."""
+
+    run_id: str
+    ranks: int
+    run_dir: Path            # where ranks write events, logs and checkpoints
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """How a rank process ended: exit code, or the signal that killed it."""
+
+    rank: int
+    pid: int
+    exitcode: int | None
+    signal: int | None
+    t: float                 # monotonic time the harness reaped it
+
+
+class Cluster(abc.ABC):
+    """A live cluster: N hosts, a control plane on the switch, and rank processes."""
+
+    spec: ClusterSpec
+    hosts: tuple[Host, ...]  # index = rank
+    store_address: str       # the control plane (rendezvous store), reachable from every host
+    store_port: int
+
+    @abc.abstractmethod
+    def start_rank(self, rank: int, config: dict) -> int:
+        """Start (or restart) the process of `rank` with the rank config; returns its pid."""
+
+    @abc.abstractmethod
+    def pid(self, rank: int) -> int | None:
+        """The current process of `rank`, if it is alive."""
+
+    @abc.abstractmethod
+    def reap(self) -> list[RankExit]:
+        """Rank processes that ended since the last call (non-blocking)."""
+
+    @abc.abstractmethod
+    def stop_ranks(self, deadline_s: float) -> list[RankExit]:
+        """SIGTERM every live rank, SIGKILL what is left at the deadline; returns their exits."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Remove everything the cluster made (idempotent; also after a failed bring-up)."""
+
+
+class Backend(abc.ABC):
+    """Builds clusters of one kind (network namespaces, containers)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def up(self, spec: ClusterSpec, ledger: Ledger) -> Cluster:
+        """Build the hosts and the control plane; every side effect goes to `ledger` first."""

@@ -1,0 +1,54 @@
+"""Atomic checkpoints: write a temp file, fsync it, os.replace it, fsync the directory.
+
+A reader only ever sees complete files (``step-00000120.pt``); a crash mid-write leaves at
+most a ``.tmp-*`` file that the next save removes. The newest `keep` checkpoints are kept
+so that ranks one checkpoint apart can still agree on a common one.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_NAME = re.compile(r"step-(\d{8})\.pt")
+
+
+class Checkpointer:
+    def __init__(self, directory: Path | str, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step-{step:08d}.pt"
+
+    def steps(self) -> list[int]:
+        found = (_NAME.fullmatch(p.name) for p in self.directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def latest(self) -> int | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        final = self.path(step)
+        tmp = self.directory / f".tmp-{os.getpid()}-{final.name}"
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        for old in self.steps()[:-self.keep]:
+            self.path(old).unlink(missing_ok=True)
+        return final
+
+    def load(self, step: int) -> dict[str, Any]:
+        return torch.load(self.path(step), weights_only=True)

@@ -1,0 +1,32 @@
+"""The control plane: the rendezvous store, hosted by the harness on the switch.
+
+It runs in the switch namespace (reachable from every host over its link), so rank 0 is
+not special and a fault on a rank's link also cuts that rank off from the store. Keys:
+
+    generation     the current process-group generation; a rank that saw its group fail
+                   bumps it with compare_set(old, old + 1) and every rank joins the value
+                   it reads, under PrefixStore("gen<N>/").
+"""
+from __future__ import annotations
+
+import signal
+from datetime import timedelta
+from typing import Any
+
+GENERATION_KEY = "generation"
+
+
+def main(config: dict[str, Any]) -> int:
+    import torch.distributed as dist
+
+    from harness.signals import Terminated
+
+    store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=30))
+    store.set(GENERATION_KEY, "0")
+    print(f"control plane listening on port {config['port']}", flush=True)
+    try:
+        while True:
+            signal.pause()
+    except Terminated:
+        return 0

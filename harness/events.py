@@ -1,0 +1,87 @@
+"""The event recorder: flat JSON lines, one `os.write` per event, into the run folder.
+
+Every process of a trial (the harness and each rank) appends to the same
+``events.jsonl`` with O_APPEND, so lines never interleave and a rank that dies leaves
+everything it wrote. Times are ``time.monotonic()``: one clock domain for all processes
+that share a kernel (the run metadata records the wall-clock anchor).
+
+Every event has: t (monotonic seconds), src ("rank" | "harness"), rank (int, or null for
+the harness), pid, kind, and the fields of its kind:
+
+  rank events
+    rank_start          policy, world
+    group_ready         gen, world, secs                 a process group is formed
+    restored            step, gen                        state loaded (agreed checkpoint)
+    step                step, gen, loss, dur             a training step completed
+    checkpoint          step                             written atomically (group rank 0)
+    collective_error    step, gen, phase, cause, error   phase: step | join; cause: timeout |
+                                                         closed | reset | rendezvous | other
+    group_released      secs                             the failed group destroyed
+    backoff             attempt, seconds                 sleeping before retry `attempt`
+    health_check        attempt, ok, detail
+    retry               attempt, after_gen               re-joining after generation after_gen
+    breaker_open        reason
+    resources_released  outcome, group, cuda_reserved_before, cuda_reserved_after
+    exit                reason, code[, error]            reason: stopped | failed-fast |
+                                                         retries-exhausted | isolated |
+                                                         terminated | crashed
+  harness events
+    trial_start         policy, ranks, run_id, backend, hang_cap
+    cluster_up          secs
+    rank_spawned        rank (field), pid
+    ranks_ready         secs
+    warmup_done         step
+    fault_applied       index, kind, fault, targets, mechanism   t = kernel acknowledgement
+    fault_reverted      index, kind, targets                      t = kernel acknowledgement
+    rank_exited         rank (field), pid, exitcode, signal
+    hang_detected       cap, idle_since              no step and no policy action for `cap`
+    trial_end           reason
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS_FILE = "events.jsonl"
+
+
+class EventRecorder:
+    def __init__(self, path: Path | str, source: str, rank: int | None = None) -> None:
+        self.path = Path(path)
+        self.source = source
+        self.rank = rank
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def emit(self, kind: str, t: float | None = None, **fields: Any) -> float:
+        """Write one event now (or at the given monotonic time); returns its time."""
+        t = time.monotonic() if t is None else t
+        record = {"t": round(t, 6), "src": self.source, "rank": self.rank, "pid": os.getpid(),
+                  "kind": kind, **fields}
+        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        return t
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_events(path: Path | str, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Complete lines from byte `offset` on; returns them and the offset after the last one."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = []
+    for line in data[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line torn by a SIGKILL mid-write
+    return events, offset + end

@@ -1,0 +1,113 @@
+"""The harness's side of the rank launcher (`harness.zygote`): spawn, reap, stop."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from chaos import proc
+from chaos.errors import DeadlineExceeded, HarnessError
+from chaos.inject import record_process
+from chaos.ledger import Ledger
+from harness.api import RankExit
+
+LAUNCHER_READY_TIMEOUT_S = 60.0
+
+
+class Launcher:
+    """A running `harness.zygote` and the processes it forked, by name."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.zygote"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
+        record_process(ledger, self._proc.pid)
+        self._buf = b""
+        self._exits: list[dict[str, Any]] = []
+        self.pids: dict[str, int] = {}
+        self._expect("ready", None, LAUNCHER_READY_TIMEOUT_S)
+
+    def _read(self, timeout: float) -> list[dict[str, Any]]:
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            return []
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise HarnessError(f"rank launcher exited (code {self._proc.poll()})")
+        self._buf += chunk
+        lines, _, self._buf = self._buf.rpartition(b"\n")
+        return [json.loads(line) for line in lines.split(b"\n") if line]
+
+    def _expect(self, ev: str, name: str | None, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            for msg in self._read(left):
+                if msg["ev"] == "exited":
+                    self._exits.append(msg)
+                elif msg["ev"] == ev and msg.get("name") == name:
+                    return msg
+        raise DeadlineExceeded(f"rank launcher did not answer {ev} {name or ''} within {timeout:.0f}s")
+
+    def spawn(self, name: str, entry: str, ns_path: str, log: str, config: dict[str, Any]) -> int:
+        assert self._proc.stdin is not None
+        cmd = {"name": name, "entry": entry, "ns_path": ns_path, "log": log, "config": config}
+        self._proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        pid = self._expect("spawned", name, 10.0)["pid"]
+        record_process(self._ledger, pid)
+        self.pids[name] = pid
+        return pid
+
+    def exits(self, timeout: float = 0.0) -> list[dict[str, Any]]:
+        """Children that ended since the last call."""
+        for msg in self._read(timeout):
+            if msg["ev"] == "exited":
+                self._exits.append(msg)
+        done, self._exits = self._exits, []
+        for msg in done:
+            if self.pids.get(msg["name"]) == msg["pid"]:
+                del self.pids[msg["name"]]
+        return done
+
+    def stop(self, names: list[str], deadline_s: float) -> list[dict[str, Any]]:
+        """SIGTERM the named children, SIGKILL those left at one deadline; returns their exits."""
+        targets = {n: self.pids[n] for n in names if n in self.pids}
+        for pid in targets.values():
+            proc.send_signal(pid, signal.SIGTERM, None, gone_ok=True)
+        deadline = time.monotonic() + deadline_s
+        exits: list[dict[str, Any]] = []
+        killed = False
+        while any(n in self.pids for n in targets):
+            left = deadline - time.monotonic()
+            if left <= 0 and not killed:
+                for n, pid in targets.items():
+                    if n in self.pids:
+                        proc.send_signal(pid, signal.SIGCONT, None, gone_ok=True)
+                        proc.send_signal(pid, signal.SIGKILL, None, gone_ok=True)
+                killed = True
+            exits += self.exits(max(0.0, min(0.05, left)) if left > 0 else 0.05)
+        return exits
+
+    def close(self) -> None:
+        """Close the launcher's stdin: it SIGKILLs what is left and exits."""
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except (subprocess.TimeoutExpired, BrokenPipeError):
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def exit_of(rank: int, msg: dict[str, Any]) -> RankExit:
+    return RankExit(rank, msg["pid"], msg["exitcode"], msg["signal"], msg["t"])

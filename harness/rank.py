@@ -1,0 +1,75 @@
+"""What one rank process runs: connect to the control plane, then train under a policy.
+
+Entered in a child of the rank launcher, already inside the rank's network namespace,
+with SIGTERM turned into `Terminated`. Exit codes: 0 stopped or terminated, 3 failed
+fast, 4 retries exhausted, 5 isolated (breaker open), 70 crashed (uncaught error).
+"""
+from __future__ import annotations
+
+import os
+import random
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.policies import PolicySpec
+from harness.workload import WorkloadSpec
+
+CRASH_EXIT_CODE = 70
+
+
+class RankConfig(BaseModel):
+    """Everything a rank needs, passed as JSON from the harness (any backend)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: int
+    world_size: int
+    seed: int
+    store_address: str
+    store_port: int
+    events_path: str
+    checkpoint_dir: str
+    policy: PolicySpec
+    workload: WorkloadSpec
+    max_steps: int | None = None
+    store_timeout_s: float = 60.0
+    ifname: str = "eth0"  # the host's link: gloo binds here, not to whatever the hostname resolves to
+
+
+def main(config: dict[str, Any]) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from harness.checkpoint import Checkpointer
+    from harness.events import EventRecorder
+    from harness.group import GlooGroup
+    from harness.runner import EXIT_CODES, FaultTolerantRunner
+    from harness.signals import Terminated
+    from harness.workload import Workload
+
+    cfg = RankConfig.model_validate(config)
+    os.environ["GLOO_SOCKET_IFNAME"] = cfg.ifname
+    torch.set_num_threads(1)
+    recorder = EventRecorder(cfg.events_path, "rank", cfg.rank)
+    recorder.emit("rank_start", policy=cfg.policy.name, world=cfg.world_size)
+    try:
+        store = dist.TCPStore(cfg.store_address, cfg.store_port, is_master=False,
+                              timeout=timedelta(seconds=cfg.store_timeout_s))
+        group = GlooGroup(store, (cfg.store_address, cfg.store_port), cfg.rank,
+                          cfg.world_size, cfg.policy.timeout)
+        runner = FaultTolerantRunner(
+            cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank),
+            Checkpointer(cfg.checkpoint_dir), recorder,
+            random.Random(cfg.seed * 1_000_003 + cfg.rank))
+        outcome = runner.run(cfg.max_steps)
+    except Terminated:
+        recorder.emit("exit", reason="terminated", code=0)
+        return 0
+    except BaseException as exc:
+        recorder.emit("exit", reason="crashed", code=CRASH_EXIT_CODE, error=str(exc)[:300])
+        raise
+    code = EXIT_CODES[outcome]
+    recorder.emit("exit", reason=outcome.value, code=code)
+    return code

@@ -1,0 +1,82 @@
+"""The training workload: a small real MLP trained with gradient all-reduce.
+
+Data is synthetic and deterministic in (seed, step, rank), so a restore from a checkpoint
+replays exactly the same batches. Every rank starts from the same weights (seeded). The
+step is paced to `step_period` so that 16 ranks share two cores without starving.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Annotated, Any, Callable
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaos.faults import Seconds
+
+AllReduce = Callable[[torch.Tensor], None]
+
+
+class WorkloadSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_period: Seconds = 0.25
+    batch: Annotated[int, Field(ge=1)] = 32
+    features: Annotated[int, Field(ge=1)] = 64
+    hidden: Annotated[int, Field(ge=1)] = 256
+    classes: Annotated[int, Field(ge=2)] = 10
+    checkpoint_every: Annotated[int, Field(ge=1)] = 10
+    lr: Annotated[float, Field(gt=0)] = 0.05
+
+
+class Workload:
+    def __init__(self, spec: WorkloadSpec, seed: int, rank: int) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.rank = rank
+        torch.manual_seed(seed)
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(spec.features, spec.hidden), torch.nn.ReLU(),
+            torch.nn.Linear(spec.hidden, spec.hidden), torch.nn.ReLU(),
+            torch.nn.Linear(spec.hidden, spec.classes))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9)
+        self.step = 0  # the next step to run
+        self._initial = copy.deepcopy(self.state())
+        self._teacher = torch.Generator().manual_seed(seed ^ 0x5EED)
+        self._target = torch.randn(spec.features, spec.classes, generator=self._teacher)
+
+    def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(hash((self.seed, self.step, self.rank)) & 0x7FFFFFFF)
+        x = torch.randn(self.spec.batch, self.spec.features, generator=gen)
+        return x, (x @ self._target).argmax(dim=1)
+
+    def train_step(self, all_reduce: AllReduce, world_size: int) -> float:
+        """One data-parallel step: local gradients, one all-reduce of all of them, update."""
+        x, y = self._batch()
+        self.optimizer.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        all_reduce(flat)
+        flat /= world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        self.optimizer.step()
+        self.step += 1
+        return float(loss)
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def reset(self) -> None:
+        """Back to the seeded initial weights (a restore before the first checkpoint)."""
+        self.load_state(copy.deepcopy(self._initial))
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])

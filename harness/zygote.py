@@ -1,0 +1,136 @@
+"""The rank launcher process: imports torch once, then forks one child per rank.
+
+Started by a cluster backend as ``python -m harness.zygote`` in a session of its own (so
+a Ctrl-C at the terminal reaches only the harness). It reads commands as JSON lines on
+stdin and answers on stdout:
+
+    {"op": "spawn", "name": "r005", "entry": "rank"|"control", "ns_path": ..., "log": ...,
+     "config": {...}}            -> {"ev": "spawned", "name", "pid", "t"}
+    (a child ends)               -> {"ev": "exited", "name", "pid", "exitcode", "signal", "t"}
+
+A child joins its network namespace with setns(2) before any socket exists, then runs the
+entry. The launcher and its children die with their parent (PR_SET_PDEATHSIG), and when
+stdin closes the launcher kills its children and exits: nothing outlives the harness.
+Forking from this one-threaded process costs ~0.3 s and ~19 MB PSS per rank, against
+~13 s and ~150 MB for one interpreter per rank.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def enter_netns(ns_path: str) -> None:
+    fd = os.open(ns_path, os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({ns_path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
+    """In the forked child: never returns."""
+    code = 70
+    try:
+        die_with_parent()
+        if os.getppid() != launcher_pid:
+            os._exit(1)
+        log = os.open(cmd["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        enter_netns(cmd["ns_path"])
+        from harness import signals
+        signals.install()
+        if cmd["entry"] == "rank":
+            from harness.rank import main as entry
+        else:
+            from harness.control import main as entry
+        code = entry(cmd["config"])
+    except BaseException:  # the child must never fall back into the launcher's loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _reply(out: Any, **msg: Any) -> None:
+    out.write(json.dumps(msg) + "\n")
+    out.flush()
+
+
+def main() -> None:
+    die_with_parent()
+    # Import once here so that every fork shares the pages; nothing may start a thread.
+    import torch
+    import torch.distributed  # noqa: F401
+    import harness.rank  # noqa: F401
+    import harness.control  # noqa: F401
+    torch.set_num_threads(1)
+
+    out = sys.stdout
+    names: dict[int, str] = {}
+    me = os.getpid()
+    buf = b""
+    stdin_fd = sys.stdin.fileno()
+    _reply(out, ev="ready", pid=me)
+    open_input = True
+    while open_input or names:
+        ready, _, _ = select.select([stdin_fd] if open_input else [], [], [], 0.02)
+        if ready:
+            chunk = os.read(stdin_fd, 65536)
+            if not chunk:
+                open_input = False
+                for pid in names:
+                    os.kill(pid, signal.SIGKILL)
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                cmd = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _run_child(cmd, me)
+                names[pid] = cmd["name"]
+                _reply(out, ev="spawned", name=cmd["name"], pid=pid, t=time.monotonic())
+        elif not open_input:
+            time.sleep(0.02)
+        while names:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            name = names.pop(pid, None)
+            if name is None or not open_input:
+                continue
+            _reply(out, ev="exited", name=name, pid=pid, t=time.monotonic(),
+                   exitcode=os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
+                   signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)
+
+
+if __name__ == "__main__":
+    main()
