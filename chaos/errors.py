@@ -2,7 +2,8 @@
 
     ChaosError                     base of everything raised on purpose
     ├── UsageError                 bad input from a user: file, field, value, and the fix
-    │   └── InvalidFault           a fault value that fails validation
+    │   ├── InvalidFault           a fault value that fails validation
+    │   └── FaultConflict          a fault that cannot join what its link already carries
     ├── UnsupportedFault           this kernel/machine cannot inject the fault faithfully
     ├── InjectionError             the kernel refused an apply or a revert (netlink, bpf, nft)
     └── HarnessError               the job could not be run (bring-up, launch, control plane)
@@ -29,12 +30,20 @@ class InvalidFault(UsageError):
     """A fault value that fails validation (kind, field, value, accepted form)."""
 
 
+class FaultConflict(UsageError):
+    """Two faults on one link that cannot compose into one effect: the second is refused."""
+
+
 class UnsupportedFault(ChaosError):
     """This kernel or machine cannot inject the fault faithfully; it is refused, not weakened."""
 
 
 class InjectionError(ChaosError):
-    """The kernel refused to apply or revert a fault."""
+    """The kernel refused to apply or revert a fault; `errno` keeps the kernel's reason."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class HarnessError(ChaosError):

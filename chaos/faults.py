@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+                      model_validator)
 
 from chaos import units
 from chaos.errors import InvalidFault
@@ -29,16 +30,12 @@ class FaultBase(BaseModel):
     acts_on: ClassVar[str] = "link"  # "link" | "process"
     # Whether the fault has a natural end that the harness reverts after `duration`.
     reversible: ClassVar[bool] = True
+    # A disruptive fault that must end even if the harness dies (see chaos.deadman).
+    dead_man: ClassVar[bool] = False
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude={"kind"}).items())
         return f"{self.kind}({params})" if params else self.kind  # type: ignore[attr-defined]
-
-
-class LinkDown(FaultBase):
-    """The host's link goes down (switch-side port): a pulled cable the port notices."""
-
-    kind: Literal["link_down"] = "link_down"
 
 
 def _signal_number(value: Any) -> int:
@@ -68,9 +65,154 @@ class Pause(FaultBase):
     acts_on: ClassVar[str] = "process"
 
 
+# Which way a link fault acts, seen from the host: traffic it sends, receives, or both.
+LinkDirection = Literal["both", "from_host", "to_host"]
+Distribution = Literal["uniform", "normal", "pareto", "paretonormal"]
+# tbf and netem carry a rate in a 32-bit bytes/s field unless the 64-bit attribute is sent;
+# chaos.tc sends it, so the ceiling is only what a link here can carry.
+MAX_RATE_BITS = 400e9
+
+
+class LinkFault(FaultBase):
+    """A fault on the host's link; `direction` says which of its two ways it degrades."""
+
+    direction: LinkDirection = "both"
+
+
+class LinkDown(LinkFault):
+    """The host's link goes down (switch-side port): a pulled cable the port notices."""
+
+    kind: Literal["link_down"] = "link_down"
+    direction: Literal["both"] = "both"
+    dead_man: ClassVar[bool] = True
+
+
+class Loss(LinkFault):
+    """Packets vanish on the wire with probability `percent`, independently, correlated
+    (P(lost | previous lost) = correlation + (1 - correlation) * percent), or in bursts of
+    `burst` packets on average (Gilbert-Elliott, mean loss `percent`)."""
+
+    kind: Literal["loss"] = "loss"
+    percent: Fraction
+    correlation: Fraction = 0.0
+    burst: Annotated[float, Field(ge=1.0)] | None = None
+
+    @model_validator(mode="after")
+    def _one_memory_model(self) -> "Loss":
+        if self.burst is not None and self.correlation:
+            raise ValueError("correlation and burst: give one of them, not both (burst is the mean "
+                             "burst length in packets, a number >= 1)")
+        if self.burst is not None and not 0 < self.percent < 1:
+            raise ValueError(f"percent: a burst model needs a loss strictly between 0% and 100% "
+                             f"(got {self.percent:.0%})")
+        return self
+
+
+class Delay(LinkFault):
+    """Every packet is held `latency` (+/- `jitter` drawn from `distribution`) on the wire.
+    Packets keep their order: a packet never leaves before the one ahead of it."""
+
+    kind: Literal["delay"] = "delay"
+    latency: Seconds = 0.0
+    jitter: Seconds = 0.0
+    distribution: Distribution = "uniform"
+    correlation: Fraction = 0.0
+
+    @model_validator(mode="after")
+    def _jitter_needs_latency(self) -> "Delay":
+        if self.latency <= 0:
+            raise ValueError(f"latency: must be above 0 (got {units.format_duration(self.latency)}; "
+                             f"a jitter needs a latency to vary around); expected {units.DURATION_FORM}")
+        if self.jitter > self.latency:
+            raise ValueError(f"jitter: {units.format_duration(self.jitter)} exceeds the latency "
+                             f"{units.format_duration(self.latency)}; delays would go negative")
+        if (self.distribution != "uniform" or self.correlation) and not self.jitter:
+            raise ValueError("distribution, correlation: they shape the jitter; give a jitter too")
+        return self
+
+
+class Bandwidth(LinkFault):
+    """The link carries at most `rate` (token bucket of `burst` bytes)."""
+
+    kind: Literal["bandwidth"] = "bandwidth"
+    rate: Annotated[BitsPerSecond, Field(le=MAX_RATE_BITS)]
+    burst: Bytes | None = None
+
+
+class _NetemOnly(LinkFault):
+    """Kinds that only sch_netem can inject: refused where the kernel lacks it."""
+
+    percent: Fraction
+    correlation: Fraction = 0.0
+
+
+class Duplicate(_NetemOnly):
+    """A `percent` of packets arrive twice."""
+
+    kind: Literal["duplicate"] = "duplicate"
+
+
+class Corrupt(_NetemOnly):
+    """A `percent` of packets get a flipped bit (and fail their checksum at the receiver)."""
+
+    kind: Literal["corrupt"] = "corrupt"
+
+
+class Reorder(_NetemOnly):
+    """A `percent` of packets go at once while the others wait `latency`: they overtake."""
+
+    kind: Literal["reorder"] = "reorder"
+    latency: Seconds = 0.0
+
+    @model_validator(mode="after")
+    def _needs_latency(self) -> "Reorder":
+        if self.latency <= 0:
+            raise ValueError(f"latency: reorder needs a latency above 0 for packets to overtake; "
+                             f"expected {units.DURATION_FORM}")
+        return self
+
+
+class Blackhole(LinkFault):
+    """The link stays up but traffic vanishes (a pulled cable seen from the peers)."""
+
+    kind: Literal["blackhole"] = "blackhole"
+    dead_man: ClassVar[bool] = True
+
+
+HostRef = Union[Annotated[int, Field(ge=0)], str]
+
+
+class Partition(FaultBase):
+    """The switch drops traffic between groups of hosts (names such as "r005" or rank
+    numbers). Without `groups`, the target hosts are cut off from every other host.
+    `one_way`: only traffic from the first group to the others is dropped."""
+
+    kind: Literal["partition"] = "partition"
+    groups: tuple[tuple[HostRef, ...], ...] | None = None
+    direction: Literal["both", "one_way"] = "both"
+    dead_man: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _disjoint_groups(self) -> "Partition":
+        if self.groups is None:
+            return self
+        if len(self.groups) < 2 or not all(self.groups):
+            raise ValueError('groups: expected at least two non-empty groups of hosts, such as '
+                             '[["r000", "r001"], ["r002"]] or [[0, 1], [2]]')
+        seen: set[HostRef] = set()
+        for group in self.groups:
+            twice = seen.intersection(group)
+            if twice:
+                raise ValueError(f"groups: host {sorted(map(str, twice))[0]} is in two groups")
+            seen.update(group)
+        return self
+
+
 # The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject.
-FAULT_KINDS: tuple[type[FaultBase], ...] = (LinkDown, Kill, Pause)
-Fault = Annotated[Union[LinkDown, Kill, Pause], Field(discriminator="kind")]
+FAULT_KINDS: tuple[type[FaultBase], ...] = (
+    LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause)
+Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
+                        Partition, Kill, Pause], Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 
@@ -93,11 +235,15 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """One line per problem: field path, the value given, and what was expected."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+        if loc and prefix and loc[0] == prefix.rstrip("."):
+            loc = loc[1:]  # the tag of a discriminated union repeats the kind
+        where = prefix + ".".join(loc) if loc else prefix.rstrip(".")
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        lines.append(f"{prefix}{loc}: {msg} (got {value!r})" if value is not None and
-                     err["type"] != "missing" else f"{prefix}{loc}: {msg}")
+        # a model-level check names its fields itself; a field check may already quote the value
+        quoted = not loc or err["type"] == "missing" or repr(value) in msg
+        lines.append(f"{where}: {msg}" if quoted else f"{where}: {msg} (got {value!r})")
     return "; ".join(lines)

@@ -6,11 +6,15 @@ alone unless named explicitly. Idempotent: healing twice is the same as healing 
 """
 from __future__ import annotations
 
+import argparse
+import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos import netlink, proc
-from chaos.inject import undo_outstanding
+from chaos.errors import ChaosError
+from chaos.inject import STOP_GRACE_S, undo_outstanding
 from chaos.ledger import Ledger, ledger_run_ids
 
 NAMESPACE_PREFIX = "chaos-"
@@ -51,24 +55,60 @@ def _namespaced_runs() -> set[str]:
 
 
 def heal_run(run_id: str, report: HealReport, directory: Path | None = None) -> None:
+    """Undo the run's ledger; then what the system itself shows: its helper processes (a
+    delayer or dead-man switch can start before its ledger entry is written), processes
+    left stopped in its namespaces, and the namespaces (with every qdisc, filter and rule
+    in them)."""
     ledger = Ledger(run_id, directory)
     report.undone += [f"{e.op} {e.args}" for e in undo_outstanding(ledger) if e.op != "owner"]
-    for name in netlink.list_namespaces():
-        if name.startswith(namespace_name(run_id, "")):
-            netlink.remove_namespace(name)
-            report.undone.append(f"netns {name}")
+    for pid in proc.helpers_of_run(run_id):
+        proc.stop(pid, proc.start_time(pid), STOP_GRACE_S)
+        report.undone.append(f"helper process {pid}")
+    namespaces = [name for name in netlink.list_namespaces() if name.startswith(namespace_name(run_id, ""))]
+    for pid in proc.stopped_in_namespaces(netlink.namespace_inodes(namespaces)):
+        proc.send_signal(pid, signal.SIGCONT, None, gone_ok=True)
+        report.undone.append(f"sigcont {pid}")
+    for name in namespaces:
+        netlink.remove_namespace(name)
+        report.undone.append(f"netns {name}")
     ledger.close_if_clean()
     report.runs.append(run_id)
 
 
 def heal(run_id: str | None = None, everything: bool = False,
          directory: Path | None = None) -> HealReport:
-    """Heal one run (`run_id`), or every run whose owner is dead (default), or all (`everything`)."""
+    """Heal one run (`run_id`); or every run with a ledger here whose owner is dead (the
+    default, safe beside live runs and beside runs that keep their ledgers elsewhere); or
+    with `everything`, every run, also those found only by their namespaces' names."""
     report = HealReport()
-    candidates = [run_id] if run_id else sorted(set(ledger_run_ids(directory)) | _namespaced_runs())
+    if run_id:
+        candidates = [run_id]
+    elif everything:
+        candidates = sorted(set(ledger_run_ids(directory)) | _namespaced_runs())
+    else:
+        candidates = ledger_run_ids(directory)
     for rid in candidates:
         if run_id is None and not everything and owner_alive(Ledger(rid, directory)):
             report.skipped_live.append(rid)
             continue
         heal_run(rid, report, directory)
     return report
+
+
+def heal_main(argv: list[str] | None = None) -> int:
+    """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent."""
+    parser = argparse.ArgumentParser(prog="chaos heal", description=heal_main.__doc__)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run-id", help="heal this run, even if its owner still lives")
+    which.add_argument("--all", action="store_true",
+                       help="heal every run, also those known only by their namespaces' names")
+    args = parser.parse_args(argv)
+    try:
+        report = heal(args.run_id, everything=args.all)
+    except ChaosError as exc:
+        print(f"chaos heal: {exc}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    for item in report.undone:
+        print(f"  {item}")
+    return 0

@@ -1,32 +1,36 @@
-"""Mechanisms that put each fault kind on a host, and the undo operations heal replays.
+"""The injector, the process-level mechanisms, and the undo operations heal replays.
 
 Every mechanism writes a ledger entry *before* acting; the entry's `op` names an undo in
-`UNDO` and its `args` carry all that undo needs, so a revert from the live harness and a
-`chaos heal` after a SIGKILL run the same code. Undos tolerate only "already gone".
+`UNDO` (see `chaos.mechanism`) and its `args` carry all that undo needs, so a revert from
+the live harness, the dead-man switch and a `chaos heal` after a SIGKILL run the same
+code. Undos tolerate only "already gone". Importing this module registers every undo of
+the fault library.
+
+Which mechanism each kind uses on this machine comes from the capability probe
+(`chaos.probe.choose_mechanisms`): netem first where the kernel has it, else the
+fallbacks in `chaos.tc`, `chaos.nfq`, `chaos.nft`, else a refusal with the reason.
 """
 from __future__ import annotations
 
-import abc
 import os
 import signal
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from chaos import netlink, proc
+from chaos import netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
-from chaos.errors import UnsupportedFault
-from chaos.faults import FaultBase, Kill, LinkDown, Pause
+from chaos.errors import FaultConflict, InjectionError, UnsupportedFault
+from chaos.faults import FaultBase, Kill
 from chaos.ledger import Entry, Ledger
+from chaos.mechanism import UNDO, ClusterMechanism, Mechanism, Unavailable, record_process, undo
+from chaos.nfq import NfqueueDelay
+from chaos.nft import NftPartition
+from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 
-Undo = Callable[[dict[str, Any]], None]
-UNDO: dict[str, Undo] = {}
-
-
-def undo(op: str) -> Callable[[Undo], Undo]:
-    def register(fn: Undo) -> Undo:
-        UNDO[op] = fn
-        return fn
-    return register
+__all__ = ["UNDO", "NetlinkInjector", "record_owner", "record_process", "undo_outstanding"]
+STOP_GRACE_S = 2.0
+HELPER_READY_S = 10.0
+DEAD_MAN_READY = "dead-man switch armed"  # printed by `python -m chaos.deadman`
 
 
 @undo("owner")
@@ -51,18 +55,15 @@ def _undo_pause(args: dict[str, Any]) -> None:
 
 @undo("sigkill")
 def _undo_process(args: dict[str, Any]) -> None:
-    """A process the harness started (rank, launcher, control plane, delayer)."""
+    """A process the harness started (rank, launcher, control plane, dead-man switch)."""
     proc.send_signal(args["pid"], signal.SIGKILL, args["started"], gone_ok=True)
+    proc.reap(args["pid"])
 
 
-class Mechanism(abc.ABC):
-    """How one fault kind is put on one host on this machine."""
-
-    name: str
-
-    @abc.abstractmethod
-    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
-        """Record the undo, then act; returns the entries to undo, in the order made."""
+@undo("stop_process")
+def _undo_stop_process(args: dict[str, Any]) -> None:
+    """A helper that must finish its work on the way out (a delayer releases what it holds)."""
+    proc.stop(args["pid"], args["started"], STOP_GRACE_S)
 
 
 class LinkStateDown(Mechanism):
@@ -103,8 +104,31 @@ class SignalStop(Mechanism):
         return [entry]
 
 
+def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
+    """Per kind, the most faithful mechanism `caps` allow: netem first, then the fallbacks,
+    else a refusal that says what is missing."""
+    no_netem = "the kernel has no sch_netem qdisc"
+    netem = NetemQdisc() if caps.netem else None
+    drop = BpfDrop() if caps.clsact_bpf else None
+    delay = NfqueueDelay() if caps.nfqueue_delay else None
+    return {
+        "link_down": LinkStateDown(),
+        "loss": netem or drop or Unavailable(f"{no_netem}, and {caps.why_not('clsact_bpf')}"),
+        "delay": netem or delay or Unavailable(f"{no_netem}, and {caps.why_not('nfqueue_delay')}"),
+        "bandwidth": TbfBandwidth() if caps.tbf else Unavailable(caps.why_not("tbf")),
+        "duplicate": netem or Unavailable(f"{no_netem}; duplication has no faithful fallback"),
+        "corrupt": netem or Unavailable(f"{no_netem}; corruption has no faithful fallback"),
+        "reorder": netem or Unavailable(f"{no_netem}; reordering has no faithful fallback"),
+        "blackhole": drop or Unavailable(caps.why_not("clsact_bpf")),
+        "partition": NftPartition() if caps.nft_bridge else Unavailable(caps.why_not("nft_bridge")),
+        "kill": SignalKill(),
+        "pause": SignalStop(),
+    }
+
+
 def default_mechanisms() -> dict[str, Mechanism]:
-    return {"link_down": LinkStateDown(), "kill": SignalKill(), "pause": SignalStop()}
+    """Per kind, the mechanism this machine supports best (the probe runs once per process)."""
+    return choose_mechanisms(probe.capabilities())
 
 
 class LedgerInjection(Injection):
@@ -125,11 +149,18 @@ class LedgerInjection(Injection):
 
 
 class NetlinkInjector(Injector):
-    """The injector for hosts reachable by netlink from this process (namespaces, containers)."""
+    """The injector for hosts reachable by netlink from this process (namespaces, containers).
 
-    def __init__(self, ledger: Ledger, mechanisms: dict[str, Mechanism] | None = None) -> None:
+    `hosts` is every host of the cluster: a partition needs them to know who is on the
+    other side. `apply(..., revert_after=S)` arms the dead-man switch of a disruptive
+    fault (link down, blackhole, partition): it reverts the fault S seconds later even if
+    this process is dead by then."""
+
+    def __init__(self, ledger: Ledger, mechanisms: dict[str, Mechanism] | None = None,
+                 hosts: Sequence[Host] = ()) -> None:
         self.ledger = ledger
         self.mechanisms = mechanisms or default_mechanisms()
+        self.hosts = tuple(hosts)
 
     def mechanism(self, fault: FaultBase) -> str:
         return self._mechanism(fault).name
@@ -140,34 +171,54 @@ class NetlinkInjector(Injector):
         except KeyError:
             raise UnsupportedFault(f"no mechanism for {fault.kind!r} on this machine") from None  # type: ignore[attr-defined]
 
-    def apply(self, fault: FaultBase, hosts: Sequence[Host]) -> Injection:
+    def apply(self, fault: FaultBase, hosts: Sequence[Host],
+              revert_after: float | None = None) -> Injection:
         mech = self._mechanism(fault)
+        if isinstance(mech, Unavailable):
+            raise UnsupportedFault(f"{fault.kind} cannot be injected here: {mech.reason}")  # type: ignore[attr-defined]
+        for host in hosts:
+            reason = mech.conflict(fault, host)
+            if reason:
+                raise FaultConflict(f"{fault.describe()} on {host.name} refused: {reason}")
         entries: list[Entry] = []
         try:
-            for host in hosts:
-                entries += mech.apply(fault, host, self.ledger)
+            if isinstance(mech, ClusterMechanism):
+                entries += mech.apply_cluster(fault, hosts, self.hosts, self.ledger)
+            else:
+                for host in hosts:
+                    entries += mech.apply(fault, host, self.ledger)
+            t_applied = time.monotonic()
+            if revert_after is not None and fault.dead_man:
+                entries.append(arm_dead_man(self.ledger, entries, t_applied + revert_after))
         except BaseException:
             LedgerInjection(AppliedFault(fault, (), mech.name, 0.0), entries, self.ledger).revert()
             raise
-        applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, time.monotonic())
+        applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, t_applied)
         return LedgerInjection(applied, entries, self.ledger)
+
+
+def arm_dead_man(ledger: Ledger, entries: Sequence[Entry], at: float) -> Entry:
+    """Start the dead-man switch that undoes `entries` at monotonic time `at`; returns its
+    own (process) entry."""
+    ids = ",".join(str(e.id) for e in entries)
+    helper = proc.spawn_helper("chaos.deadman", "--run-id", ledger.run_id, "--state-dir",
+                               str(ledger.path.parent), "--at", repr(at), "--entries", ids)
+    proc.wait_ready(helper, DEAD_MAN_READY, HELPER_READY_S)
+    return record_process(ledger, helper.pid)
 
 
 def undo_outstanding(ledger: Ledger) -> list[Entry]:
     """Undo every entry of `ledger` not yet undone, last in first out; returns them."""
     done = []
     for entry in ledger.outstanding():
+        if entry.op not in UNDO:
+            raise InjectionError(
+                f"{ledger.path}: no undo for {entry.op!r} (registered by a backend that is not "
+                "loaded here); run `chaos heal`, which loads every backend")
         UNDO[entry.op](entry.args)
         ledger.mark(entry, "undone")
         done.append(entry)
     return done
-
-
-def record_process(ledger: Ledger, pid: int) -> Entry:
-    """Record a process the harness started so a heal can kill it."""
-    entry = ledger.record("sigkill", pid=pid, started=proc.start_time(pid))
-    ledger.mark(entry, "done")
-    return entry
 
 
 def record_owner(ledger: Ledger) -> None:

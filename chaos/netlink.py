@@ -4,12 +4,22 @@ pyroute2's `NetlinkError` and the OSErrors of namespace files are translated onc
 `InjectionError`, with the errno kept; `gone_ok` lets a revert tolerate exactly the
 "already gone" errors (ENOENT, ENODEV, ESRCH) and nothing else. Each call returns the
 monotonic time at which the kernel acknowledged it.
+
+Besides pyroute2's own calls, this edge sends raw netlink messages that pyroute2 cannot
+encode (netem's full option set, nftables rules with hand-built expressions): the
+messages are built by `chaos.tc` / `chaos.nft` as bytes, and sent and acknowledged here.
+Namespaces are always opened without O_CREAT: pyroute2 otherwise *creates* a missing
+namespace, and a heal would resurrect what it is removing.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import socket
+import struct
 import time
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
@@ -17,12 +27,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from chaos.errors import ALREADY_GONE, InjectionError
 
 
-def _errno(exc: BaseException) -> int | None:
-    if isinstance(exc, NetlinkError):
-        return exc.code
-    if isinstance(exc, OSError):
-        return exc.errno
-    return None
+def _errno(exc: NetlinkError | OSError) -> int | None:
+    return exc.code if isinstance(exc, NetlinkError) else exc.errno
 
 
 @contextlib.contextmanager
@@ -30,20 +36,21 @@ def translated(what: str, gone_ok: bool = False) -> Iterator[None]:
     """Turn netlink/OS errors into InjectionError; swallow only 'already gone' if asked."""
     try:
         yield
+    except InjectionError as exc:  # from an inner edge call: already translated
+        if not (gone_ok and exc.errno in ALREADY_GONE):
+            raise
     except (NetlinkError, OSError) as exc:
         code = _errno(exc)
         if gone_ok and code in ALREADY_GONE:
             return
-        err = InjectionError(f"{what}: {exc}")
-        err.errno = code  # type: ignore[attr-defined]
-        raise err from exc
+        raise InjectionError(f"{what}: {exc}", code) from exc
 
 
 @contextlib.contextmanager
 def route(ns: str | None) -> Iterator[IPRoute]:
     """An IPRoute socket inside namespace `ns` (None: the caller's own namespace)."""
     with translated(f"open netlink in namespace {ns}"):
-        ipr = IPRoute(netns=ns) if ns else IPRoute()
+        ipr = IPRoute(netns=ns, flags=0) if ns else IPRoute()
     try:
         yield ipr
     finally:
@@ -68,7 +75,7 @@ def remove_namespace(name: str) -> None:
 def link_index(ipr: IPRoute, ifname: str) -> int:
     found = ipr.link_lookup(ifname=ifname)
     if not found:
-        raise InjectionError(f"no interface {ifname!r}")
+        raise InjectionError(f"no interface {ifname!r}", errno.ENODEV)
     return found[0]
 
 
@@ -90,3 +97,180 @@ def link_is_up(ns: str | None, ifname: str) -> bool:
     with translated(f"read state of {ifname} in {ns}"), route(ns) as ipr:
         link = ipr.get_links(link_index(ipr, ifname))[0]
         return bool(link["flags"] & 1)  # IFF_UP
+
+
+# --- raw netlink: messages pyroute2 cannot encode, built as bytes by chaos.tc / chaos.nft ---
+
+NETLINK_ROUTE = 0
+NETLINK_NETFILTER = 12
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
+NLA_F_NESTED = 0x8000
+_NLMSG_HEADER = struct.Struct("=IHHII")
+
+
+def nla(attr_type: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, attr_type) + payload + b"\0" * (-length % 4)
+
+
+def nested(attr_type: int, *attrs: bytes) -> bytes:
+    return nla(attr_type | NLA_F_NESTED, b"".join(attrs))
+
+
+def nlmsg(msg_type: int, flags: int, body: bytes, seq: int = 0) -> bytes:
+    return _NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(body), msg_type, flags, seq, 0) + body
+
+
+def parse_attrs(data: bytes) -> list[tuple[int, bytes]]:
+    """(type without flag bits, payload) of each attribute in `data`."""
+    attrs, offset = [], 0
+    while offset + 4 <= len(data):
+        length, attr_type = struct.unpack_from("=HH", data, offset)
+        if length < 4:
+            break
+        attrs.append((attr_type & ~NLA_F_NESTED & 0x7FFF, data[offset + 4:offset + length]))
+        offset += (length + 3) & ~3
+    return attrs
+
+
+def parse_messages(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, seq, body) of each netlink message in `data`."""
+    messages, offset = [], 0
+    while offset + _NLMSG_HEADER.size <= len(data):
+        length, msg_type, flags, seq, _ = _NLMSG_HEADER.unpack_from(data, offset)
+        if length < _NLMSG_HEADER.size:
+            break
+        messages.append((msg_type, flags, seq, data[offset + _NLMSG_HEADER.size:offset + length]))
+        offset += (length + 3) & ~3
+    return messages
+
+
+def namespace_socket(ns: str | None, protocol: int) -> socket.socket:
+    """A raw netlink socket living in namespace `ns` (never created if missing)."""
+    with translated(f"open netlink in namespace {ns}"):
+        if ns is None:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
+        else:
+            sock = netns.create_socket(ns, socket.AF_NETLINK, socket.SOCK_RAW, protocol, flags=0)
+        sock.bind((0, 0))
+    return sock
+
+
+def send_acked(ns: str | None, protocol: int, messages: Sequence[bytes], what: str,
+               gone_ok: bool = False) -> float:
+    """Send raw messages (each built with NLM_F_ACK unless a batch delimiter) and wait for
+    every acknowledgement; the first error the kernel reports is raised, translated."""
+    with translated(what, gone_ok=gone_ok):
+        sock = namespace_socket(ns, protocol)
+        try:
+            seqs = set()
+            stamped = []
+            for seq, msg in enumerate(messages, start=1):
+                length, msg_type, flags, _, pid = _NLMSG_HEADER.unpack_from(msg)
+                stamped.append(_NLMSG_HEADER.pack(length, msg_type, flags, seq, pid) + msg[_NLMSG_HEADER.size:])
+                if flags & NLM_F_ACK:
+                    seqs.add(seq)
+            sock.sendall(b"".join(stamped))
+            error = 0
+            while seqs:
+                for msg_type, _, seq, body in parse_messages(sock.recv(1 << 16)):
+                    if msg_type == NLMSG_ERROR:
+                        code = -struct.unpack_from("=i", body)[0]
+                        seqs.discard(seq)
+                        error = error or code
+            if error:
+                raise OSError(error, os.strerror(error))
+        finally:
+            sock.close()
+    return time.monotonic()
+
+
+def ifindex(ns: str | None, ifname: str) -> int:
+    with translated(f"look up {ifname} in {ns}"), route(ns) as ipr:
+        return link_index(ipr, ifname)
+
+
+# --- traffic control through pyroute2: clsact, cls_bpf filters, read-back of qdiscs ---
+
+TC_H_ROOT = 0xFFFFFFFF
+TC_H_CLSACT = 0xFFFFFFF1
+CLSACT_PARENT = {"ingress": 0xFFFFFFF2, "egress": 0xFFFFFFF3}
+ETH_P_ALL = 0x0003
+
+
+def qdiscs(ns: str | None, ifname: str) -> list[dict[str, Any]]:
+    """The qdiscs of one device as {kind, handle, parent} (kernel state, for checks and heal)."""
+    with translated(f"list qdiscs of {ifname} in {ns}"), route(ns) as ipr:
+        index = link_index(ipr, ifname)
+        return [{"kind": q.get_attr("TCA_KIND"), "handle": q["handle"], "parent": q["parent"]}
+                for q in ipr.get_qdiscs(index=index)]
+
+
+def add_clsact(ns: str, ifname: str) -> float:
+    """Ensure a clsact qdisc on the device; one that is already there is shared."""
+    with translated(f"add clsact to {ifname} in {ns}"), route(ns) as ipr:
+        index = link_index(ipr, ifname)
+        if not any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index=index)):
+            ipr.tc("add", kind="clsact", index=index)
+    return time.monotonic()
+
+
+def remove_clsact_if_unused(ns: str, ifname: str) -> None:
+    """Remove the clsact qdisc once no filter is left on either hook (other faults share it)."""
+    with translated(f"remove clsact from {ifname} in {ns}", gone_ok=True), route(ns) as ipr:
+        index = link_index(ipr, ifname)
+        if any(ipr.get_filters(index=index, parent=parent) for parent in CLSACT_PARENT.values()):
+            return
+        ipr.tc("del", kind="clsact", index=index, handle=0xFFFF0000, parent=TC_H_CLSACT)
+
+
+def _filter_prios(ipr: IPRoute, index: int, hook: str) -> set[int]:
+    return {f["info"] >> 16 for f in ipr.get_filters(index=index, parent=CLSACT_PARENT[hook])}
+
+
+def filter_prios(ns: str, ifname: str, hook: str) -> set[int]:
+    with translated(f"list filters of {ifname} {hook} in {ns}"), route(ns) as ipr:
+        return _filter_prios(ipr, link_index(ipr, ifname), hook)
+
+
+def add_bpf_filter(ns: str, ifname: str, hook: str, prio: int, prog_fd: int, name: str) -> float:
+    """Attach a loaded cls_bpf direct-action program at the clsact hook with priority `prio`."""
+    with translated(f"attach bpf {name} to {ifname} {hook} in {ns}"), route(ns) as ipr:
+        ipr.tc("add-filter", kind="bpf", index=link_index(ipr, ifname), parent=CLSACT_PARENT[hook],
+               info=(prio << 16) | socket.htons(ETH_P_ALL), fd=prog_fd, name=name, direct_action=True)
+    return time.monotonic()
+
+
+def remove_filter(ns: str, ifname: str, hook: str, prio: int) -> float:
+    """Remove the filter of priority `prio` (only that one: prio 0 would remove them all)."""
+    with translated(f"remove filter {prio} from {ifname} {hook} in {ns}", gone_ok=True), route(ns) as ipr:
+        index = link_index(ipr, ifname)
+        if prio in _filter_prios(ipr, index, hook):  # the kernel says EINVAL, not ENOENT, once clsact is gone
+            ipr.tc("del-filter", kind="bpf", index=index, parent=CLSACT_PARENT[hook],
+                   info=(prio << 16) | socket.htons(ETH_P_ALL))
+    return time.monotonic()
+
+
+def remove_root_qdisc(ns: str | None, ifname: str, kind: str) -> float:
+    """Remove the device's root qdisc if it is still of `kind` (never someone else's)."""
+    with translated(f"remove {kind} from {ifname} in {ns}", gone_ok=True), route(ns) as ipr:
+        index = link_index(ipr, ifname)
+        if any(q.get_attr("TCA_KIND") == kind and q["parent"] == TC_H_ROOT
+               for q in ipr.get_qdiscs(index=index)):
+            ipr.tc("del", index=index, parent=TC_H_ROOT)
+    return time.monotonic()
+
+
+def namespace_inodes(names: Sequence[str]) -> set[int]:
+    """The nsfs inodes of named namespaces (a process's /proc/PID/ns/net has the same)."""
+    inodes = set()
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            inodes.add(os.stat(f"/run/netns/{name}").st_ino)
+    return inodes

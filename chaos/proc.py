@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
+import subprocess
+import sys
+import time
 
 from chaos.errors import ALREADY_GONE, InjectionError
 
@@ -28,3 +33,91 @@ def send_signal(pid: int, signum: int, started: int | None, gone_ok: bool = Fals
             return False
         raise InjectionError(f"signal {signum} to {pid}: {exc}") from exc
     return True
+
+
+def reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is our child (no zombie is left); else nothing."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(pid: int, started: int | None, grace_s: float) -> None:
+    """SIGTERM, up to `grace_s` to finish, then SIGKILL; a process already gone is fine."""
+    if not send_signal(pid, signal.SIGTERM, started, gone_ok=True):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap(pid)
+        if start_time(pid) != started:
+            return
+        time.sleep(0.01)
+    send_signal(pid, signal.SIGKILL, started, gone_ok=True)
+    reap(pid)
+
+
+HELPER_MODULES = ("chaos.nfq", "chaos.deadman")
+
+
+def spawn_helper(module: str, *args: str) -> subprocess.Popen[bytes]:
+    """Start one of this package's helper processes (`python -m MODULE ...`) in its own
+    session, so that it outlives a SIGKILL of the harness; its stdout is a pipe."""
+    command = [sys.executable, "-m", module, *args]
+    try:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        raise InjectionError(f"cannot start {module}: {exc}", exc.errno) from exc
+
+
+def wait_ready(helper: subprocess.Popen[bytes], text: str, timeout_s: float) -> None:
+    """Wait until the helper prints a line starting with `text`; kill it if it does not."""
+    assert helper.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([helper.stdout], [], [], deadline - time.monotonic())
+        line = helper.stdout.readline() if ready else b""
+        if line.decode(errors="replace").startswith(text):
+            helper.stdout.close()
+            return
+        if ready and not line:  # EOF: it died
+            break
+    helper.kill()
+    helper.wait()
+    raise InjectionError(f"{helper.args[2]} did not get ready within {timeout_s}s "
+                         f"(exit status {helper.poll()})")
+
+
+def helpers_of_run(run_id: str) -> list[int]:
+    """Pids of helper processes of `run_id` still alive, found in /proc (a heal's second
+    source beside the ledger: a helper can start before its ledger entry is written)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if (len(words) > 2 and words[1] == "-m" and words[2] in HELPER_MODULES
+                and "--run-id" in words and words[words.index("--run-id") + 1:][:1] == [run_id]):
+            found.append(int(entry))
+    return found
+
+
+def stopped_in_namespaces(inodes: set[int]) -> list[int]:
+    """Pids of stopped (SIGSTOPped) processes whose network namespace is one of `inodes`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            state = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0]
+            inode = os.stat(f"/proc/{entry}/ns/net").st_ino
+        except OSError:
+            continue
+        if state == "T" and inode in inodes:
+            found.append(int(entry))
+    return found

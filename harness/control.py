@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 GENERATION_KEY = "generation"
+LISTENING = "control plane listening"
 
 
 def main(config: dict[str, Any]) -> int:
@@ -24,7 +25,7 @@ def main(config: dict[str, Any]) -> int:
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")
-    print(f"control plane listening on port {config['port']}", flush=True)
+    print(f"{LISTENING} on port {config['port']}", flush=True)
     try:
         while True:
             signal.pause()

@@ -10,6 +10,7 @@ the harness), pid, kind, and the fields of its kind:
 
   rank events
     rank_start          policy, world
+    rendezvous          gen, arrived, world              waiting for the others (every 5 s)
     group_ready         gen, world, secs                 a process group is formed
     restored            step, gen                        state loaded (agreed checkpoint)
     step                step, gen, loss, dur             a training step completed
@@ -31,8 +32,8 @@ the harness), pid, kind, and the fields of its kind:
     rank_spawned        rank (field), pid
     ranks_ready         secs
     warmup_done         step
-    fault_applied       index, kind, fault, targets, mechanism   t = kernel acknowledgement
-    fault_reverted      index, kind, targets                      t = kernel acknowledgement
+    fault_applied       index, fault_kind, fault, targets, mechanism   t = kernel acknowledgement
+    fault_reverted      index, fault_kind, targets[, teardown]    t = kernel acknowledgement
     rank_exited         rank (field), pid, exitcode, signal
     hang_detected       cap, idle_since              no step and no policy action for `cap`
     trial_end           reason

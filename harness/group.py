@@ -12,7 +12,7 @@ import re
 import socket
 import time
 from datetime import timedelta
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 import torch.distributed as dist
@@ -20,6 +20,8 @@ import torch.distributed as dist
 from harness.control import GENERATION_KEY
 
 POLL_INTERVAL_S = 0.005
+RENDEZVOUS_SLICE_S = 0.5
+RENDEZVOUS_REPORT_S = 5.0
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 
@@ -67,16 +69,25 @@ class GlooGroup:
     """The default process group over gloo, re-formed per generation under one store."""
 
     def __init__(self, store: dist.Store, store_address: tuple[str, int], rank: int,
-                 world_size: int, timeout_s: float) -> None:
+                 world_size: int, timeout_s: float, rendezvous_timeout_s: float,
+                 on_wait: Callable[[int, int], None] = lambda gen, arrived: None) -> None:
         self.store = store
         self.store_address = store_address
         self.rank = rank
         self.world_size = world_size
         self.timeout = timedelta(seconds=timeout_s)
+        self.rendezvous_timeout_s = rendezvous_timeout_s
+        self.on_wait = on_wait  # called while waiting in a rendezvous: (generation, arrived)
         self.generation = -1
 
     def join(self, failed_generation: int | None) -> int:
-        """Join the current generation; after a failure in generation g, move past g."""
+        """Join the current generation; after a failure in generation g, move past g.
+
+        Rendezvous first: every rank counts itself in under ``gen<N>/arrived`` and waits,
+        up to the rendezvous timeout, until all have arrived; only then is the gloo group
+        formed (with the collective timeout). A rank whose rendezvous times out bumps the
+        generation, so that late ranks never count into a generation the others left.
+        """
         try:
             if failed_generation is None:
                 gen = int(self.store.get(GENERATION_KEY))
@@ -84,11 +95,35 @@ class GlooGroup:
                 old, new = str(failed_generation), str(failed_generation + 1)
                 gen = int(self.store.compare_set(GENERATION_KEY, old, new))
             self.generation = gen
+            if not self._rendezvous(gen):
+                self.store.compare_set(GENERATION_KEY, str(gen), str(gen + 1))
+                raise CollectiveError(
+                    f"rendezvous of generation {gen} timed out after "
+                    f"{self.rendezvous_timeout_s:g}s waiting for {self.world_size} ranks",
+                    "rendezvous", "join")
             dist.init_process_group("gloo", store=dist.PrefixStore(f"gen{gen}/", self.store),
                                     rank=self.rank, world_size=self.world_size, timeout=self.timeout)
         except (RuntimeError, ValueError) as exc:  # DistError derives from RuntimeError
             raise CollectiveError(_short(exc), "rendezvous", "join") from exc
         return self.generation
+
+    def _rendezvous(self, gen: int) -> bool:
+        complete, arrived_key = f"gen{gen}/complete", f"gen{gen}/arrived"
+        arrived = self.store.add(arrived_key, 1)
+        if arrived == self.world_size:
+            self.store.set(complete, "1")
+        deadline = time.monotonic() + self.rendezvous_timeout_s
+        next_report = 0.0
+        while (left := deadline - time.monotonic()) > 0:
+            if time.monotonic() >= next_report:  # a rank waiting here is acting, not hung
+                self.on_wait(gen, arrived)
+                next_report = time.monotonic() + RENDEZVOUS_REPORT_S
+            try:  # waits in slices so that a SIGTERM is handled within one
+                self.store.wait([complete], timedelta(seconds=min(left, RENDEZVOUS_SLICE_S)))
+                return True
+            except RuntimeError:
+                arrived = self.store.add(arrived_key, 0)
+        return False
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
         try:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from chaos import proc
@@ -31,7 +32,13 @@ class Launcher:
         self._buf = b""
         self._exits: list[dict[str, Any]] = []
         self.pids: dict[str, int] = {}
-        self._expect("ready", None, LAUNCHER_READY_TIMEOUT_S)
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Wait until the launcher has imported torch (about a second; overlap other work)."""
+        if not self._ready:
+            self._expect("ready", None, LAUNCHER_READY_TIMEOUT_S)
+            self._ready = True
 
     def _read(self, timeout: float) -> list[dict[str, Any]]:
         assert self._proc.stdout is not None
@@ -58,6 +65,7 @@ class Launcher:
 
     def spawn(self, name: str, entry: str, ns_path: str, log: str, config: dict[str, Any]) -> int:
         assert self._proc.stdin is not None
+        self.wait_ready()
         cmd = {"name": name, "entry": entry, "ns_path": ns_path, "log": log, "config": config}
         self._proc.stdin.write((json.dumps(cmd) + "\n").encode())
         pid = self._expect("spawned", name, 10.0)["pid"]
@@ -107,6 +115,19 @@ class Launcher:
                 self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+def wait_for_text(path: Path, text: str, timeout: float) -> None:
+    """Wait until `text` appears in the file at `path` (a child's log announcing readiness)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if text in path.read_text(errors="replace"):
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.005)
+    raise DeadlineExceeded(f"{path.name} did not report {text!r} within {timeout:.0f}s")
 
 
 def exit_of(rank: int, msg: dict[str, Any]) -> RankExit:

@@ -19,13 +19,15 @@ from chaos.heal import namespace_name
 from chaos.inject import undo_outstanding
 from chaos.ledger import Ledger
 from harness.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
-from harness.launcher import Launcher, exit_of
+from harness.control import LISTENING
+from harness.launcher import Launcher, exit_of, wait_for_text
 
 NETWORK = ipaddress.ip_network("10.77.0.0/16")
 SWITCH_ADDRESS = str(NETWORK.network_address + 1)
 FIRST_HOST = 10
 BRIDGE = "br0"
 MAX_RANKS = NETWORK.num_addresses - FIRST_HOST - 2
+CONTROL_READY_TIMEOUT_S = 20.0
 
 
 def rank_name(rank: int) -> str:
@@ -82,11 +84,16 @@ class NetnsCluster(Cluster):
                 ipr.link("set", index=eth, state="up")
                 ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
 
-    def start(self) -> None:
+    def start_launcher(self) -> None:
+        """Start the rank launcher first: it imports torch while the hosts are built."""
         self._launcher = Launcher(self._ledger)
-        log = str(self.spec.run_dir / "logs" / "control.log")
-        self._launcher.spawn("control", "control", f"/run/netns/{self.switch_ns}", log,
+
+    def start_control(self) -> None:
+        assert self._launcher is not None
+        log = self.spec.run_dir / "logs" / "control.log"
+        self._launcher.spawn("control", "control", f"/run/netns/{self.switch_ns}", str(log),
                              {"port": self.store_port})
+        wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)
 
     @property
     def launcher(self) -> Launcher:
@@ -129,8 +136,9 @@ class NetnsBackend(Backend):
         (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         cluster = NetnsCluster(spec, ledger)
         try:
+            cluster.start_launcher()
             cluster.build()
-            cluster.start()
+            cluster.start_control()
         except BaseException:
             cluster.close()
             raise

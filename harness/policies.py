@@ -39,7 +39,9 @@ class PolicySpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: PolicyName
-    timeout: Seconds = Field(description="process-group timeout for collectives and rendezvous")
+    timeout: Seconds = Field(description="process-group timeout: a collective fails after it")
+    rendezvous_timeout: Seconds | None = Field(
+        default=None, description="how long a (re)joining rank waits for the others (default: timeout)")
     max_retries: Annotated[int, Field(ge=0)] = 0
     backoff_base: Seconds = 2.0
     backoff_cap: Seconds = 60.0
@@ -57,6 +59,10 @@ class PolicySpec(BaseModel):
         if self.breaker and not self.catch_errors:
             raise ValueError("a breaker needs catch_errors: true")
         return self
+
+    @property
+    def rendezvous_s(self) -> float:
+        return self.timeout if self.rendezvous_timeout is None else self.rendezvous_timeout
 
     def backoff(self, attempt: int) -> float:
         """Backoff before retry `attempt` (1-based), without jitter: base * 2^(attempt-1), capped."""

@@ -58,7 +58,9 @@ def main(config: dict[str, Any]) -> int:
         store = dist.TCPStore(cfg.store_address, cfg.store_port, is_master=False,
                               timeout=timedelta(seconds=cfg.store_timeout_s))
         group = GlooGroup(store, (cfg.store_address, cfg.store_port), cfg.rank,
-                          cfg.world_size, cfg.policy.timeout)
+                          cfg.world_size, cfg.policy.timeout, cfg.policy.rendezvous_s,
+                          on_wait=lambda gen, arrived: recorder.emit(
+                              "rendezvous", gen=gen, arrived=arrived, world=cfg.world_size))
         runner = FaultTolerantRunner(
             cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank),
             Checkpointer(cfg.checkpoint_dir), recorder,
@@ -73,3 +75,64 @@ def main(config: dict[str, Any]) -> int:
     code = EXIT_CODES[outcome]
     recorder.emit("exit", reason=outcome.value, code=code)
     return code
+
+
+# --- entry for a rank in its own container (the docker backend, `docker compose up`) ---
+
+def wait_for_link(ifname: str, timeout_s: float) -> None:
+    """Wait until `ifname` exists, is up with carrier and has an IPv4 address (the harness
+    wires a container's eth0 only after the container started)."""
+    import fcntl
+    import socket
+    import struct
+    import time
+
+    SIOCGIFFLAGS, SIOCGIFADDR, IFF_UP, IFF_RUNNING = 0x8913, 0x8915, 0x1, 0x40
+    req = struct.pack("256s", ifname.encode()[:15])
+    deadline = time.monotonic() + timeout_s
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        while True:
+            try:
+                flags = struct.unpack_from("H", fcntl.ioctl(sock, SIOCGIFFLAGS, req), 16)[0]
+                if flags & IFF_UP and flags & IFF_RUNNING:
+                    fcntl.ioctl(sock, SIOCGIFADDR, req)  # raises until an address is set
+                    return
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{ifname} was not up with an address within {timeout_s:.0f}s")
+            time.sleep(0.01)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m harness.rank --config FILE``: run one rank as this process, return its code."""
+    import argparse
+    import json
+    import traceback
+
+    from harness import signals
+
+    parser = argparse.ArgumentParser(prog="python -m harness.rank")
+    parser.add_argument("--config", required=True, help="a RankConfig as a JSON file")
+    parser.add_argument("--link-timeout", type=float, default=60.0,
+                        help="seconds to wait for the config's ifname to come up (default 60)")
+    args = parser.parse_args(argv)
+    signals.install()
+    try:
+        with open(args.config) as f:
+            config = json.load(f)
+        wait_for_link(config.get("ifname", "eth0"), args.link_timeout)
+        return main(config)
+    except signals.Terminated:
+        return 0
+    except BaseException:
+        traceback.print_exc()
+        return CRASH_EXIT_CODE
+
+
+if __name__ == "__main__":
+    import sys
+    _code = cli()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_code)  # as the zygote's children do: no interpreter teardown (~2 s with torch)

@@ -66,7 +66,7 @@ class Workload:
             offset += g.numel()
         self.optimizer.step()
         self.step += 1
-        return float(loss)
+        return float(loss.detach())
 
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "model": self.model.state_dict(),

@@ -1,0 +1,297 @@
+"""Fidelity of the fault mechanisms: configured against measured, between two real hosts.
+
+`chaos calibrate` builds a scratch cluster (switch namespace with a bridge, two host
+namespaces, named ``chaos-cal<pid>-*``, every namespace in a ledger so a heal removes
+them), applies each fault with the mechanism this machine picks, measures it with small
+pure-Python UDP/TCP traffic between the two hosts only, and prints configured vs
+measured against the targets: loss within 2 points over >= 5,000 packets; median one-way
+delay within 1 ms; link down (and blackhole, partition) effective within 10 ms of the
+apply; bandwidth within 10%.
+
+The traffic helpers are also what the tests measure with. Sockets are opened inside a
+host's namespace once and used from this process; both hosts share this machine's
+monotonic clock, so one-way delay is measured directly.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import socket
+import statistics
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from pyroute2 import netns
+
+from chaos import netlink
+from chaos.api import Host, Injection
+from chaos.errors import ChaosError
+from chaos.faults import FaultBase, parse_fault
+from chaos.heal import namespace_name
+from chaos.inject import NetlinkInjector, undo_outstanding
+from chaos.ledger import Ledger
+
+PORT = 47000
+SO_RCVBUFFORCE = 33
+_STAMP = struct.Struct("=IId")  # stream tag, sequence number, monotonic send time
+
+
+# --- a scratch cluster -----------------------------------------------------------------------
+
+def build_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> list[Host]:
+    """A switch namespace with bridge br0 and `hosts` host namespaces on 10.77.0.0/16,
+    laid out as harness.netns lays out a run; every namespace recorded before it is made."""
+    switch = namespace_name(run_id, "sw")
+    cluster = [Host(name=f"r{r:03d}", address=f"10.77.0.{10 + r}", switch_ns=switch, port=f"p{r}",
+                    ns_path=f"/run/netns/{namespace_name(run_id, f'r{r:03d}')}") for r in range(hosts)]
+    for name in [switch] + [Path(h.ns_path).name for h in cluster]:
+        entry = ledger.record("netns", name=name)
+        netlink.create_namespace(name)
+        ledger.mark(entry, "done")
+    with netlink.translated("build switch"), netlink.route(switch) as ipr:
+        ipr.link("add", ifname="br0", kind="bridge")
+        bridge = netlink.link_index(ipr, "br0")
+        ipr.addr("add", index=bridge, address="10.77.0.1", prefixlen=16)
+        ipr.link("set", index=bridge, state="up")
+        for host in cluster:
+            ipr.link("add", ifname=host.port, kind="veth",
+                     peer={"ifname": host.ifname, "net_ns_fd": Path(host.ns_path).name})
+            ipr.link("set", index=netlink.link_index(ipr, host.port), master=bridge, state="up")
+    for host in cluster:
+        with netlink.translated(f"configure {host.name}"), netlink.route(Path(host.ns_path).name) as ipr:
+            eth = netlink.link_index(ipr, host.ifname)
+            ipr.addr("add", index=eth, address=host.address, prefixlen=16)
+            ipr.link("set", index=eth, state="up")
+            ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
+    return cluster
+
+
+@contextlib.contextmanager
+def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> Iterator[list[Host]]:
+    try:
+        yield build_cluster(run_id, ledger, hosts)
+    finally:
+        undo_outstanding(ledger)
+        ledger.close_if_clean()
+
+
+# --- traffic ---------------------------------------------------------------------------------
+
+def host_socket(host: Host, kind: int) -> socket.socket:
+    """A socket living in `host`'s namespace."""
+    with netlink.translated(f"open a socket in {host.name}"):
+        return netns.create_socket(Path(host.ns_path).name, socket.AF_INET, kind, flags=0)
+
+
+@dataclass
+class Received:
+    """What a receiver saw: per sequence number, send and receive times."""
+
+    sent_at: dict[int, float]
+    received_at: dict[int, float]
+
+    def delays(self) -> list[float]:
+        return [self.received_at[s] - self.sent_at[s] for s in self.received_at]
+
+
+@contextlib.contextmanager
+def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Callable[[int, float], Received]]:
+    """Yields send(count, interval_s) -> Received: numbered, timestamped datagrams from
+    `sender` to `receiver`, paced, collected by a thread until 0.5 s after the last."""
+    rx = host_socket(receiver, socket.SOCK_DGRAM)
+    tx = host_socket(sender, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
+    rx.bind((receiver.address, port))
+    rx.settimeout(0.5)
+
+    def send(count: int, interval_s: float) -> Received:
+        result = Received({}, {})
+        done = threading.Event()
+        tag = random.getrandbits(32)  # datagrams held back from an earlier stream are not counted
+
+        def collect() -> None:
+            while True:
+                try:
+                    data = rx.recv(64)
+                except socket.timeout:
+                    if done.is_set():
+                        return
+                    continue
+                got_tag, seq, _ = _STAMP.unpack_from(data)
+                if got_tag == tag:
+                    result.received_at[seq] = time.monotonic()
+
+        thread = threading.Thread(target=collect, daemon=True)
+        thread.start()
+        start = time.monotonic()
+        for seq in range(count):
+            target = start + seq * interval_s
+            while (now := time.monotonic()) < target:
+                time.sleep(min(target - now, 0.001))
+            result.sent_at[seq] = time.monotonic()
+            with contextlib.suppress(OSError):  # a link that is down refuses sends: a loss
+                tx.sendto(_STAMP.pack(tag, seq, result.sent_at[seq]), (receiver.address, port))
+        done.set()
+        thread.join()
+        return result
+
+    try:
+        send(1, 0)  # resolve ARP before measuring
+        yield send
+    finally:
+        rx.close()
+        tx.close()
+
+
+def delivered(sender: Host, receiver: Host, count: int = 200, interval_s: float = 0.0005) -> float:
+    """Fraction of `count` datagrams from `sender` that reached `receiver`."""
+    with udp_stream(sender, receiver) as send:
+        return len(send(count, interval_s).received_at) / count
+
+
+def tcp_throughput(sender: Host, receiver: Host, seconds: float, port: int = PORT + 1) -> float:
+    """Bits per second of one TCP stream from `sender` to `receiver`, measured at the receiver
+    over `seconds` after a 0.3 s ramp."""
+    server = host_socket(receiver, socket.SOCK_STREAM)
+    client = host_socket(sender, socket.SOCK_STREAM)
+    try:
+        server.bind((receiver.address, port))
+        server.listen(1)
+        client.connect((receiver.address, port))
+        conn, _ = server.accept()
+        conn.settimeout(2.0)
+        stop = threading.Event()
+
+        def pump() -> None:
+            chunk = b"\0" * 65536
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    client.sendall(chunk)
+
+        thread = threading.Thread(target=pump, daemon=True)
+        thread.start()
+        ramp_end = time.monotonic() + 0.3
+        while time.monotonic() < ramp_end:
+            conn.recv(1 << 20)
+        received, start = 0, time.monotonic()
+        while time.monotonic() - start < seconds:
+            received += len(conn.recv(1 << 20))
+        elapsed = time.monotonic() - start
+        stop.set()
+        client.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        thread.join()
+        return received * 8 / elapsed
+    finally:
+        client.close()
+        server.close()
+
+
+def cut_after_apply(sender: Host, receiver: Host, apply: Callable[[], Injection]) -> tuple[float, Injection]:
+    """Stream a datagram every 0.5 ms, apply a cutting fault mid-stream; returns how long
+    after the kernel acknowledged the apply packets still got through (<= 0: at once)."""
+    with udp_stream(sender, receiver) as send:
+        holder: dict[str, Injection] = {}
+
+        def apply_midway() -> None:
+            time.sleep(0.1)
+            holder["injection"] = apply()
+
+        thread = threading.Thread(target=apply_midway)
+        thread.start()
+        result = send(600, 0.0005)
+        thread.join()
+    injection = holder["injection"]
+    last_through = max(result.sent_at[s] for s in result.received_at)
+    return last_through - injection.applied.t_applied, injection
+
+
+# --- calibration -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Figure:
+    fault: str
+    mechanism: str
+    configured: str
+    measured: str
+    ok: bool
+
+
+def _measure(injector: NetlinkInjector, hosts: Sequence[Host], spec: dict) -> Figure:
+    a, b = hosts[0], hosts[1]
+    fault: FaultBase = parse_fault(spec)
+    mechanism = injector.mechanism(fault)
+    if spec["kind"] == "loss":
+        injection = injector.apply(fault, [a])
+        with udp_stream(a, b) as send:
+            got = send(5000, 0.0002)
+        injection.revert()
+        lost = 1 - len(got.received_at) / 5000
+        return Figure(fault.describe(), mechanism, spec["percent"], f"{lost:.1%} of 5000",
+                      abs(lost - fault.percent) <= 0.02)  # type: ignore[attr-defined]
+    if spec["kind"] == "delay":
+        injection = injector.apply(fault, [a])
+        with udp_stream(a, b) as send:
+            got = send(1000, 0.002)
+        injection.revert()
+        median = statistics.median(got.delays())
+        return Figure(fault.describe(), mechanism, spec["latency"], f"{median * 1000:.2f} ms median one-way",
+                      abs(median - fault.latency) <= 0.001)  # type: ignore[attr-defined]
+    if spec["kind"] == "bandwidth":
+        injection = injector.apply(fault, [a])
+        rate = tcp_throughput(a, b, 2.0)
+        injection.revert()
+        return Figure(fault.describe(), mechanism, spec["rate"], f"{rate / 1e6:.2f} Mbit/s",
+                      abs(rate - fault.rate) <= 0.1 * fault.rate)  # type: ignore[attr-defined]
+    lag, injection = cut_after_apply(a, b, lambda: injector.apply(fault, [a]))
+    injection.revert()
+    restored = delivered(a, b)
+    return Figure(fault.describe(), mechanism, "cut at apply, restored at revert",
+                  f"last packet through {lag * 1000:+.1f} ms after apply; {restored:.0%} after revert",
+                  lag <= 0.010 and restored == 1.0)
+
+
+CALIBRATIONS = (
+    {"kind": "loss", "percent": "20%", "direction": "from_host"},
+    {"kind": "loss", "percent": "5%", "burst": 3, "direction": "from_host"},
+    {"kind": "delay", "latency": "20ms", "direction": "from_host"},
+    {"kind": "delay", "latency": "50ms", "direction": "both"},
+    {"kind": "bandwidth", "rate": "10mbit"},
+    {"kind": "bandwidth", "rate": "100mbit"},
+    {"kind": "link_down"},
+    {"kind": "blackhole"},
+    {"kind": "partition", "groups": [[0], [1]]},
+)
+
+
+def calibrate(run_id: str, ledger: Ledger) -> list[Figure]:
+    with scratch_cluster(run_id, ledger) as hosts:
+        injector = NetlinkInjector(ledger, hosts=hosts)
+        return [_measure(injector, hosts, spec) for spec in CALIBRATIONS]
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """`chaos calibrate`: configured vs measured for each mechanism; exit 1 if one misses."""
+    parser = argparse.ArgumentParser(prog="chaos calibrate", description=calibrate_main.__doc__)
+    parser.parse_args(argv)
+    run_id = f"cal{os.getpid()}"
+    try:
+        figures = calibrate(run_id, Ledger(run_id))
+    except ChaosError as exc:
+        print(f"chaos calibrate: {exc}", file=sys.stderr)
+        return 1
+    for f in figures:
+        print(f"{'ok  ' if f.ok else 'MISS'} {f.fault}\n     configured {f.configured}; measured {f.measured}\n"
+              f"     via {f.mechanism}")
+    return 0 if all(f.ok for f in figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(calibrate_main())

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Set up this checkout and run it. Two commands, on a fresh machine, as root:
+#
+#   ./dev.sh demo [chaos run options]   venv + the main job: a link-down on one rank of a
+#                                       16-rank job, under the four policies, with the table
+#   ./dev.sh test [pytest options]      venv + a Docker engine + the whole test suite
+#
+# The venv (.venv) pins torch 2.13.0 (the CPU wheel) and is reused when it is current.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+setup() {
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    # Reinstall only when the dependency list changed since the last install.
+    stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+    if [ ! -e "$stamp" ]; then
+        echo "dev.sh: installing dependencies into .venv (torch 2.13.0 CPU, pyroute2, pandas, ...)" >&2
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,docker]'
+        rm -f .venv/.installed-*
+        touch "$stamp"
+    fi
+}
+
+case "${1:-}" in
+    demo)
+        shift
+        setup
+        exec .venv/bin/chaos run scenarios/link_down.yaml "$@"
+        ;;
+    test)
+        shift
+        setup
+        # The docker-backend tests need an engine; they skip, saying why, if none starts.
+        bash .ci/docker-engine.sh || echo "dev.sh: no Docker engine; docker tests will skip" >&2
+        # pytest exits 5 when it collected no test: that fails here like any other error.
+        exec .venv/bin/python -m pytest "$@"
+        ;;
+    *)
+        echo "usage: ./dev.sh demo [chaos run options] | ./dev.sh test [pytest options]" >&2
+        exit 2
+        ;;
+esac

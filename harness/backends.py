@@ -1,0 +1,23 @@
+"""Backends by name (the scenario's `cluster.backend`, or `--backend`)."""
+from __future__ import annotations
+
+from chaos.errors import UsageError
+from harness.api import Backend
+
+
+def load_undo_plugins() -> None:
+    """Register the undo operations of every backend, so a heal can revert what any made."""
+    try:
+        import harness.docker_backend  # noqa: F401  (registers docker undos in chaos.inject.UNDO)
+    except ImportError:
+        pass  # the docker SDK is not installed: no docker run can have left anything
+
+
+def backend_named(name: str) -> Backend:
+    if name == "netns":
+        from harness.netns import NetnsBackend
+        return NetnsBackend()
+    if name == "docker":
+        from harness.docker_backend import DockerBackend
+        return DockerBackend()
+    raise UsageError(f"unknown backend {name!r}; expected netns or docker")

@@ -1,0 +1,617 @@
+"""Metrics and the outcome of one trial: pure functions over its events and trial.json.
+
+All times are seconds on the run's one clock (monotonic, shared by every process of the
+trial); reported times are relative to the first fault's start unless a name says otherwise.
+Definitions (DESIGN.md section 4, made precise here and repeated in every report):
+
+  fault start / end   t of fault_applied / fault_reverted of the first fault (index order);
+                      end is NaN for a fault that did not heal while the harness watched
+                      (kill, or reverted only at teardown).
+  observation end     when the harness stopped watching: the first of hang_detected,
+                      a fault reverted at teardown, a rank reaped by the harness's stop
+                      (rank_exited stopped), a rank exiting "terminated" (asked to stop),
+                      trial_end; the last event when there is none of these.
+  departed rank       a rank whose process ended before the observation end and was not
+                      started again: exit reason failed-fast / retries-exhausted /
+                      isolated / crashed, killed by a kill fault aimed at it, or ended by
+                      another signal or a non-zero exit code. The others are survivors.
+  crash               a departure by exit reason crashed, by a signal that no kill fault
+                      explains, or by a non-zero exit code with no policy exit reason.
+  TTD                 first detection (collective_error, or a failure detector's suspect)
+                      on any rank at or after fault start, minus fault start; also the
+                      first rank, and min / median / max of the per-rank first detections.
+  resumed             a survivor's first step after its last disruption: its last
+                      detection or restore after fault start; for a survivor that saw no
+                      error, after fault end (fault start for a fault that does not heal).
+  TTR                 when every survivor has resumed, minus fault start (and minus fault
+                      end for faults that heal); only for recovered / continued trials:
+                      the policy acted. An absorbed fault has no TTR: see max stall.
+  breaker open        first breaker_open minus fault start. released: when the last rank
+                      that left through the policy (failed-fast, retries-exhausted,
+                      isolated) had released its resources and its process was gone.
+  wasted rank-seconds for every rank, from fault start (or its start) to the observation
+                      end (or its departure): the sum of the gaps between consecutive
+                      steps (the last step before the window counts as the first mark, the
+                      end of the rank's window as the last) that are longer than 3x the
+                      median pre-fault step interval, clipped to the window.
+  max stall           the longest such gap of any rank, clipped to the window.
+  steps/s             median over ranks of the steps completed per second: before fault
+                      start (from the rank's first step, not counted), during the fault
+                      (until fault end or the observation end, while the rank lived: a
+                      stall counts as 0), and after every survivor resumed (recovered,
+                      continued, absorbed) until the observation end.
+
+Outcome: the first rule of OUTCOME_RULES that applies, in this order: no-fault, hung,
+crashed, continued, recovered, isolated, retries-exhausted, failed-fast, absorbed;
+inconclusive when none does. A new policy's outcome is one more rule in that tuple.
+"""
+from __future__ import annotations
+
+import math
+import re
+import signal as signals
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+NAN = float("nan")
+DETECTION_KINDS = ("collective_error", "suspect")
+POLICY_EXIT_REASONS = ("failed-fast", "retries-exhausted", "isolated")
+NORMAL_EXIT_REASONS = ("stopped", "terminated")
+WASTE_GAP_FACTOR = 3.0
+# Used only when no two steps were ever seen, so no interval can be measured.
+FALLBACK_STEP_INTERVAL_S = 1.0
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
+
+
+def seconds(value: Any) -> float:
+    """A duration as stored in trial.json (a number, or a string such as "250ms", "30s", "6h")."""
+    if value is None or isinstance(value, bool):
+        return NAN
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        return NAN
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    index: int
+    kind: str
+    targets: tuple[int, ...]
+    start: float
+    end: float  # NaN when the fault was never reverted
+
+
+@dataclass(frozen=True)
+class Departure:
+    rank: int
+    t: float   # when the process was gone (the later of its exit event and its reaping)
+    how: str   # an exit reason, "killed" (by a kill fault), "signal SIGx" or "exit code N"
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Hang:
+    t: float
+    cap: float
+    idle_since: float
+
+
+@dataclass(frozen=True)
+class TrialFacts:
+    """What the events say about one trial, gathered once; outcome rules and metrics read it."""
+
+    ranks: tuple[int, ...]
+    faults: tuple[FaultWindow, ...]
+    observation_end: float
+    hang: Hang | None
+    detections: dict[int, float]        # rank -> first detection at or after fault start
+    detection_cause: str                # cause of the first detection ("" when none)
+    departures: dict[int, Departure]
+    resumed: dict[int, float]           # survivor -> first step after its last disruption
+    final_world: int | None             # world of the last group formed after fault start
+    breaker_opens: dict[int, float]     # rank -> first breaker_open
+    end_reason: str                     # the harness's trial_end reason ("" when missing)
+    step_times: dict[int, tuple[float, ...]] = field(repr=False)
+
+    @property
+    def fault(self) -> FaultWindow | None:
+        return self.faults[0] if self.faults else None
+
+    @property
+    def survivors(self) -> tuple[int, ...]:
+        return tuple(r for r in self.ranks if r not in self.departures)
+
+    @property
+    def crashes(self) -> tuple[Departure, ...]:
+        return tuple(d for d in self.departures.values() if is_crash(d))
+
+    @property
+    def all_survivors_resumed(self) -> bool:
+        return bool(self.survivors) and all(r in self.resumed for r in self.survivors)
+
+
+def is_crash(departure: Departure) -> bool:
+    return departure.how == "crashed" or departure.how.startswith(("signal", "exit code"))
+
+
+# -- gathering facts ----------------------------------------------------------------------
+
+def _of_kind(events: pd.DataFrame, *kinds: str) -> pd.DataFrame:
+    return events[events["kind"].isin(kinds)]
+
+
+def _field(row: pd.Series, name: str, default: Any = None) -> Any:
+    value = row.get(name, default)
+    if isinstance(value, float) and math.isnan(value):
+        return default
+    return default if value is None or value is pd.NA else value
+
+
+def _rank_list(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return () if value is None else (int(value),)
+
+
+def fault_windows(events: pd.DataFrame, trial: dict[str, Any]) -> tuple[FaultWindow, ...]:
+    """Applied faults in index order, each with the time it was reverted (NaN if never)."""
+    planned = {int(f.get("index", i)): f for i, f in enumerate(trial.get("faults") or [])}
+    # A revert at teardown ends the harness's cleanup, not the fault: it never healed in view.
+    healed = _of_kind(events, "fault_reverted")
+    healed = healed[~_flagged(healed, "teardown")]
+    reverted = {int(_field(r, "index", 0)): r["t"] for _, r in healed.iterrows()}
+    windows = []
+    for _, row in _of_kind(events, "fault_applied").iterrows():
+        index = int(_field(row, "index", 0))
+        plan = planned.get(index, {})
+        targets = _field(row, "targets") or plan.get("targets")
+        windows.append(FaultWindow(index=index, kind=_fault_kind(row, plan), targets=_rank_list(targets),
+                                   start=float(row["t"]), end=float(reverted.get(index, NAN))))
+    return tuple(sorted(windows, key=lambda w: (w.index, w.start)))
+
+
+def _fault_kind(row: pd.Series, plan: dict[str, Any]) -> str:
+    # An event's `kind` column is the event kind, so the fault's kind cannot share that name:
+    # take it from `fault_kind`, the `fault` mapping, or the plan in trial.json.
+    fault = _field(row, "fault")
+    return str(_field(row, "fault_kind") or (fault.get("kind") if isinstance(fault, dict) else None)
+               or plan.get("kind") or "fault")
+
+
+def _rank_ids(events: pd.DataFrame, trial: dict[str, Any]) -> tuple[int, ...]:
+    count = trial.get("ranks")
+    if count is None:
+        starts = _of_kind(events, "trial_start")
+        count = int(starts.iloc[0]["ranks"]) if len(starts) and "ranks" in starts else None
+    if count is not None:
+        return tuple(range(int(count)))
+    return tuple(sorted(int(r) for r in events["rank"].dropna().unique()))
+
+
+def _flagged(events: pd.DataFrame, column: str) -> pd.Series:
+    """Rows whose optional boolean field `column` is true."""
+    if column not in events:
+        return pd.Series(False, index=events.index)
+    return events[column].map(lambda v: v is True)
+
+
+def _observation_end(events: pd.DataFrame) -> float:
+    """The first sign that the harness stopped watching and began to tear the trial down."""
+    stops = (events["kind"].isin(["hang_detected", "trial_end"])
+             | ((events["kind"] == "fault_reverted") & _flagged(events, "teardown"))
+             | ((events["kind"] == "rank_exited") & _flagged(events, "stopped")))
+    if "reason" in events:  # a rank that exits "terminated" was asked to stop by the harness
+        stops |= (events["kind"] == "exit") & (events["reason"] == "terminated")
+    marks = events[stops]["t"]
+    if len(marks):
+        return float(min(marks))
+    return float(events["t"].max()) if len(events) else NAN
+
+
+def _end_reason(events: pd.DataFrame) -> str:
+    ends = _of_kind(events, "trial_end")
+    return str(_field(ends.iloc[0], "reason", "")) if len(ends) else ""
+
+
+def _hang(events: pd.DataFrame, trial: dict[str, Any]) -> Hang | None:
+    hangs = _of_kind(events, "hang_detected")
+    if not len(hangs):
+        return None
+    row = hangs.iloc[0]
+    cap = _field(row, "cap")
+    cap = seconds(cap) if cap is not None else seconds(trial.get("hang_cap"))
+    return Hang(t=float(row["t"]), cap=cap, idle_since=float(_field(row, "idle_since", NAN)))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _killed_by_fault(rank: int, t: float, faults: tuple[FaultWindow, ...]) -> bool:
+    return any(f.kind == "kill" and rank in f.targets and t >= f.start for f in faults)
+
+
+def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[FaultWindow, ...],
+               observation_end: float) -> dict[int, Departure]:
+    """Ranks whose process ended before the observation end and was not started again."""
+    gone: dict[int, Departure] = {}
+    lifecycle = _of_kind(events, "rank_start", "exit", "rank_exited")
+    lifecycle = lifecycle[lifecycle["t"] < observation_end]
+    for rank in ranks:
+        own = lifecycle[lifecycle["rank"] == rank]
+        starts = own[own["kind"] == "rank_start"]
+        if len(starts):
+            own = own[own["t"] >= starts["t"].max()]
+        exits, reaped = own[own["kind"] == "exit"], own[own["kind"] == "rank_exited"]
+        if not len(exits) and not len(reaped):
+            continue
+        t = float(max(exits["t"].max() if len(exits) else -math.inf,
+                      reaped["t"].max() if len(reaped) else -math.inf))
+        reason = str(_field(exits.iloc[-1], "reason", "")) if len(exits) else ""
+        error = str(_field(exits.iloc[-1], "error", "")) if len(exits) else ""
+        signal = _field(reaped.iloc[-1], "signal") if len(reaped) else None
+        code = _field(reaped.iloc[-1], "exitcode") if len(reaped) else None
+        if reason and reason not in NORMAL_EXIT_REASONS:
+            how = reason
+        elif signal is not None:
+            how = "killed" if _killed_by_fault(rank, t, faults) else f"signal {_signal_name(int(signal))}"
+        elif code not in (None, 0) and not reason:
+            how = f"exit code {int(code)}"
+        else:
+            continue  # a normal end (max steps reached, or asked to stop)
+        gone[rank] = Departure(rank=rank, t=t, how=how, error=error)
+    return gone
+
+
+def _first_detections(events: pd.DataFrame, start: float) -> tuple[dict[int, float], str]:
+    found = _of_kind(events, *DETECTION_KINDS)
+    found = found[(found["t"] >= start) & found["rank"].notna()]
+    if not len(found):
+        return {}, ""
+    first = found.groupby("rank")["t"].min()
+    cause = _field(found.iloc[0], "cause", "") or found.iloc[0]["kind"]
+    return {int(r): float(t) for r, t in first.items()}, str(cause)
+
+
+def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
+             detections: dict[int, float], step_times: dict[int, tuple[float, ...]]) -> dict[int, float]:
+    restores = _of_kind(events, "restored")
+    restores = restores[restores["t"] >= fault.start]
+    errors = _of_kind(events, *DETECTION_KINDS)
+    errors = errors[errors["t"] >= fault.start]
+    resumed = {}
+    for rank in survivors:
+        if rank in detections:
+            marks = list(restores[restores["rank"] == rank]["t"]) + list(errors[errors["rank"] == rank]["t"])
+            disrupted = max(marks)
+        else:
+            disrupted = fault.start if math.isnan(fault.end) else fault.end
+        later = [t for t in step_times.get(rank, ()) if t > disrupted]
+        if later:
+            resumed[rank] = later[0]
+    return resumed
+
+
+def _final_world(events: pd.DataFrame, start: float) -> int | None:
+    groups = _of_kind(events, "group_ready")
+    groups = groups[groups["t"] >= start]
+    return int(groups.iloc[-1]["world"]) if len(groups) and "world" in groups else None
+
+
+def _step_times(events: pd.DataFrame) -> dict[int, tuple[float, ...]]:
+    steps = _of_kind(events, "step")
+    return {int(r): tuple(float(t) for t in g["t"]) for r, g in steps.groupby("rank")}
+
+
+def trial_facts(events: pd.DataFrame, trial: dict[str, Any]) -> TrialFacts:
+    ranks = _rank_ids(events, trial)
+    faults = fault_windows(events, trial)
+    end = _observation_end(events)
+    steps = _step_times(events)
+    gone = departures(events, ranks, faults, end)
+    detections, cause, resumed, world, opens = {}, "", {}, None, {}
+    if faults:
+        fault = faults[0]
+        detections, cause = _first_detections(events, fault.start)
+        survivors = tuple(r for r in ranks if r not in gone)
+        resumed = _resumed(events, survivors, fault, detections, steps)
+        world = _final_world(events, fault.start)
+        breakers = _of_kind(events, "breaker_open")
+        breakers = breakers[breakers["t"] >= fault.start]
+        opens = {int(r): float(t) for r, t in breakers.groupby("rank")["t"].min().items()}
+    return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events, trial),
+                      detections=detections, detection_cause=cause, departures=gone,
+                      resumed=resumed, final_world=world, breaker_opens=opens,
+                      end_reason=_end_reason(events), step_times=steps)
+
+
+# -- outcome ------------------------------------------------------------------------------
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ", ".join(f"r{r}" for r in sorted(ranks))
+
+
+def _no_fault(f: TrialFacts) -> str | None:
+    if f.faults:
+        return None
+    ended = f" (the trial ended: {f.end_reason})" if f.end_reason else ""
+    return f"no fault was applied: no fault_applied event{ended}"
+
+
+def _hung(f: TrialFacts) -> str | None:
+    if f.hang is None:
+        return None
+    return f"no step and no policy action for {f.hang.cap:g} s (the harness cap); stopped watching"
+
+
+def _crashed(f: TrialFacts) -> str | None:
+    crashes = f.crashes
+    if not crashes:
+        return None
+    first = min(crashes, key=lambda d: d.t)
+    detail = f": {first.error}" if first.error else ""
+    return f"{_ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
+
+
+def _continued(f: TrialFacts) -> str | None:
+    if not (f.detections and f.all_survivors_resumed and f.final_world is not None
+            and f.final_world < len(f.ranks)):
+        return None
+    return f"{len(f.survivors)} survivors went on in a world of {f.final_world}"
+
+
+def _recovered(f: TrialFacts) -> str | None:
+    if not (f.detections and not f.departures and f.all_survivors_resumed):
+        return None
+    return f"every rank stepped again after {len(f.detections)} detected the fault"
+
+
+def _isolated(f: TrialFacts) -> str | None:
+    if not f.breaker_opens:
+        return None
+    return f"the breaker opened on {len(f.breaker_opens)} of {len(f.ranks)} ranks"
+
+
+def _left_by(reason: str) -> Callable[[TrialFacts], str | None]:
+    def rule(f: TrialFacts) -> str | None:
+        left = [d.rank for d in f.departures.values() if d.how == reason]
+        return f"{len(left)} of {len(f.ranks)} ranks exited {reason}" if left else None
+    return rule
+
+
+def _absorbed(f: TrialFacts) -> str | None:
+    if f.detections or f.departures or not f.all_survivors_resumed:
+        return None
+    return "no rank saw an error and every rank stepped after the fault"
+
+
+OUTCOME_RULES: tuple[tuple[str, Callable[[TrialFacts], str | None]], ...] = (
+    ("no-fault", _no_fault),
+    ("hung", _hung),
+    ("crashed", _crashed),
+    ("continued", _continued),
+    ("recovered", _recovered),
+    ("isolated", _isolated),
+    ("retries-exhausted", _left_by("retries-exhausted")),
+    ("failed-fast", _left_by("failed-fast")),
+    ("absorbed", _absorbed),
+)
+OUTCOMES = tuple(name for name, _ in OUTCOME_RULES) + ("inconclusive",)
+
+
+def classify(facts: TrialFacts) -> tuple[str, str]:
+    """The trial's outcome and a one-line reason (see OUTCOME_RULES for the order)."""
+    for name, rule in OUTCOME_RULES:
+        reason = rule(facts)
+        if reason is not None:
+            return name, reason
+    stalled = [r for r in facts.survivors if r not in facts.resumed]
+    return "inconclusive", (f"{len(facts.detections)} ranks detected the fault, "
+                            f"{len(facts.departures)} left, {len(stalled)} survivors never stepped "
+                            "again, and the harness saw no hang")
+
+
+# -- numbers ------------------------------------------------------------------------------
+
+def step_rate(times: tuple[float, ...], lo: float, hi: float) -> float:
+    """Steps completed per second in [lo, hi); NaN for an empty window. A stall counts as 0."""
+    if not hi > lo:
+        return NAN
+    return sum(1 for t in times if lo <= t < hi) / (hi - lo)
+
+
+def median_rate(rates: list[float]) -> float:
+    rates = [r for r in rates if not math.isnan(r)]
+    return statistics.median(rates) if rates else NAN
+
+
+def normal_step_interval(step_times: dict[int, tuple[float, ...]], before: float) -> float:
+    """Median interval between a rank's consecutive steps before `before` (pooled over ranks)."""
+    def intervals(limit: float) -> list[float]:
+        out = []
+        for times in step_times.values():
+            kept = [t for t in times if t < limit]
+            out += [b - a for a, b in zip(kept, kept[1:])]
+        return out
+    gaps = intervals(before) or intervals(math.inf)
+    return statistics.median(gaps) if gaps else FALLBACK_STEP_INTERVAL_S
+
+
+def progress_gaps(step_times: tuple[float, ...], lo: float, hi: float, threshold: float) -> list[float]:
+    """Gaps longer than `threshold` between progress marks, clipped to [lo, hi].
+
+    Marks: the last step at or before lo (lo itself if none), the steps inside, and hi."""
+    if hi <= lo:
+        return []
+    before = [t for t in step_times if t <= lo]
+    marks = [before[-1] if before else lo] + [t for t in step_times if lo < t < hi] + [hi]
+    return [min(b, hi) - max(a, lo) for a, b in zip(marks, marks[1:]) if b - a > threshold]
+
+
+def _alive_window(events: pd.DataFrame, facts: TrialFacts, rank: int, start: float) -> tuple[float, float]:
+    own = events[events["rank"] == rank]
+    born = float(own["t"].min()) if len(own) else start
+    gone = facts.departures[rank].t if rank in facts.departures else facts.observation_end
+    return max(start, born), min(gone, facts.observation_end)
+
+
+def waste(events: pd.DataFrame, facts: TrialFacts, threshold: float) -> tuple[float, float]:
+    """(wasted rank-seconds, max stall) from fault start to the observation end."""
+    start = facts.fault.start  # type: ignore[union-attr]
+    total, longest = 0.0, 0.0
+    for rank in facts.ranks:
+        lo, hi = _alive_window(events, facts, rank, start)
+        gaps = progress_gaps(facts.step_times.get(rank, ()), lo, hi, threshold)
+        total += sum(gaps)
+        longest = max([longest, *gaps])
+    return total, longest
+
+
+def _spec(trial: dict[str, Any]) -> dict[str, Any]:
+    spec = trial.get("policy_spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
+    spec = _spec(trial)
+    return {
+        "policy": trial.get("policy", spec.get("name", "")),
+        "policy_base": spec.get("name", trial.get("policy", "")),
+        "timeout_s": seconds(spec.get("timeout")),
+        "max_retries": spec.get("max_retries", NAN),
+        "breaker": spec.get("breaker", NAN),
+        "backend": trial.get("backend", ""),
+        "run_id": trial.get("run_id", ""),
+        "hang_cap_s": seconds(trial.get("hang_cap")),
+    }
+
+
+def _fault_columns(facts: TrialFacts, trial: dict[str, Any]) -> dict[str, Any]:
+    fault = facts.fault
+    planned = trial.get("faults") or []
+    kinds = [f.kind for f in facts.faults] or [str(p.get("kind", "")) for p in planned]
+    return {
+        "fault": fault.kind if fault else (kinds[0] if kinds else ""),
+        "fault_targets": " ".join(str(r) for r in fault.targets) if fault else "",
+        "faults": ";".join(kinds),
+        "fault_start_t": fault.start if fault else NAN,
+        "fault_duration_s": fault.end - fault.start if fault else NAN,
+    }
+
+
+def trial_metrics(events: pd.DataFrame, trial: dict[str, Any]) -> dict[str, Any]:
+    """Every metric of one trial as a flat row (NaN where a metric does not apply)."""
+    facts = trial_facts(events, trial)
+    outcome, reason = classify(facts)
+    row: dict[str, Any] = {**_trial_columns(trial), **_fault_columns(facts, trial),
+                           "ranks": len(facts.ranks), "outcome": outcome, "outcome_reason": reason}
+    row.update(_outcome_times(events, facts, outcome))
+    return row
+
+
+def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dict[str, Any]:
+    fault = facts.fault
+    times: dict[str, Any] = {**METRIC_DEFAULTS, "generations": _count_generations(events),
+                             "final_world": facts.final_world or pd.NA,
+                             "departed": len(facts.departures), "crashed_ranks": len(facts.crashes),
+                             "breaker_ranks": len(facts.breaker_opens)}
+    if fault is None:
+        return times
+    start = fault.start
+    if facts.detections:
+        firsts = sorted(facts.detections.values())
+        first_rank = min(facts.detections, key=lambda r: (facts.detections[r], r))
+        times.update(ttd_s=firsts[0] - start, ttd_median_s=statistics.median(firsts) - start,
+                     ttd_max_s=firsts[-1] - start, detect_first_rank=first_rank,
+                     detect_ranks=len(firsts), detect_cause=facts.detection_cause)
+    resumed_at = NAN
+    if outcome in ("recovered", "continued", "absorbed"):
+        resumed_at = max(facts.resumed[r] for r in facts.survivors)
+    if outcome in ("recovered", "continued"):
+        times.update(ttr_s=resumed_at - start, ttr_after_end_s=resumed_at - fault.end)
+    if facts.breaker_opens:
+        times["breaker_open_s"] = min(facts.breaker_opens.values()) - start
+    left = [d.t for d in facts.departures.values() if d.how in POLICY_EXIT_REASONS]
+    if left:
+        times["released_s"] = max(left) - start
+    if facts.hang is not None:
+        times.update(hung_cap=facts.hang.cap, hung_since_s=facts.hang.idle_since - start)
+    threshold = WASTE_GAP_FACTOR * normal_step_interval(facts.step_times, start)
+    wasted, stall = waste(events, facts, threshold)
+    times.update(wasted_rank_s=wasted, waste_gap_threshold_s=threshold, max_stall_s=stall,
+                 observed_s=facts.observation_end - start, retries=_count_retries(events, start),
+                 steps_rolled_back=_rolled_back(events, start), cuda_reserved_after=_cuda_after(events),
+                 **_rates(events, facts, resumed_at))
+    return times
+
+
+def _rates(events: pd.DataFrame, facts: TrialFacts, after_from: float) -> dict[str, float]:
+    """Steps/s before the fault, during it (while each rank lived) and after recovery."""
+    fault = facts.fault
+    assert fault is not None
+    steps = facts.step_times
+    during_to = facts.observation_end if math.isnan(fault.end) else fault.end
+    during = []
+    for rank in facts.ranks:
+        lo, hi = _alive_window(events, facts, rank, fault.start)
+        during.append(step_rate(steps.get(rank, ()), lo, min(hi, during_to)))
+    return {
+        # from each rank's first step, which is not counted: it includes forming the group
+        "steps_per_s_before": median_rate([step_rate(t[1:], t[0], fault.start) for t in steps.values()]),
+        "steps_per_s_during": median_rate(during),
+        "steps_per_s_after": median_rate([step_rate(steps.get(r, ()), after_from, facts.observation_end)
+                                          for r in facts.survivors]),
+    }
+
+
+# Every metric column in report order, with its value when it does not apply.
+METRIC_DEFAULTS: dict[str, Any] = {
+    "ttd_s": NAN, "ttd_median_s": NAN, "ttd_max_s": NAN, "detect_first_rank": pd.NA, "detect_ranks": 0,
+    "detect_cause": "", "ttr_s": NAN, "ttr_after_end_s": NAN, "breaker_open_s": NAN, "breaker_ranks": 0,
+    "released_s": NAN, "hung_cap": NAN, "hung_since_s": NAN, "wasted_rank_s": NAN,
+    "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
+    "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "generations": 0,
+    "final_world": pd.NA, "steps_rolled_back": NAN, "departed": 0, "crashed_ranks": 0,
+    "cuda_reserved_after": NAN,
+}
+
+
+def _count_retries(events: pd.DataFrame, start: float) -> int:
+    retries = _of_kind(events, "retry")
+    retries = retries[retries["t"] >= start]
+    return int(retries.groupby("rank").size().max()) if len(retries) else 0
+
+
+def _count_generations(events: pd.DataFrame) -> int:
+    groups = _of_kind(events, "group_ready")
+    return int(groups["gen"].nunique()) if len(groups) and "gen" in groups else 0
+
+
+def _rolled_back(events: pd.DataFrame, start: float) -> float:
+    """Steps done before the first restore after the fault that the restore threw away."""
+    restores = _of_kind(events, "restored")
+    restores = restores[restores["t"] >= start]
+    if not len(restores):
+        return NAN
+    steps = _of_kind(events, "step")
+    steps = steps[steps["t"] < restores["t"].min()]
+    done = int(steps["step"].max()) + 1 if len(steps) else 0
+    return float(max(0, done - int(restores["step"].min())))
+
+
+def _cuda_after(events: pd.DataFrame) -> float:
+    released = _of_kind(events, "resources_released")
+    if not len(released) or "cuda_reserved_after" not in released:
+        return NAN
+    values = pd.to_numeric(released["cuda_reserved_after"], errors="coerce").dropna()
+    return float(values.max()) if len(values) else NAN

@@ -1,0 +1,208 @@
+"""The comparison table that mirrors the source document's, measured instead of claimed.
+
+One row per trial: policy | fault | what happened (measured, in the document's words) |
+measured time | the document's claim for that policy | whether the claim held, and why.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of the source document's table."""
+
+    text: str
+    fault: str               # the fault the document used
+    fault_kinds: tuple[str, ...]  # our fault kinds that match it (substring match)
+    outcome: str             # the outcome the row describes, in our words
+    column: str | None       # the metric its figure is about
+    figure_s: float
+    figure_text: str
+
+
+HOUR = 3600.0
+DOCUMENT_CLAIMS: dict[str, Claim] = {
+    "baseline": Claim("one node loses packets -> whole cluster deadlocks -> stuck ~5.2 hours",
+                      "20% packet loss", ("loss",), "hung", None, 5.2 * HOUR, "stuck ~5.2 h"),
+    "timeout": Claim("packet loss -> noticed in 15 s -> infinite wait interrupted",
+                     "20% packet loss", ("loss",), "failed-fast", "ttd_s", 15.0, "detect 15 s"),
+    "retry": Claim("packet loss -> backoff retry -> communication restored within 12 s",
+                   "20% packet loss", ("loss",), "recovered", "ttr_s", 12.0, "recover <= 12 s"),
+    "isolation": Claim("node physically unplugged -> breaker opens in 30 s -> GPUs handed back "
+                       "to the scheduler", "node unplugged", ("link_down", "unplug"), "isolated",
+                       "breaker_open_s", 30.0, "breaker 30 s"),
+}
+TABLE_COLUMNS = ("policy", "fault", "what happened (measured)", "measured time",
+                 "document's claim", "claim held?", "expectations")
+
+
+def _num(row: Mapping[str, Any], column: str) -> float:
+    try:
+        return float(row.get(column))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _s(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+def fault_text(row: Mapping[str, Any]) -> str:
+    kind = str(row.get("fault") or "no fault")
+    targets = str(row.get("fault_targets") or "").split()
+    text = kind + (" on " + ", ".join(f"r{t}" for t in targets) if targets else "")
+    duration = _num(row, "fault_duration_s")
+    if not math.isnan(duration):
+        text += f" for {_s(duration)}"
+    extra = len(str(row.get("faults") or "").split(";")) - 1
+    return text + (f" (+{extra} more)" if extra > 0 else "")
+
+
+def _detection_text(row: Mapping[str, Any]) -> str:
+    detected = _num(row, "detect_ranks")
+    if math.isnan(detected) or detected == 0:
+        return "no rank detects it"
+    first, last = _num(row, "ttd_s"), _num(row, "ttd_max_s")
+    when = _s(first) if last - first < 0.05 else f"{first:.1f}-{last:.1f} s"
+    ranks = int(_num(row, "ranks"))
+    cause = row.get("detect_cause") or "error"
+    return f"{detected:.0f}/{ranks} ranks detect at {when} ({cause}, first r{row.get('detect_first_rank')})"
+
+
+def _retries(row: Mapping[str, Any]) -> str:
+    retries = _num(row, "retries")
+    return f"{retries:.0f} retries -> " if retries > 0 else ""
+
+
+def _outcome_text(row: Mapping[str, Any]) -> str:
+    outcome = row.get("outcome")
+    if outcome == "hung":
+        return f"no progress -> hung >= {_num(row, 'hung_cap'):g} s (harness cap)"
+    if outcome in ("failed-fast", "retries-exhausted"):
+        return f"{_retries(row)}exit {outcome} by {_s(_num(row, 'released_s'))}"
+    if outcome == "isolated":
+        released = _num(row, "released_s")
+        gone = f" -> resources released by {_s(released)}" if not math.isnan(released) else ""
+        return f"{_retries(row)}breaker opens at {_s(_num(row, 'breaker_open_s'))}{gone}"
+    if outcome == "recovered":
+        return f"{_retries(row)}all ranks step again at {_s(_num(row, 'ttr_s'))}"
+    if outcome == "continued":
+        return f"survivors go on as a world of {row.get('final_world')} at {_s(_num(row, 'ttr_s'))}"
+    if outcome == "absorbed":
+        return f"training goes on (longest stall {_s(_num(row, 'max_stall_s'))})"
+    return f"{outcome}: {row.get('outcome_reason', '')}"
+
+
+def what_happened(row: Mapping[str, Any]) -> str:
+    """The measured story of a trial in the document's style: fault -> detection -> outcome."""
+    targets = " ".join(f"r{t}" for t in str(row.get("fault_targets") or "").split())
+    parts = [f"{targets} {row.get('fault')}".strip() if row.get("fault") else "no fault"]
+    if row.get("outcome") != "no-fault":
+        parts.append(_detection_text(row))
+    if row.get("outcome") == "crashed":
+        parts.append(str(row.get("outcome_reason")))
+    else:
+        parts.append(_outcome_text(row))
+    return " -> ".join(parts)
+
+
+def measured_time(row: Mapping[str, Any]) -> str:
+    """The one number the outcome is about; a hang shows its cap, never a made-up figure."""
+    outcome = row.get("outcome")
+    pick = {"hung": None, "failed-fast": "ttd_s", "retries-exhausted": "ttd_s", "crashed": "ttd_s",
+            "recovered": "ttr_s", "continued": "ttr_s", "isolated": "breaker_open_s",
+            "absorbed": "max_stall_s"}
+    if outcome == "hung":
+        return f">= {_num(row, 'hung_cap'):g} s (hung)"
+    column = pick.get(str(outcome))
+    value = _num(row, column) if column else math.nan
+    if math.isnan(value):
+        return "-"
+    label = {"ttd_s": "detect", "ttr_s": "recover", "breaker_open_s": "breaker",
+             "max_stall_s": "stall"}[column]  # type: ignore[index]
+    return f"{label} {_s(value)}"
+
+
+def claim_for(row: Mapping[str, Any]) -> Claim | None:
+    return DOCUMENT_CLAIMS.get(str(row.get("policy_base") or row.get("policy")))
+
+
+def judge_claim(row: Mapping[str, Any]) -> tuple[str, str]:
+    """(verdict, why): verdict is yes / no / partly, or "-" for a policy the document lacks."""
+    claim = claim_for(row)
+    if claim is None:
+        return "-", "not in the document"
+    outcome = row.get("outcome")
+    notes = []
+    if not any(k in str(row.get("fault", "")) for k in claim.fault_kinds):
+        notes.append(f"the document's fault was {claim.fault}, this one {row.get('fault') or 'none'}")
+    if outcome != claim.outcome:
+        verdict, why = "no", f"{outcome} instead of {claim.outcome}"
+    elif claim.column is None:  # the baseline: a hang, which the harness watches only up to its cap
+        verdict = "partly"
+        why = (f"hung >= {_num(row, 'hung_cap'):g} s cap: the document's {claim.figure_text} "
+               "cannot be seen under the cap")
+    else:
+        value = _num(row, claim.column)
+        held = value <= claim.figure_s
+        verdict = "yes" if held else "no"
+        why = f"{_s(value)} {'<=' if held else '>'} {claim.figure_s:g} s"
+    timeout = _num(row, "timeout_s")
+    if claim.column == "ttd_s" and not math.isnan(timeout):
+        notes.append(f"policy timeout {timeout:g} s")
+    if outcome == "isolated" and math.isnan(_num(row, "cuda_reserved_after")):
+        notes.append("no accelerator: GPU memory release not measured")
+    return verdict, "; ".join([why, *notes])
+
+
+def expectation_text(row: Mapping[str, Any]) -> str:
+    failures = row.get("expect_failures") or ""
+    if not row.get("expect"):
+        return "none set"
+    return "met" if not failures else f"FAILED: {failures}"
+
+
+def table_rows(df: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, row in df.iterrows():
+        claim = claim_for(row)
+        verdict, why = judge_claim(row)
+        rows.append([str(row.get("policy")), fault_text(row), what_happened(row), measured_time(row),
+                     f"{claim.text} ({claim.figure_text})" if claim else "-",
+                     f"{verdict}: {why}" if verdict != "-" else "-", expectation_text(row)])
+    return rows
+
+
+def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def format_table(df: pd.DataFrame) -> str:
+    """The comparison table (Markdown, readable as plain text) for the terminal and report.md."""
+    return markdown_table(TABLE_COLUMNS, table_rows(df))
+
+
+def compare_table(runs: list[tuple[str, pd.DataFrame]]) -> str:
+    """Several runs side by side: one row per policy and fault, one column per run."""
+    keys: list[tuple[str, str]] = []
+    cells: dict[tuple[str, str, str], str] = {}
+    for label, df in runs:
+        for _, row in df.iterrows():
+            key = (str(row.get("policy")), str(row.get("fault") or "-"))
+            if key not in keys:
+                keys.append(key)
+            cells[(*key, label)] = f"{row.get('outcome')}, {measured_time(row)}"
+    header = ["policy", "fault", *(label for label, _ in runs)]
+    rows = [[policy, fault, *(cells.get((policy, fault, label), "-") for label, _ in runs)]
+            for policy, fault in keys]
+    return markdown_table(header, rows)

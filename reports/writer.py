@@ -1,0 +1,155 @@
+"""Report files of one run (metrics.csv, report.md, self-contained report.html, timeline PNGs)
+and the side-by-side comparison of several runs."""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from reports import metrics as metric_definitions
+from reports.analysis import run_frame, run_label
+from reports.history import RunRecord, load_run
+from reports.plots import timeline_png
+from reports.tables import TABLE_COLUMNS, compare_table, format_table, markdown_table, table_rows
+
+PLOTS_DIR = "plots"
+# (column, label) of the per-trial summary; every column is in metrics.csv
+KEY_METRICS: tuple[tuple[str, str], ...] = (
+    ("outcome", "outcome"),
+    ("outcome_reason", "why"),
+    ("ttd_s", "time to detect, first rank (s)"),
+    ("detect_first_rank", "first rank to detect"),
+    ("ttd_median_s", "time to detect, median rank (s)"),
+    ("ttd_max_s", "time to detect, last rank (s)"),
+    ("detect_ranks", "ranks that detected"),
+    ("ttr_s", "time to recover from fault start (s)"),
+    ("ttr_after_end_s", "time to recover from fault end (s)"),
+    ("breaker_open_s", "breaker open (s)"),
+    ("released_s", "resources released, processes gone (s)"),
+    ("hung_cap", "hung at least (s, the harness cap)"),
+    ("wasted_rank_s", "wasted rank-seconds"),
+    ("waste_gap_threshold_s", "waste gap threshold (s)"),
+    ("max_stall_s", "longest stall of a rank (s)"),
+    ("steps_per_s_before", "steps/s before"),
+    ("steps_per_s_during", "steps/s during"),
+    ("steps_per_s_after", "steps/s after"),
+    ("retries", "retries (most on one rank)"),
+    ("generations", "process-group generations"),
+    ("steps_rolled_back", "steps rolled back by the restore"),
+    ("departed", "ranks that left"),
+    ("observed_s", "observed after fault start (s)"),
+)
+
+
+def _value(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _summary_rows(row: Mapping[str, Any]) -> list[list[str]]:
+    return [[label, _value(row.get(column))] for column, label in KEY_METRICS]
+
+
+def _meta_lines(run: RunRecord) -> list[tuple[str, str]]:
+    keys = ("scenario", "seed", "backend", "started_wall", "clock", "command")
+    return [(k, str(run.info[k])) for k in keys if k in run.info] + [("run folder", str(run.path))]
+
+
+def _definitions() -> str:
+    text = metric_definitions.__doc__ or ""
+    return text[text.index("Definitions"):].strip() if "Definitions" in text else text.strip()
+
+
+def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str]) -> str:
+    """report.md; `plots` maps a trial to its PNG path relative to the report."""
+    out = [f"# Chaos run: {run.info.get('scenario', run.path.name)}", ""]
+    out += [f"- {key}: {value}" for key, value in _meta_lines(run)]
+    out += ["", "## Measured against the source document", "", format_table(df), "", "## Trials", ""]
+    for _, row in df.iterrows():
+        out += [f"### {row['trial']}: {row['outcome']}", "", markdown_table(("metric", "value"), _summary_rows(row)), ""]
+        if row["trial"] in plots:
+            out += [f"![timeline of {row['trial']}]({plots[row['trial']]})", ""]
+    out += ["## Definitions", "", "```", _definitions(), "```", ""]
+    return "\n".join(out)
+
+
+def _html_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}"
+          "table{border-collapse:collapse;margin:1em 0}"
+          "td,th{border:1px solid #bbb;padding:4px 8px;vertical-align:top;text-align:left}"
+          "th{background:#eee}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
+
+
+def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes]) -> str:
+    """report.html: self-contained, the timelines embedded as base64 PNG."""
+    title = html.escape(f"Chaos run: {run.info.get('scenario', run.path.name)}")
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
+           f"<style>{_STYLE}</style></head><body><h1>{title}</h1>",
+           _html_table(("", ""), [[k, v] for k, v in _meta_lines(run)]),
+           "<h2>Measured against the source document</h2>", _html_table(TABLE_COLUMNS, table_rows(df)),
+           "<h2>Trials</h2>"]
+    for _, row in df.iterrows():
+        out += [f"<h3>{html.escape(str(row['trial']))}: {html.escape(str(row['outcome']))}</h3>",
+                _html_table(("metric", "value"), _summary_rows(row))]
+        if row["trial"] in pngs:
+            data = base64.b64encode(pngs[row["trial"]]).decode()
+            out.append(f"<img alt='timeline of {html.escape(str(row['trial']))}' src='data:image/png;base64,{data}'>")
+    if run.scenario_text:
+        out.append(f"<h2>Scenario</h2><pre>{html.escape(run.scenario_text)}</pre>")
+    out += [f"<h2>Definitions</h2><pre>{html.escape(_definitions())}</pre>", "</body></html>"]
+    return "\n".join(out)
+
+
+def write_run_reports(run: RunRecord, df: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Write the report files of `run`, whose metrics rows are `df`, into `out_dir`."""
+    (out_dir / PLOTS_DIR).mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes | str] = {}
+    pngs: dict[str, bytes] = {}
+    plots: dict[str, str] = {}
+    for trial, (_, row) in zip(run.trials, df.iterrows()):
+        plots[trial.name] = f"{PLOTS_DIR}/timeline-{trial.name}.png"
+        pngs[trial.name] = files[plots[trial.name]] = timeline_png(trial.events, f"{trial.name}: {row['outcome']}", row)
+    files["metrics.csv"] = df.to_csv(index=False, na_rep="NaN", float_format="%.6g")
+    files["report.md"] = markdown_report(run, df, plots)
+    files["report.html"] = html_report(run, df, pngs)
+    written = {}
+    for name, content in files.items():
+        written[name] = out_dir / name
+        if isinstance(content, bytes):
+            written[name].write_bytes(content)
+        else:
+            written[name].write_text(content)
+    return written
+
+
+def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    """Write metrics.csv, report.md, report.html and plots/timeline-<trial>.png for a stored
+    run, into `out_dir` (default: the run folder). Returns the written paths, keyed by their
+    path relative to `out_dir` ("report.md", "plots/timeline-retry.png", ...)."""
+    run = load_run(Path(run_dir))
+    out = Path(out_dir) if out_dir is not None else run.path
+    out.mkdir(parents=True, exist_ok=True)
+    return write_run_reports(run, run_frame(run), out)
+
+
+def compare_markdown(runs: list[tuple[RunRecord, pd.DataFrame]]) -> str:
+    table = compare_table([(run_label(run), df) for run, df in runs])
+    return "\n".join(["# Runs compared", "", *[f"- {run_label(r)}: {r.path}" for r, _ in runs], "", table, ""])
+
+
+def compare_runs(run_dirs: list[Path]) -> str:
+    """Markdown: several runs side by side, one column per run, one row per policy and fault."""
+    runs = [load_run(Path(d)) for d in run_dirs]
+    return compare_markdown([(run, run_frame(run)) for run in runs])

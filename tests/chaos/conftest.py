@@ -1,0 +1,55 @@
+"""Fixtures for the fault library: a scratch cluster of real namespaces per test.
+
+Every namespace is named ``chaos-<run>-*`` and recorded in a ledger under a per-test
+state directory; the fixture heals the run at the end and asserts that nothing of it is
+left: no namespace, no helper process (delayer, dead-man switch).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from chaos import netlink, proc
+from chaos.api import Host
+from chaos.calibrate import build_cluster
+from chaos.heal import HealReport, heal_run, namespace_name
+from chaos.ledger import Ledger
+
+_RUNS = itertools.count()
+
+
+@dataclass
+class Cluster:
+    run_id: str
+    ledger: Ledger
+    hosts: list[Host]
+
+
+def new_run_id(prefix: str = "t") -> str:
+    return f"{prefix}{os.getpid()}x{next(_RUNS)}"
+
+
+def run_leftovers(run_id: str) -> tuple[list[str], list[int]]:
+    namespaces = [n for n in netlink.list_namespaces() if n.startswith(namespace_name(run_id, ""))]
+    return namespaces, proc.helpers_of_run(run_id)
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def cluster(state_dir):
+    """Three hosts r000..r002 on one switch; healed and checked clean afterwards."""
+    run_id = new_run_id()
+    ledger = Ledger(run_id)
+    try:
+        yield Cluster(run_id, ledger, build_cluster(run_id, ledger, hosts=3))
+    finally:
+        heal_run(run_id, HealReport())
+        assert run_leftovers(run_id) == ([], []), "the test left namespaces or helper processes"

@@ -1,0 +1,77 @@
+"""Fault values: parsing, validation messages (field, value, accepted form), composition
+rules and mechanism choice, with no root and no kernel."""
+from __future__ import annotations
+
+import pytest
+
+from chaos.errors import InvalidFault
+from chaos.faults import FAULT_KINDS, Delay, Loss, Partition, kind_names, parse_fault
+from chaos.inject import choose_mechanisms
+from chaos.probe import Capabilities
+
+
+@pytest.mark.parametrize("data, field, value, form", [
+    ({"kind": "loss", "percent": "120%"}, "loss.percent", "'120%'", "a percentage such as"),
+    ({"kind": "delay", "latency": "-5ms"}, "delay.latency", "'-5ms'", "a duration such as"),
+    ({"kind": "bandwidth", "rate": "10kbps"}, "bandwidth.rate", "'10kbps'", '"10kbit"'),
+    ({"kind": "delay", "jitter": "5ms"}, "delay: latency", "0ms", "a duration such as"),
+    ({"kind": "teleport"}, "kind", "'teleport'", "expected one of link_down, loss, delay"),
+    ({"kind": "loss", "percent": 0.2}, "loss.percent", "0.2", "a percentage such as"),
+    ({"kind": "loss", "percent": "20%", "rate": "1mbit"}, "loss.rate", "'1mbit'", "unknown field"),
+    ({"kind": "partition", "groups": [[0, 1], [1]]}, "partition: groups", "host 1", "two groups"),
+    ({"kind": "delay", "latency": "5ms", "jitter": "10ms"}, "delay: jitter", "10ms", "exceeds"),
+])
+def test_invalid_parameters_are_refused_with_field_value_and_form(data, field, value, form):
+    with pytest.raises(InvalidFault) as refused:
+        parse_fault(data)
+    message = str(refused.value)
+    assert message.startswith(field) and value in message and form in message, message
+
+
+def test_every_kind_parses_from_its_scenario_form():
+    examples = {
+        "link_down": {}, "loss": {"percent": "20%", "correlation": "25%"},
+        "delay": {"latency": "50ms", "jitter": "5ms", "distribution": "normal"},
+        "bandwidth": {"rate": "10mbit", "burst": "32kb"}, "duplicate": {"percent": "1%"},
+        "corrupt": {"percent": "0.1%"}, "reorder": {"percent": "25%", "latency": "10ms"},
+        "blackhole": {"direction": "to_host"}, "partition": {"groups": [["r000"], [1, 2]]},
+        "kill": {"signal": "TERM"}, "pause": {},
+    }
+    assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
+    for kind, params in examples.items():
+        fault = parse_fault({"kind": kind, **params})
+        assert fault.kind == kind and fault == parse_fault({"kind": kind, **params})
+    delay = parse_fault({"kind": "delay", "latency": "50ms", "jitter": "5ms"})
+    assert isinstance(delay, Delay) and (delay.latency, delay.jitter) == (0.05, 0.005)
+    with pytest.raises(Exception):
+        delay.latency = 1.0  # frozen
+
+
+def test_loss_memory_models_are_exclusive():
+    assert parse_fault({"kind": "loss", "percent": "5%", "burst": 3}) == Loss(percent="5%", burst=3)
+    with pytest.raises(InvalidFault, match="correlation and burst"):
+        parse_fault({"kind": "loss", "percent": "5%", "burst": 3, "correlation": "10%"})
+
+
+def test_disruptive_faults_carry_a_dead_man_switch():
+    assert {c.model_fields["kind"].default for c in FAULT_KINDS if c.dead_man} == {
+        "link_down", "blackhole", "partition"}
+    assert Partition(groups=[[0], [1]]).direction == "both"
+
+
+def _caps(**overrides) -> Capabilities:
+    base = dict(netem=False, tbf=True, blackhole=True, clsact_bpf=True, nft_bridge=True,
+                nfqueue_delay=True, bridge_netfilter=True)
+    return Capabilities(**{**base, **overrides}, reasons={"clsact_bpf": "no bpf here"})
+
+
+def test_mechanisms_prefer_netem_and_fall_back_without_it():
+    with_netem = choose_mechanisms(_caps(netem=True))
+    assert all(with_netem[k].name.startswith("netem") for k in ("loss", "delay", "duplicate", "corrupt", "reorder"))
+    here = choose_mechanisms(_caps())
+    assert "cls_bpf" in here["loss"].name and "NFQUEUE" in here["delay"].name
+    assert "tbf" in here["bandwidth"].name and "nftables" in here["partition"].name
+    for kind in ("duplicate", "corrupt", "reorder"):
+        assert here[kind].name.startswith("unavailable: the kernel has no sch_netem")
+    bare = choose_mechanisms(_caps(clsact_bpf=False))
+    assert bare["loss"].name == "unavailable: the kernel has no sch_netem qdisc, and no bpf here"

@@ -1,0 +1,67 @@
+"""docker-compose.yml, as `docker compose` and the harness read it (no engine needed)."""
+from __future__ import annotations
+
+import yaml
+
+from harness.compose_entry import config_from_env
+from harness.docker_backend import COMPOSE_FILE, PROJECT_ROOT, RankTemplate, _interpolate, _ulimits
+
+
+def _compose() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def test_sixteen_rank_services_and_the_rendezvous() -> None:
+    services = _compose()["services"]
+    ranks = {name: s for name, s in services.items() if s["labels"]["io.chaos-harness.role"] == "rank"}
+    assert sorted(int(s["environment"]["CHAOS_RANK"]) for s in ranks.values()) == list(range(16))
+    assert services["control"]["command"][-1] == "control"
+    for s in ranks.values():
+        env = s["environment"]
+        assert env["CHAOS_WORLD_SIZE"] == "16" and env["CHAOS_STORE_ADDRESS"] == "control"
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert "NET_ADMIN" in s["cap_add"] and s["init"] is False
+        gpu = s["deploy"]["resources"]["reservations"]["devices"][0]
+        assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
+        assert s["networks"] == ["job"] and s["depends_on"] == ["control"]
+
+
+def test_every_rank_environment_makes_a_valid_rank_config() -> None:
+    services = _compose()["services"]
+    for name, s in services.items():
+        if name == "control":
+            continue
+        cfg = config_from_env({k: str(v) for k, v in _interpolate(s["environment"]).items()})
+        assert cfg["rank"] == int(name.removeprefix("rank")) and cfg["world_size"] == 16
+        assert cfg["store_address"] == "control" and cfg["store_port"] == 29400
+        assert cfg["policy"]["name"] == "retry" and cfg["policy"]["timeout"] == 30.0
+        assert cfg["events_path"] == "/runs/compose/events.jsonl" and cfg["max_steps"] == 200
+
+
+def test_policy_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CHAOS_POLICY", "isolation")
+    monkeypatch.setenv("CHAOS_POLICY_TIMEOUT", "5s")
+    env = {k: str(v) for k, v in _interpolate(_compose()["x-env"]).items()}
+    cfg = config_from_env({**env, "CHAOS_RANK": "3"})
+    assert cfg["policy"]["name"] == "isolation" and cfg["policy"]["timeout"] == 5.0
+
+
+def test_the_harness_reads_the_rank_template() -> None:
+    t = RankTemplate.from_compose()
+    assert t.image == "chaos-harness:gpu"
+    assert not any(k.startswith("CHAOS_") for k in t.environment)  # the harness passes a config file
+    assert t.environment["GLOO_SOCKET_IFNAME"] == "eth0" and "NCCL_ASYNC_ERROR_HANDLING" in t.environment
+    assert t.cap_add == ("NET_ADMIN",) and t.gpu_requests and t.shm_size == "1gb"
+
+
+def test_ulimits_are_capped_at_the_hosts_hard_limits() -> None:
+    import resource
+    (memlock,) = _ulimits({"memlock": -1})
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    expected = -1 if hard == resource.RLIM_INFINITY else hard
+    assert memlock["Hard"] == expected and memlock["Soft"] == expected
+
+
+def test_dockerfile_uses_a_real_pytorch_base_image() -> None:
+    text = (PROJECT_ROOT / "Dockerfile").read_text()
+    assert "ARG TORCH_IMAGE=pytorch/pytorch:2.13.0-" in text and "FROM ${TORCH_IMAGE}" in text

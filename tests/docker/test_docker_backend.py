@@ -1,0 +1,250 @@
+"""The docker backend against a real engine: bring-up, training, faults, teardown, heal.
+
+Small clusters (2-4 ranks) to share two cores; each test checks that nothing labelled with
+its run id (containers) or named after it (namespaces) remains."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chaos import netlink
+from chaos.faults import Kill, LinkDown, Pause
+from chaos.heal import heal
+from chaos.inject import NetlinkInjector, default_mechanisms
+from chaos.ledger import Ledger
+from harness.api import ClusterSpec
+from harness.docker_backend import (LABEL_RUN, DockerBackend, DockerCluster, engine,
+                                    heal_containers)
+from harness.events import read_events
+from harness.policies import policy_spec
+from harness.workload import WorkloadSpec
+
+pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_root]
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def rank_config(cluster: DockerCluster, rank: int, policy: str = "timeout",
+                max_steps: int | None = None, **overrides: object) -> dict:
+    run_dir = cluster.spec.run_dir
+    return dict(
+        rank=rank, world_size=cluster.spec.ranks, seed=1, store_address=cluster.store_address,
+        store_port=cluster.store_port, events_path=str(run_dir / "events.jsonl"),
+        checkpoint_dir=str(run_dir / "ckpt"),
+        policy=policy_spec(policy, {"timeout": "5s", **overrides}).model_dump(mode="json"),
+        workload=WorkloadSpec(step_period=0.25).model_dump(mode="json"), max_steps=max_steps)
+
+
+def leftovers(run_id: str) -> list[str]:
+    client = engine()
+    try:
+        found = [f"container {c.name}" for c in
+                 client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+        found += [f"network {n.name}" for n in
+                  client.networks.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
+    finally:
+        client.close()
+    return found + [f"netns {n}" for n in netlink.list_namespaces() if n.startswith(f"chaos-{run_id}-")]
+
+
+def steps_by_rank(run_dir: Path) -> dict[int, int]:
+    events, _ = read_events(run_dir / "events.jsonl")
+    out: dict[int, int] = {}
+    for e in events:
+        if e["kind"] == "step":
+            out[e["rank"]] = max(out.get(e["rank"], -1), e["step"])
+    return out
+
+
+def wait_until(pred, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+    """4 containers train; rank 1's switch port goes down; the timeout policy fails fast."""
+    n = 4
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    try:
+        labels = {c.name: c.labels for c in cluster.client.containers.list(
+            all=True, filters={"label": f"{LABEL_RUN}={run_id}"})}
+        assert sorted(labels) == [f"chaos-{run_id}-r{r:03d}" for r in range(n)]
+        for r in range(n):
+            pid = cluster.start_rank(r, rank_config(cluster, r))
+            assert cluster.pid(r) == pid
+            assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        wait_until(lambda: len(steps_by_rank(tmp_path)) == n and min(steps_by_rank(tmp_path).values()) >= 4,
+                   120, "4 steps on every rank")
+
+        host = cluster.hosts[1]
+        assert host.ns_path == f"/proc/{cluster.pid(1)}/ns/net" and host.pid == cluster.pid(1)
+        assert netlink.link_is_up(host.ns_path, "eth0")  # the container's own end, by /proc/PID/ns/net
+        injection = NetlinkInjector(ledger).apply(LinkDown(), [host])
+        assert not netlink.link_is_up(cluster.switch_ns, host.port)
+        exits: list = []
+        wait_until(lambda: exits.extend(cluster.reap()) or len(exits) == n, 60, "every rank to exit")
+        detected = [e for e in read_events(tmp_path / "events.jsonl")[0] if e["kind"] == "collective_error"]
+        assert detected, "no rank reported the collective failure"
+        ttd = min(e["t"] for e in detected) - injection.applied.t_applied
+        assert 4.0 < ttd < 8.0, f"time-to-detect {ttd:.2f}s under a 5 s timeout"
+        assert {e.exitcode for e in exits} == {3}, exits  # failed-fast, every rank
+        injection.revert()
+        assert netlink.link_is_up(cluster.switch_ns, host.port)
+    finally:
+        cluster.close()
+    assert (tmp_path / "logs" / "r000.log").exists()
+    assert leftovers(run_id) == []
+    assert all(e.state == "undone" for e in ledger.entries())
+
+
+def test_pause_and_kill_through_the_engine(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+    n = 2
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    try:
+        for r in range(n):
+            cluster.start_rank(r, rank_config(cluster, r, policy="retry", max_retries=3))
+        wait_until(lambda: len(steps_by_rank(tmp_path)) == n, 120, "steps on both ranks")
+        injector = NetlinkInjector(ledger, {**default_mechanisms(), **cluster.mechanisms()})
+        assert "docker pause" in injector.mechanism(Pause())
+        host = replace(cluster.hosts[0], pid=cluster.pid(0))
+        paused = injector.apply(Pause(), [host])
+        assert cluster.client.containers.get(cluster.container_name(0)).status == "paused"
+        before = steps_by_rank(tmp_path)
+        time.sleep(1.0)  # 1 s under a 5 s timeout: a freeze the ranks must absorb
+        assert steps_by_rank(tmp_path).get(0) == before.get(0)
+        paused.revert()
+        assert cluster.client.containers.get(cluster.container_name(0)).status == "running"
+        wait_until(lambda: steps_by_rank(tmp_path).get(0, -1) >= before.get(0, -1) + 3, 30,
+                   "rank 0 to step again after unpause")
+
+        injector.apply(Kill(), [replace(cluster.hosts[1], pid=cluster.pid(1))])
+        exits = wait_until(lambda: cluster.reap(), 30, "rank 1's exit", interval=0.05)
+        assert [(e.rank, e.signal, e.exitcode) for e in exits] == [(1, signal.SIGKILL, None)]
+        assert cluster.pid(1) is None
+        stopped = cluster.stop_ranks(10.0)
+        assert [e.rank for e in stopped] == [0]
+    finally:
+        cluster.close()
+    assert leftovers(run_id) == []
+
+
+def test_restart_rank_rewires_its_link(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+    """start_rank on a rank whose container exited starts it again, on a fresh veth."""
+    cluster = DockerBackend().up(ClusterSpec(run_id, 1, tmp_path), ledger)
+    try:
+        first = cluster.start_rank(0, rank_config(cluster, 0, max_steps=2))
+        exits = wait_until(lambda: cluster.reap(), 120, "the first run to end", interval=0.05)
+        assert exits[0].exitcode == 0
+        second = cluster.start_rank(0, rank_config(cluster, 0, max_steps=4))
+        assert second != first
+        assert netlink.link_is_up(cluster.hosts[0].ns_path, "eth0")
+        exits = wait_until(lambda: cluster.reap(), 120, "the second run to end", interval=0.05)
+        assert exits[0].exitcode == 0 and steps_by_rank(tmp_path)[0] >= 3
+    finally:
+        cluster.close()
+    assert leftovers(run_id) == []
+
+
+_HARNESS = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from chaos.inject import record_owner
+    from chaos.ledger import Ledger
+    from harness.api import ClusterSpec
+    from harness.docker_backend import DockerBackend
+    sys.path.insert(0, {tests!r})
+    from test_docker_backend import rank_config
+    run_id, run_dir = sys.argv[1], Path(sys.argv[2])
+    ledger = Ledger(run_id)
+    record_owner(ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, 2, run_dir), ledger)
+    try:
+        for r in range(2):
+            cluster.start_rank(r, rank_config(cluster, r))
+        print("started", flush=True)
+        while True:
+            time.sleep(0.1)
+    finally:
+        cluster.close()
+        ledger.close_if_clean()
+""")
+
+
+def _start_harness(run_id: str, tmp_path: Path) -> subprocess.Popen:
+    script = tmp_path / "killable_harness.py"
+    script.write_text(_HARNESS.format(tests=str(Path(__file__).parent)))
+    child = subprocess.Popen([sys.executable, str(script), run_id, str(tmp_path / "run")],
+                             stdout=subprocess.PIPE, cwd=PROJECT, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "started"
+    assert len(leftovers(run_id)) == 3  # 2 containers + the switch namespace
+    return child
+
+
+def test_ctrl_c_leaves_nothing(run_id: str, tmp_path: Path) -> None:
+    child = _start_harness(run_id, tmp_path)
+    child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=60) != 0
+    assert leftovers(run_id) == []
+    assert not Ledger(run_id).path.exists()
+
+
+def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
+    child = _start_harness(run_id, tmp_path)
+    child.kill()
+    child.wait(timeout=10)
+    assert len(leftovers(run_id)) == 3  # containers outlive a SIGKILLed harness
+    report = heal(run_id)  # the owner is dead: the ledger path removes containers and the switch
+    assert any(u.startswith("docker_container") for u in report.undone)
+    assert leftovers(run_id) == []
+    assert not Ledger(run_id).path.exists()
+
+
+def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
+    client = engine()
+    try:
+        from harness.docker_backend import ensure_local_image
+        client.containers.create(ensure_local_image(client), name=f"chaos-{run_id}-orphan",
+                                 labels={LABEL_RUN: run_id}, network_mode="none")
+    finally:
+        client.close()
+    assert leftovers(run_id) == [f"container chaos-{run_id}-orphan"]
+    report = heal_containers()
+    assert f"docker container chaos-{run_id}-orphan" in report.undone
+    assert leftovers(run_id) == []
+
+
+def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+    """The fault library's own mechanisms reach the container's eth0 through /proc/PID/ns/net."""
+    from chaos.faults import parse_fault
+    cluster = DockerBackend().up(ClusterSpec(run_id, 2, tmp_path), ledger)
+    try:
+        for r in range(2):
+            cluster.start_rank(r, rank_config(cluster, r))
+        wait_until(lambda: len(steps_by_rank(tmp_path)) == 2, 120, "steps on both ranks")
+        host = replace(cluster.hosts[1], pid=cluster.pid(1))
+        injector = NetlinkInjector(ledger, hosts=cluster.hosts)
+        shaped = injector.apply(parse_fault({"kind": "bandwidth", "rate": "10mbit", "direction": "from_host"}),
+                                [host])
+        assert [q["kind"] for q in netlink.qdiscs(host.ns_path, "eth0")] == ["tbf"]
+        shaped.revert()
+        assert "tbf" not in [q["kind"] for q in netlink.qdiscs(host.ns_path, "eth0")]
+        before = steps_by_rank(tmp_path)
+        wait_until(lambda: min(steps_by_rank(tmp_path).values()) >= min(before.values()) + 2, 30,
+                   "steps after the revert")
+    finally:
+        cluster.close()
+    assert leftovers(run_id) == []

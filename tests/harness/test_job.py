@@ -1,0 +1,113 @@
+"""The whole path, as a user runs it: `chaos run` on real namespaces with real gloo ranks.
+
+These need root (CI has it) and take tens of seconds each: a 16-rank job on two cores.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import reports
+from chaos.ledger import state_dir
+from tests.conftest import REPO, chaos_cli, chaos_namespaces, harness_processes
+
+SCENARIO = REPO / "scenarios" / "link_down.yaml"
+pytestmark = [pytest.mark.requires_root]
+
+
+def ledgers() -> set[str]:
+    return {p.name for p in state_dir().glob("*.jsonl")} if state_dir().is_dir() else set()
+
+
+@pytest.mark.slow
+def test_link_down_under_the_four_policies(tmp_path, leaves_nothing):
+    done = chaos_cli("run", str(SCENARIO), "--out", str(tmp_path), "--quiet", timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = tmp_path.iterdir()
+    table = reports.analyze_run(run_dir).set_index("policy")
+    assert table.loc["baseline", "outcome"] == "hung"
+    assert table.loc["baseline", "hung_cap"] == 20
+    assert table.loc["timeout", "outcome"] == "failed-fast"
+    assert 5.0 <= table.loc["timeout", "ttd_s"] <= 7.0
+    assert table.loc["timeout", "detect_ranks"] == 16
+    assert table.loc["retry", "outcome"] == "recovered"
+    assert table.loc["retry", "ttr_after_end_s"] < 15
+    assert table.loc["isolation", "outcome"] == "isolated"
+    for name in ("report.md", "report.html", "metrics.csv"):
+        assert (run_dir / name).stat().st_size > 0
+    assert "hung >= 20 s" in done.stdout or ">= 20 s" in done.stdout
+
+
+def _start_run(tmp_path: Path, policy: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(SCENARIO), "--policy", policy,
+         "--out", str(tmp_path)], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 120
+    assert proc.stderr is not None
+    for line in proc.stderr:  # progress lines: wait until the fault is on
+        if "applied" in line:
+            return proc
+        assert time.monotonic() < deadline, "the fault was never applied"
+    raise AssertionError(f"chaos run ended before the fault: rc {proc.wait()}")
+
+
+def test_ctrl_c_during_a_fault_leaves_nothing(tmp_path, leaves_nothing):
+    before = ledgers()
+    proc = _start_run(tmp_path, "baseline")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert ledgers() == before
+
+
+def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
+    before_ns, before_ledgers = chaos_namespaces(), ledgers()
+    proc = _start_run(tmp_path, "baseline")
+    proc.kill()
+    proc.wait()
+    # the rank launcher and every rank die with the harness (PR_SET_PDEATHSIG)...
+    deadline = time.monotonic() + 10
+    while harness_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not harness_processes()
+    # ...but the namespaces and the ledger stay until a heal
+    assert chaos_namespaces() - before_ns
+    (ledger,) = ledgers() - before_ledgers
+    healed = chaos_cli("heal")
+    assert healed.returncode == 0, healed.stderr
+    assert "healed" in healed.stdout
+    assert chaos_namespaces() == before_ns
+    assert ledger not in ledgers()
+    again = chaos_cli("heal")  # idempotent
+    assert again.returncode == 0 and ledger not in again.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "nope.yaml"], "no such scenario file"),
+    (["run", str(SCENARIO), "--policy", "yolo"], "--policy yolo"),
+    (["run", str(SCENARIO), "--ranks", "4"], "rank 5 is outside the cluster"),
+    (["run", str(SCENARIO), "--ranks", "x"], "invalid int value"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, words, leaves_nothing):
+    done = chaos_cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chaos: error:"), done.stderr
+    assert words in lines[0]
+
+
+def test_not_root_is_refused_with_the_fix(leaves_nothing):
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-m", "harness.cli", "run", str(SCENARIO)],
+        cwd=REPO, capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
+    assert done.returncode == 2, done.stderr
+    assert "needs root" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,246 @@
+"""Synthetic event histories of one trial, built step by step, for the reports tests.
+
+Ranks step every PERIOD seconds, rank r offset by r ms; the fault is applied at FAULT_AT.
+Each history function returns (events, trial) as the orchestrator would store them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PERIOD = 0.25
+FAULT_AT = 10.0
+RANKS = 4
+
+
+class History:
+    def __init__(self, ranks: int = RANKS, policy: str = "timeout", timeout: float = 5.0,
+                 hang_cap: float = 30.0) -> None:
+        self.ranks = ranks
+        self.events: list[dict[str, Any]] = []
+        self.trial: dict[str, Any] = {
+            "policy": policy, "run_id": "fake", "backend": "netns", "ranks": ranks,
+            "hang_cap": hang_cap, "mono_anchor": 0.0, "wall_anchor": 0.0, "faults": [],
+            "expect": None,
+            "policy_spec": {"name": policy, "timeout": timeout, "max_retries": 0 if policy in ("timeout", "baseline") else 3,
+                            "breaker": policy == "isolation"},
+        }
+        self.next_step = {r: 0 for r in range(ranks)}
+        self.harness(0.0, "trial_start", policy=policy, ranks=ranks, run_id="fake", backend="netns",
+                     hang_cap=hang_cap)
+        for r in range(ranks):
+            self.rank(r, 0.01, "rank_start", policy=policy, world=ranks)
+            self.rank(r, 0.05, "group_ready", gen=0, world=ranks, secs=0.04)
+
+    def harness(self, t: float, kind: str, **fields: Any) -> None:
+        self.events.append({"t": t, "src": "harness", "rank": None, "pid": 1, "kind": kind, **fields})
+
+    def rank(self, r: int, t: float, kind: str, **fields: Any) -> None:
+        self.events.append({"t": t, "src": "rank", "rank": r, "pid": 100 + r, "kind": kind, **fields})
+
+    def each(self, ranks: list[int] | None, t: float, kind: str, spread: float = 0.0, **fields: Any) -> None:
+        """The same event on several ranks, rank r at t + r*spread."""
+        for r in range(self.ranks) if ranks is None else ranks:
+            self.rank(r, t + r * spread, kind, **fields)
+
+    def steps(self, t_from: float, t_to: float, ranks: list[int] | None = None, gen: int = 0) -> None:
+        """Every PERIOD from t_from (rank r offset by r ms) while before t_to."""
+        for r in range(self.ranks) if ranks is None else ranks:
+            t = t_from + r * 0.001
+            while t < t_to:
+                self.rank(r, t, "step", step=self.next_step[r], gen=gen, loss=1.0, dur=0.1)
+                self.next_step[r] += 1
+                t += PERIOD
+
+    def fault(self, kind: str = "link_down", targets: tuple[int, ...] = (1,), end: float | None = None,
+              start: float = FAULT_AT, index: int = 0) -> None:
+        self.trial["faults"].append({"index": index, "kind": kind, "fault": {"kind": kind},
+                                     "targets": list(targets), "start": start,
+                                     "duration": None if end is None else end - start})
+        self.harness(start, "fault_applied", index=index, fault_kind=kind, fault={"kind": kind},
+                     targets=list(targets), mechanism="fake")
+        if end is not None:
+            self.harness(end, "fault_reverted", index=index, fault_kind=kind, targets=list(targets))
+
+    def leave(self, ranks: list[int] | None, t: float, reason: str, code: int) -> None:
+        self.each(ranks, t, "resources_released", outcome=reason, group=True,
+                  cuda_reserved_before=None, cuda_reserved_after=None)
+        self.each(ranks, t + 0.01, "exit", reason=reason, code=code)
+        for r in range(self.ranks) if ranks is None else ranks:
+            self.harness(t + 0.1, "rank_exited", rank=r, pid=100 + r, exitcode=code, signal=None)
+
+    def end(self, t: float, survivors: list[int] | None = None) -> None:
+        """The harness stops the survivors (they exit terminated) and ends the trial."""
+        for r in survivors or []:
+            self.rank(r, t, "exit", reason="terminated", code=0)
+            self.harness(t + 0.1, "rank_exited", rank=r, pid=100 + r, exitcode=0, signal=None)
+        self.harness(t + 0.2, "trial_end", reason="observed")
+
+    def done(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        return sorted(self.events, key=lambda e: e["t"]), self.trial
+
+
+def absorbed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A 3 s flap: no error, steps stop 10-13.2 s and resume."""
+    h = History(policy="timeout")
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=13.0)
+    h.steps(13.2, 20.0)
+    h.end(20.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
+def failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Link down; every rank times out at 15.1 + r*0.1 s and exits failed-fast."""
+    h = History(policy="timeout")
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=25.0)
+    h.each(None, 15.1, "collective_error", spread=0.1, step=40, gen=0, phase="step", cause="timeout",
+           error="Timed out waiting 5000ms for recv operation to complete")
+    h.each(None, 15.5, "group_released", secs=0.01)
+    h.leave(None, 15.6, "failed-fast", 3)
+    h.end(26.0)
+    return h.done()
+
+
+def recovered() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Link down 10-13 s; errors at 11.5 s, backoff, retry, restored at 17.9 s, steps from 18 s."""
+    h = History(policy="retry", timeout=1.5)
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=13.0)
+    h.each(None, 11.5, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    h.each(None, 11.6, "group_released", secs=0.01)
+    h.each(None, 11.6, "backoff", attempt=1, seconds=2.5)
+    h.each(None, 14.1, "health_check", attempt=1, ok=True, detail="ok")
+    h.each(None, 14.1, "retry", attempt=1, after_gen=0)
+    h.each(None, 17.8, "group_ready", gen=1, world=RANKS, secs=3.7)
+    h.each(None, 17.9, "restored", step=30, gen=1)
+    for r in range(RANKS):
+        h.next_step[r] = 30
+    h.steps(18.0, 25.0, gen=1)
+    h.end(25.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
+def isolated() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Link down for good; errors at 15.1 s, the health check fails, the breaker opens at 18.2 s."""
+    h = History(policy="isolation")
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=40.0)
+    h.each(None, 15.1, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    h.each(None, 15.2, "backoff", attempt=1, seconds=2.5)
+    h.each(None, 17.7, "health_check", attempt=1, ok=False, detail="peer unreachable")
+    h.each(None, 18.2, "breaker_open", spread=0.01, reason="health check failed")
+    h.leave(None, 18.3, "isolated", 5)
+    h.end(41.0)
+    return h.done()
+
+
+def hung() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Baseline: no error ever; the harness sees no progress for its 30 s cap and kills the ranks."""
+    h = History(policy="baseline", timeout=6 * 3600)
+    h.steps(0.0, FAULT_AT)
+    h.fault()
+    h.harness(40.0, "hang_detected", cap=30.0, idle_since=9.75)
+    for r in range(RANKS):  # stuck in a C++ call: only SIGKILL at the stop deadline ends them
+        h.harness(45.0, "rank_exited", rank=r, pid=100 + r, exitcode=None, signal=9)
+    h.harness(45.5, "trial_end", reason="hung")
+    return h.done()
+
+
+def crashed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Baseline with a short timeout: the error propagates and every rank crashes."""
+    h = History(policy="baseline", timeout=5.0)
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=30.0)
+    h.each(None, 15.1, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    h.each(None, 15.2, "exit", reason="crashed", code=70, error="RuntimeError: Timed out")
+    for r in range(RANKS):
+        h.harness(15.4, "rank_exited", rank=r, pid=100 + r, exitcode=70, signal=None)
+    h.end(31.0)
+    return h.done()
+
+
+def killed_then_failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """SIGKILL on r1: it is gone (not a crash); the others see the peer close and fail fast."""
+    h = History(policy="timeout")
+    h.steps(0.0, FAULT_AT)
+    h.fault(kind="kill", targets=(1,))
+    h.harness(10.02, "rank_exited", rank=1, pid=101, exitcode=None, signal=9)
+    survivors = [0, 2, 3]
+    h.each(survivors, 10.05, "collective_error", spread=0.01, step=40, gen=0, phase="step",
+           cause="closed", error="Connection closed by peer")
+    h.leave(survivors, 10.3, "failed-fast", 3)
+    h.end(12.0)
+    return h.done()
+
+
+def continued() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """SIGKILL on r3; the survivors re-form a world of 3 and go on (a future elastic policy)."""
+    h = History(policy="elastic")
+    h.steps(0.0, FAULT_AT)
+    h.fault(kind="kill", targets=(3,))
+    h.harness(10.02, "rank_exited", rank=3, pid=103, exitcode=None, signal=9)
+    survivors = [0, 1, 2]
+    h.each(survivors, 10.05, "collective_error", step=40, gen=0, phase="step", cause="closed", error="closed")
+    h.each(survivors, 11.0, "group_ready", gen=1, world=3, secs=0.9)
+    h.each(survivors, 11.1, "restored", step=40, gen=1)
+    h.steps(11.2, 16.0, ranks=survivors, gen=1)
+    h.end(16.0, survivors=survivors)
+    return h.done()
+
+
+def retries_exhausted() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    h = History(policy="retry")
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=60.0)
+    h.each(None, 15.1, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    for attempt in (1, 2, 3):
+        h.each(None, 15.0 + 5 * attempt, "retry", attempt=attempt, after_gen=attempt - 1)
+        h.each(None, 17.0 + 5 * attempt, "collective_error", step=40, gen=attempt, phase="join",
+               cause="rendezvous", error="store timeout")
+    h.leave(None, 33.0, "retries-exhausted", 4)
+    h.end(61.0)
+    return h.done()
+
+
+def stalled_without_verdict() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Errors, then nothing: no exit, no step, no hang verdict before the trial ended."""
+    h = History(policy="retry")
+    h.steps(0.0, FAULT_AT)
+    h.fault(end=12.0)
+    h.each(None, 15.1, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    h.end(20.0)
+    return h.done()
+
+
+def no_fault() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    h = History(policy="timeout")
+    h.steps(0.0, 20.0)
+    h.end(20.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
+def write_trial(run_dir: Path, name: str, events: list[dict[str, Any]], trial: dict[str, Any],
+                torn_tail: bool = False) -> None:
+    folder = run_dir / "trials" / name
+    folder.mkdir(parents=True)
+    (folder / "trial.json").write_text(json.dumps(trial))
+    text = "".join(json.dumps(e) + "\n" for e in events)
+    if torn_tail:  # a rank killed mid-write leaves half a line
+        text += '{"t": 99.0, "src": "rank", "ki'
+    (folder / "events.jsonl").write_text(text)
+
+
+def write_run(run_dir: Path, trials: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
+              seed: int = 7) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "scenario": "link-down-r1", "scenario_file": "scenarios/link_down.yaml", "seed": seed,
+        "backend": "netns", "policies": list(trials), "started_wall": "2025-01-01T00:00:00Z",
+        "command": "chaos run scenarios/link_down.yaml", "clock": "monotonic (one kernel)"}))
+    (run_dir / "scenario.yaml").write_text("name: link-down-r1\nfaults:\n  - kind: link_down\n")
+    for name, (events, trial) in trials.items():
+        write_trial(run_dir, name, events, trial, torn_tail=True)
+    return run_dir

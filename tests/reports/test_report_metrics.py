@@ -1,0 +1,213 @@
+"""Metrics and outcomes of synthetic event histories (pure logic: no harness, no root)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+import report_fakes as fakes
+from reports.history import events_frame
+from reports.metrics import OUTCOME_RULES, OUTCOMES, classify, progress_gaps, seconds, trial_facts, trial_metrics
+
+
+def metrics_of(history) -> dict:
+    events, trial = history
+    return trial_metrics(events_frame(events), trial)
+
+
+@pytest.mark.parametrize("history, outcome", [
+    (fakes.absorbed, "absorbed"),
+    (fakes.recovered, "recovered"),
+    (fakes.failed_fast, "failed-fast"),
+    (fakes.killed_then_failed_fast, "failed-fast"),
+    (fakes.retries_exhausted, "retries-exhausted"),
+    (fakes.isolated, "isolated"),
+    (fakes.hung, "hung"),
+    (fakes.crashed, "crashed"),
+    (fakes.continued, "continued"),
+    (fakes.stalled_without_verdict, "inconclusive"),
+    (fakes.no_fault, "no-fault"),
+])
+def test_outcome(history, outcome):
+    row = metrics_of(history())
+    assert row["outcome"] == outcome, row["outcome_reason"]
+    assert row["outcome_reason"]
+
+
+def test_every_outcome_has_a_rule_and_the_fallback_is_last():
+    assert OUTCOMES[:-1] == tuple(name for name, _ in OUTCOME_RULES)
+    assert OUTCOMES[-1] == "inconclusive"
+
+
+def test_time_to_detect_first_rank_and_spread():
+    row = metrics_of(fakes.failed_fast())  # ranks detect at 15.1, 15.2, 15.3, 15.4; fault at 10
+    assert row["ttd_s"] == pytest.approx(5.1)
+    assert row["ttd_median_s"] == pytest.approx(5.25)
+    assert row["ttd_max_s"] == pytest.approx(5.4)
+    assert row["detect_first_rank"] == 0
+    assert row["detect_ranks"] == 4
+    assert row["detect_cause"] == "timeout"
+    assert row["released_s"] == pytest.approx(5.7)  # last process reaped at 15.7
+
+
+def test_time_to_recover_from_fault_start_and_end():
+    row = metrics_of(fakes.recovered())  # fault 10-13; restored 17.9; first steps 18.000-18.003
+    assert row["ttd_s"] == pytest.approx(1.5)
+    assert row["ttr_s"] == pytest.approx(8.003)
+    assert row["ttr_after_end_s"] == pytest.approx(5.003)
+    assert row["retries"] == 1
+    assert row["generations"] == 2
+    assert row["steps_rolled_back"] == 10  # 40 steps done, restored to 30
+
+
+def test_no_ttr_without_a_recovery():
+    assert math.isnan(metrics_of(fakes.absorbed())["ttr_s"])
+    assert math.isnan(metrics_of(fakes.failed_fast())["ttr_s"])
+
+
+def test_continued_reports_the_smaller_world():
+    row = metrics_of(fakes.continued())  # r3 killed at 10; survivors step from 11.2
+    assert row["final_world"] == 3
+    assert row["departed"] == 1 and row["crashed_ranks"] == 0
+    assert row["ttr_s"] == pytest.approx(1.202)
+    assert math.isnan(row["ttr_after_end_s"])  # a kill does not heal
+
+
+def test_breaker_open_time():
+    row = metrics_of(fakes.isolated())
+    assert row["breaker_open_s"] == pytest.approx(8.2)
+    assert row["breaker_ranks"] == 4
+    assert row["released_s"] == pytest.approx(8.4)
+    assert math.isnan(row["cuda_reserved_after"])  # no accelerator in the fake
+
+
+def test_hung_reports_the_cap_and_no_measured_times():
+    row = metrics_of(fakes.hung())
+    assert row["hung_cap"] == 30.0
+    assert all(math.isnan(row[c]) for c in ("ttd_s", "ttr_s", "breaker_open_s", "released_s"))
+    # the ranks SIGKILLed by the harness after the hang verdict are no crash and no departure
+    assert row["crashed_ranks"] == 0 and row["departed"] == 0
+
+
+def test_a_kill_fault_is_not_a_crash_but_an_unexplained_signal_is():
+    events, trial = fakes.killed_then_failed_fast()
+    assert metrics_of((events, trial))["crashed_ranks"] == 0
+    trial["faults"][0]["kind"] = "pause"
+    for event in events:
+        if event["kind"] == "fault_applied":
+            event["fault_kind"] = "pause"
+    row = metrics_of((events, trial))
+    assert row["outcome"] == "crashed"
+    assert "r1" in row["outcome_reason"] and "SIGKILL" in row["outcome_reason"]
+
+
+def test_wasted_rank_seconds_of_a_stall():
+    # 4 ranks; last step before the fault at 9.75 + r ms, next at 13.2 + r ms: each wastes
+    # 3.2 s + r ms inside the window; everything else steps every 0.25 s (< 3 x 0.25)
+    row = metrics_of(fakes.absorbed())
+    assert row["waste_gap_threshold_s"] == pytest.approx(0.75)
+    assert row["wasted_rank_s"] == pytest.approx(4 * 3.2 + 0.006)
+    assert row["max_stall_s"] == pytest.approx(3.203)
+
+
+def test_wasted_rank_seconds_stop_when_a_rank_is_gone():
+    # failed-fast: each rank idle from fault start (10) until reaped (15.7)
+    assert metrics_of(fakes.failed_fast())["wasted_rank_s"] == pytest.approx(4 * 5.7)
+    # hung: each rank idle for the whole 30 s cap (the harness's kills come after)
+    assert metrics_of(fakes.hung())["wasted_rank_s"] == pytest.approx(4 * 30.0)
+
+
+def test_progress_gaps_clip_to_the_window_and_skip_normal_intervals():
+    steps = (1.0, 1.25, 1.5, 4.0, 4.25)
+    assert progress_gaps(steps, 2.0, 5.5, 0.75) == [pytest.approx(2.0), pytest.approx(1.25)]
+    assert progress_gaps(steps, 2.0, 5.0, 0.75) == [pytest.approx(2.0)]  # 0.75 is not longer
+    assert progress_gaps(steps, 0.0, 1.6, 0.75) == [pytest.approx(1.0)]  # lo -> first step
+    assert progress_gaps((), 2.0, 3.0, 0.75) == [pytest.approx(1.0)]
+    assert progress_gaps(steps, 3.0, 3.0, 0.75) == []
+
+
+def test_step_rates_before_during_after():
+    row = metrics_of(fakes.absorbed())
+    assert row["steps_per_s_before"] == pytest.approx(3.9, abs=0.05)
+    assert row["steps_per_s_during"] == 0.0  # a stall is zero steps, not "unknown"
+    assert row["steps_per_s_after"] == pytest.approx(4.0, abs=0.05)
+
+
+def test_a_fault_reverted_at_teardown_did_not_heal_and_ends_the_observation():
+    h = fakes.History(policy="timeout")
+    h.steps(0.0, 20.0)
+    h.fault()
+    h.harness(20.0, "fault_reverted", index=0, fault_kind="link_down", targets=[1], teardown=True)
+    for r in range(fakes.RANKS):
+        h.harness(20.5, "rank_exited", rank=r, pid=100 + r, exitcode=None, signal=9, stopped=True)
+    h.harness(21.0, "trial_end", reason="settled")
+    row = metrics_of(h.done())
+    assert math.isnan(row["fault_duration_s"])
+    assert row["observed_s"] == pytest.approx(10.0)
+    assert row["outcome"] == "absorbed" and row["crashed_ranks"] == 0
+
+
+def test_torn_and_odd_lines_are_skipped(tmp_path):
+    from reports.history import read_events
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"t": 1.0, "src": "rank", "rank": 0, "pid": 1, "kind": "step", "step": 0}\n'
+                    '[1, 2]\n{"t": 2.0, "src": "ha')
+    frame = read_events(path)
+    assert list(frame["kind"]) == ["step"]
+    assert read_events(tmp_path / "missing.jsonl").empty
+
+
+def test_an_empty_trial_has_no_fault_and_no_numbers():
+    row = trial_metrics(events_frame([]), {"policy": "retry", "ranks": 4})
+    assert row["outcome"] == "no-fault"
+    assert math.isnan(row["wasted_rank_s"])
+
+
+def test_facts_feed_a_new_outcome_rule():
+    # the classification is a tuple of (name, rule): a new policy's outcome is one more rule
+    facts = trial_facts(events_frame(fakes.absorbed()[0]), fakes.absorbed()[1])
+    assert classify(facts)[0] == "absorbed"
+    assert facts.survivors == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("text, value", [("250ms", 0.25), ("30s", 30.0), ("6h", 21600.0), (5, 5.0),
+                                         ("2m", 120.0)])
+def test_seconds(text, value):
+    assert seconds(text) == value
+
+
+def test_seconds_unreadable():
+    assert math.isnan(seconds("soon")) and math.isnan(seconds(None))
+
+
+def test_events_frame_keeps_harness_rank_null():
+    frame = events_frame([{"t": 1.0, "src": "harness", "rank": None, "pid": 1, "kind": "trial_start"},
+                          {"t": 0.5, "src": "rank", "rank": 3, "pid": 2, "kind": "rank_start"}])
+    assert list(frame["kind"]) == ["rank_start", "trial_start"]
+    assert frame["rank"].iloc[0] == 3 and frame["rank"].iloc[1] is pd.NA
+
+
+def test_a_non_zero_exit_without_a_policy_reason_is_a_crash():
+    h = fakes.History(policy="timeout")
+    h.steps(0.0, fakes.FAULT_AT)
+    h.fault(end=12.0)
+    h.harness(10.5, "rank_exited", rank=2, pid=102, exitcode=70, signal=None)
+    h.end(20.0)
+    row = metrics_of(h.done())
+    assert row["outcome"] == "crashed" and "r2" in row["outcome_reason"] and "exit code 70" in row["outcome_reason"]
+
+
+def test_a_hang_outranks_the_crashes_that_came_before_it():
+    # baseline under a kill: the ring neighbours crash on "connection closed", the rest hang
+    h = fakes.History(policy="baseline", timeout=6 * 3600)
+    h.steps(0.0, fakes.FAULT_AT)
+    h.fault(kind="kill", targets=(1,))
+    h.harness(10.02, "rank_exited", rank=1, pid=101, exitcode=None, signal=9)
+    h.each([0, 2], 10.05, "collective_error", step=40, gen=0, phase="step", cause="closed", error="closed")
+    h.each([0, 2], 10.06, "exit", reason="crashed", code=70, error="Connection closed by peer")
+    h.harness(40.0, "hang_detected", cap=30.0, idle_since=10.06)
+    row = metrics_of(h.done())
+    assert row["outcome"] == "hung"
+    assert row["crashed_ranks"] == 2 and row["departed"] == 3
+    assert row["ttd_s"] == pytest.approx(0.05)

@@ -1,0 +1,73 @@
+"""The comparison table against the source document's claims."""
+from __future__ import annotations
+
+import pandas as pd
+
+import report_fakes as fakes
+from reports.history import events_frame
+from reports.metrics import trial_metrics
+from reports.tables import compare_table, format_table, judge_claim, measured_time, what_happened
+
+
+def metrics_of(history) -> dict:
+    events, trial = history
+    return trial_metrics(events_frame(events), trial)
+
+
+def test_hung_is_at_least_the_cap_and_the_document_figure_cannot_be_seen():
+    row = metrics_of(fakes.hung())
+    assert measured_time(row) == ">= 30 s (hung)"
+    assert "hung >= 30 s (harness cap)" in what_happened(row)
+    verdict, why = judge_claim(row)
+    assert verdict == "partly"
+    assert "hung >= 30 s cap: the document's stuck ~5.2 h cannot be seen under the cap" in why
+
+
+def test_timeout_claim_held_with_context():
+    row = metrics_of(fakes.failed_fast())
+    assert what_happened(row) == ("r1 link_down -> 4/4 ranks detect at 5.1-5.4 s (timeout, first r0) "
+                                  "-> exit failed-fast by 5.7 s")
+    verdict, why = judge_claim(row)
+    assert verdict == "yes"
+    assert why.startswith("5.1 s <= 15 s")
+    assert "the document's fault was 20% packet loss, this one link_down" in why
+    assert "policy timeout 5 s" in why
+
+
+def test_retry_claim_fails_on_another_outcome():
+    verdict, why = judge_claim(metrics_of(fakes.retries_exhausted()))
+    assert verdict == "no" and why.startswith("retries-exhausted instead of recovered")
+
+
+def test_retry_claim_held():
+    row = metrics_of(fakes.recovered())
+    assert judge_claim(row)[0] == "yes"
+    assert measured_time(row) == "recover 8.0 s"
+    assert "1 retries -> all ranks step again at 8.0 s" in what_happened(row)
+
+
+def test_isolation_claim_notes_unmeasured_gpu_release():
+    verdict, why = judge_claim(metrics_of(fakes.isolated()))
+    assert verdict == "yes" and "GPU memory release not measured" in why
+
+
+def test_policy_outside_the_document():
+    assert judge_claim(metrics_of(fakes.continued())) == ("-", "not in the document")
+
+
+def test_format_table_one_row_per_trial():
+    df = pd.DataFrame([metrics_of(h()) for h in (fakes.hung, fakes.failed_fast, fakes.recovered,
+                                                  fakes.isolated)])
+    df["expect"], df["expect_failures"] = "", ""
+    lines = format_table(df).splitlines()
+    assert lines[0].startswith("| policy | fault | what happened (measured) | measured time |")
+    assert len(lines) == 2 + 4
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| baseline", "| timeout", "| retry", "| isolation"]
+
+
+def test_compare_table_side_by_side():
+    a = pd.DataFrame([metrics_of(fakes.failed_fast())])
+    b = pd.DataFrame([metrics_of(fakes.hung())])
+    text = compare_table([("run-a", a), ("run-b", b)])
+    assert "| timeout | link_down | failed-fast, detect 5.1 s | - |" in text
+    assert "| baseline | link_down | - | hung, >= 30 s (hung) |" in text
