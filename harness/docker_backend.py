@@ -74,6 +74,7 @@ API_TIMEOUT_S = 60
 CONTROL_READY_TIMEOUT_S = 20.0
 EXIT_WAIT_S = 10.0
 LINK_TIMEOUT_S = 120.0                 # how long a rank waits for its eth0 (16 starts on 2 cores)
+BARRIER_TIMEOUT_S = 180.0              # how long a loaded rank waits for the others to load
 CREATE_THREADS = 4
 
 
@@ -470,7 +471,7 @@ class DockerCluster(Cluster):
         kwargs: dict[str, Any] = dict(
             image=self.image, name=self.container_name(rank), hostname=rank_name(rank),
             command=[self._python, "-m", "harness.rank", "--config", self._config_path(rank),
-                     "--link-timeout", str(LINK_TIMEOUT_S)],
+                     "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S)],
             labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank"},
             network_mode="none", environment={**t.environment, "PYTHONUNBUFFERED": "1"},
             volumes=volumes, working_dir=run_dir, cap_add=list(t.cap_add) or None,

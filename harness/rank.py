@@ -104,6 +104,26 @@ def wait_for_link(ifname: str, timeout_s: float) -> None:
             time.sleep(0.01)
 
 
+def start_barrier(directory: str, rank: int, world_size: int, timeout_s: float) -> None:
+    """Announce this rank loaded (``rNNN.ready`` in `directory`) and wait until all
+    `world_size` ranks did, so that containers started one after another (each importing
+    torch on its own) enter the rendezvous together, as the zygote's forks do."""
+    import time
+
+    ready = os.path.join(directory, f"r{rank:03d}.ready")
+    with open(ready, "w"):
+        pass
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [r for r in range(world_size)
+                   if not os.path.exists(os.path.join(directory, f"r{r:03d}.ready"))]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"ranks {missing} not loaded within {timeout_s:.0f}s")
+        time.sleep(0.02)
+
+
 def cli(argv: list[str] | None = None) -> int:
     """``python -m harness.rank --config FILE``: run one rank as this process, return its code."""
     import argparse
@@ -116,12 +136,23 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="a RankConfig as a JSON file")
     parser.add_argument("--link-timeout", type=float, default=60.0,
                         help="seconds to wait for the config's ifname to come up (default 60)")
+    parser.add_argument("--barrier", type=float, default=None, metavar="SECONDS",
+                        help="load torch, then wait up to SECONDS until every rank has loaded "
+                             "(rNNN.ready files beside the config)")
     args = parser.parse_args(argv)
     signals.install()
     try:
         with open(args.config) as f:
             config = json.load(f)
+        if args.barrier is not None:
+            import torch  # noqa: F401  (the seconds-long part of a start, before the barrier)
+            import torch.distributed  # noqa: F401
+            from harness.workload import Workload, WorkloadSpec
+            Workload(WorkloadSpec(), seed=0, rank=0)  # the optimizer's lazy imports
         wait_for_link(config.get("ifname", "eth0"), args.link_timeout)
+        if args.barrier is not None:
+            start_barrier(os.path.dirname(os.path.abspath(args.config)), config["rank"],
+                          config["world_size"], args.barrier)
         return main(config)
     except signals.Terminated:
         return 0

@@ -2,6 +2,7 @@
 CI runs as root with a Docker engine, so there they run."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,27 +56,30 @@ def chaos_namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.startswith("chaos-")}
 
 
-def harness_processes() -> set[int]:
-    """Rank launchers and their children still alive (by command line)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"harness.zygote" in cmd:
-                pids.add(int(entry.name))
-    return pids
+def leftovers(folder: Path) -> list[str]:
+    """What the runs recorded under `folder` left on this host: namespaces named after
+    their run ids, their ledgers, and rank processes still alive."""
+    from chaos.ledger import state_dir
+    found = []
+    namespaces = chaos_namespaces()
+    for trial in folder.rglob("trial.json"):
+        run_id = json.loads(trial.read_text())["run_id"]
+        found += sorted(n for n in namespaces if n.startswith(f"chaos-{run_id}-"))
+        if (state_dir() / f"{run_id}.jsonl").exists():
+            found.append(f"ledger {run_id}")
+        events = trial.parent / "events.jsonl"
+        for line in events.read_text().splitlines() if events.exists() else []:
+            event = json.loads(line)
+            if event["kind"] == "rank_spawned" and Path(f"/proc/{event['pid']}").exists():
+                found.append(f"rank {event['rank']} pid {event['pid']}")
+    return found
 
 
 @pytest.fixture
-def leaves_nothing():
-    """Asserts the test left no namespace and no rank launcher behind that were not there."""
-    namespaces, processes = chaos_namespaces(), harness_processes()
+def leaves_nothing(tmp_path):
+    """Asserts that the runs a test made under tmp_path left nothing on the host."""
     yield
-    assert chaos_namespaces() - namespaces == set(), "namespaces left behind"
-    assert harness_processes() - processes == set(), "rank launcher processes left behind"
+    assert leftovers(tmp_path) == []
 
 
 def chaos_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:

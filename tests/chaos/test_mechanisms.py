@@ -28,6 +28,16 @@ def needs(check: str) -> None:
         pytest.skip(caps.why_not(check))
 
 
+def restored(sender, receiver, within_s: float = 3.0) -> bool:
+    """Whether traffic flows fully again within `within_s`: a neighbour entry that failed
+    during a cut is retried by the kernel on its own clock, as after a real cable pull."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if delivered(sender, receiver, count=50) == 1.0:
+            return True
+    return False
+
+
 def port_state(host) -> dict:
     ns, port = host.switch_ns, host.port
     return {"qdiscs": sorted(q["kind"] for q in netlink.qdiscs(ns, port)),
@@ -95,7 +105,7 @@ def test_blackhole_keeps_the_link_up_and_drops_everything(cluster, injector):
     assert state["up"] and "clsact" in state["qdiscs"]
     assert delivered(a, b) == 0.0 and delivered(b, a) == 0.0
     injection.revert()
-    assert "clsact" not in port_state(a)["qdiscs"] and delivered(a, b) == 1.0
+    assert "clsact" not in port_state(a)["qdiscs"] and restored(a, b) and restored(b, a)
 
 
 def test_link_down_cuts_and_restores(cluster, injector):
@@ -103,7 +113,7 @@ def test_link_down_cuts_and_restores(cluster, injector):
     injection = injector.apply(parse_fault({"kind": "link_down"}), [a])
     assert not port_state(a)["up"] and delivered(a, b) == 0.0
     injection.revert()
-    assert port_state(a)["up"] and delivered(a, b) == 1.0
+    assert port_state(a)["up"] and restored(a, b)
 
 
 def test_partition_separates_groups_one_way_or_both(cluster, injector):
@@ -112,11 +122,12 @@ def test_partition_separates_groups_one_way_or_both(cluster, injector):
     both = injector.apply(parse_fault({"kind": "partition"}), [a])  # a against everyone else
     assert delivered(a, b) == delivered(c, a) == 0.0 and delivered(b, c) == 1.0
     both.revert()
+    assert restored(a, b) and restored(c, a)
     one_way = injector.apply(parse_fault({"kind": "partition", "groups": [["r000"], [1]],
                                           "direction": "one_way"}), [])
     assert delivered(a, b) == 0.0 and delivered(b, a) == 1.0 and delivered(a, c) == 1.0
     one_way.revert()
-    assert port_state(a)["tables"] == [] and delivered(a, b) == 1.0
+    assert port_state(a)["tables"] == [] and restored(a, b)
 
 
 @pytest.mark.parametrize("kind", ["duplicate", "corrupt", "reorder"])
@@ -136,5 +147,7 @@ def test_dead_man_switch_reverts_without_the_harness(cluster, injector):
     injector.apply(parse_fault({"kind": "blackhole"}), [a], revert_after=0.5)
     assert delivered(a, b) == 0.0
     time.sleep(1.0)  # nobody calls revert
-    assert delivered(a, b) == 1.0 and "clsact" not in port_state(a)["qdiscs"]
-    assert all(e.op == "netns" for e in cluster.ledger.outstanding())
+    assert "clsact" not in port_state(a)["qdiscs"] and restored(a, b)
+    # what is left outstanding: the namespaces and the switch's own process entry (exited)
+    assert {e.op for e in cluster.ledger.outstanding()} == {"netns", "sigkill"}
+    assert proc.helpers_of_run(cluster.run_id) == []
