@@ -50,8 +50,11 @@ class Injector(abc.ABC):
     """Puts faults on hosts. Records every side effect in a ledger before making it."""
 
     @abc.abstractmethod
-    def apply(self, fault: FaultBase, hosts: Sequence[Host]) -> Injection:
-        """Apply `fault` to every host in `hosts`; raises UnsupportedFault or InjectionError."""
+    def apply(self, fault: FaultBase, hosts: Sequence[Host],
+              revert_after: float | None = None) -> Injection:
+        """Apply `fault` to every host in `hosts`; raises UnsupportedFault, FaultConflict or
+        InjectionError. With `revert_after`, a fault with `dead_man` set is also reverted
+        that many seconds later by a process that does not need this one alive."""
 
     @abc.abstractmethod
     def mechanism(self, fault: FaultBase) -> str:

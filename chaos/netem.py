@@ -19,6 +19,7 @@ import random
 import statistics
 import struct
 
+from chaos import netlink
 from chaos.bpf import DropChain
 from chaos.faults import Corrupt, Delay, Duplicate, FaultBase, Loss, Reorder
 
@@ -74,11 +75,6 @@ def distribution_table(name: str) -> tuple[int, ...]:
     raise ValueError(f"no table for distribution {name!r}; expected one of {DISTRIBUTIONS}")
 
 
-def _attr(attr_type: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, attr_type) + payload + b"\0" * (-length % 4)
-
-
 def options(fault: FaultBase) -> bytes:
     """TCA_OPTIONS of a netem qdisc that injects `fault` (loss, delay, duplicate, corrupt, reorder)."""
     latency = jitter = 0.0
@@ -91,29 +87,29 @@ def options(fault: FaultBase) -> bytes:
             loss = probability(fault.percent)
         else:  # Gilbert: drop in bad, never in good (h = 0, 1-k = 0)
             ge = struct.pack("=IIII", probability(chain.enter), probability(chain.leave), 0, 0)
-            attrs.append(_attr(TCA_NETEM_LOSS | 0x8000, _attr(NETEM_LOSS_GE, ge)))
+            attrs.append(netlink.nested(TCA_NETEM_LOSS, netlink.nla(NETEM_LOSS_GE, ge)))
     elif isinstance(fault, Delay):
         latency, jitter = fault.latency, fault.jitter
         delay_corr = probability(fault.correlation)
         if fault.distribution != "uniform":
             table = distribution_table(fault.distribution)
-            attrs.append(_attr(TCA_NETEM_DELAY_DIST, struct.pack(f"={len(table)}h", *table)))
+            attrs.append(netlink.nla(TCA_NETEM_DELAY_DIST, struct.pack(f"={len(table)}h", *table)))
     elif isinstance(fault, Duplicate):
         duplicate, dup_corr = probability(fault.percent), probability(fault.correlation)
     elif isinstance(fault, Corrupt):
-        attrs.append(_attr(TCA_NETEM_CORRUPT, struct.pack("=II", probability(fault.percent),
+        attrs.append(netlink.nla(TCA_NETEM_CORRUPT, struct.pack("=II", probability(fault.percent),
                                                            probability(fault.correlation))))
     elif isinstance(fault, Reorder):
         latency, gap = fault.latency, 1  # gap 1: any packet may go ahead (iproute2's default)
-        attrs.append(_attr(TCA_NETEM_REORDER, struct.pack("=II", probability(fault.percent),
+        attrs.append(netlink.nla(TCA_NETEM_REORDER, struct.pack("=II", probability(fault.percent),
                                                            probability(fault.correlation))))
     else:
         raise TypeError(f"netem does not inject {fault.kind}")  # type: ignore[attr-defined]
     limit = max(MIN_LIMIT, math.ceil(_LIMIT_PPS * (latency + jitter)))
     qopt = _QOPT.pack(_ticks(latency), limit, loss, gap, duplicate, _ticks(jitter))
-    attrs.insert(0, _attr(TCA_NETEM_CORR, struct.pack("=III", delay_corr, 0, dup_corr)))
+    attrs.insert(0, netlink.nla(TCA_NETEM_CORR, struct.pack("=III", delay_corr, 0, dup_corr)))
     if latency:
-        attrs.append(_attr(TCA_NETEM_LATENCY64, struct.pack("=q", int(round(latency * 1e9)))))
+        attrs.append(netlink.nla(TCA_NETEM_LATENCY64, struct.pack("=q", int(round(latency * 1e9)))))
     if jitter:
-        attrs.append(_attr(TCA_NETEM_JITTER64, struct.pack("=q", int(round(jitter * 1e9)))))
+        attrs.append(netlink.nla(TCA_NETEM_JITTER64, struct.pack("=q", int(round(jitter * 1e9)))))
     return qopt + b"".join(attrs)

@@ -13,8 +13,6 @@ packet's deadline is never earlier than the one ahead of it, so jitter delays a 
 at least its own draw (unlike netem's tfifo, which lets a jittered packet overtake).
 A delayer that dies leaves the queue without a listener and --queue-bypass lets packets
 through undelayed; the kernel never black-holes the link.
-
-Raw nfnetlink, stdlib only: the process is small and starts fast.
 """
 from __future__ import annotations
 
@@ -44,8 +42,6 @@ NFQNL_COPY_META = 1
 NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO = 0x1, 0x4
 NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
 NF_ACCEPT = 1
-NLM_F_REQUEST, NLM_F_ACK = 1, 4
-NLMSG_ERROR = 2
 CLONE_NEWNET = 0x40000000
 SO_RCVBUFFORCE = 33
 QUEUE_MAXLEN = 1 << 17
@@ -64,7 +60,8 @@ class DelaySampler:
         self._last = self.rng.random()
 
     def _uniform(self) -> float:
-        """A uniform draw in [0, 1), correlated with the previous one as netem's get_crandom."""
+        """A draw in [0, 1) correlated with the previous one as netem's get_crandom does; as
+        in netem, correlation narrows the draws, which shifts the mean of a skewed shape."""
         value = self.rng.random()
         if self.correlation:
             value = value * (1 - self.correlation) + self._last * self.correlation
@@ -82,14 +79,9 @@ class DelaySampler:
         return max(0.0, self.latency + self.jitter * shape)
 
 
-def _nla(attr_type: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, attr_type) + payload + b"\0" * (-length % 4)
-
-
 def _message(msg_type: int, flags: int, queue: int, attrs: list[bytes]) -> bytes:
     body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + b"".join(attrs)
-    return struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | msg_type, flags, 0, 0) + body
+    return netlink.nlmsg((NFNL_SUBSYS_QUEUE << 8) | msg_type, flags, body)
 
 
 def _enter_namespace(path: str) -> None:
@@ -104,9 +96,9 @@ def _enter_namespace(path: str) -> None:
 
 
 def _configure(sock: socket.socket, queue: int, attrs: list[bytes]) -> None:
-    sock.send(_message(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, queue, attrs))
+    sock.send(_message(NFQNL_MSG_CONFIG, netlink.NLM_F_REQUEST | netlink.NLM_F_ACK, queue, attrs))
     reply = sock.recv(65536)
-    if struct.unpack_from("=IH", reply)[1] == NLMSG_ERROR:
+    if struct.unpack_from("=IH", reply)[1] == netlink.NLMSG_ERROR:
         code = -struct.unpack_from("=i", reply, 16)[0]
         if code:
             raise OSError(code, f"nfqueue {queue} config: {os.strerror(code)}")
@@ -114,14 +106,14 @@ def _configure(sock: socket.socket, queue: int, attrs: list[bytes]) -> None:
 
 def bind_queue(sock: socket.socket, queue: int) -> None:
     """Make the bound NETLINK_NETFILTER socket `sock` the listener of `queue`."""
-    _configure(sock, queue, [_nla(NFQA_CFG_CMD, struct.pack("=BxH", NFQNL_CFG_CMD_BIND, socket.htons(socket.AF_INET)))])
+    _configure(sock, queue, [netlink.nla(NFQA_CFG_CMD, struct.pack("=BxH", NFQNL_CFG_CMD_BIND, socket.htons(socket.AF_INET)))])
     # Metadata only (no payload copy); GSO packets whole. Fail-open: a queue past its
     # (large) length lets packets through rather than dropping them.
     flags = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO
-    _configure(sock, queue, [_nla(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)),
-                             _nla(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", QUEUE_MAXLEN)),
-                             _nla(NFQA_CFG_MASK, struct.pack("!I", flags)),
-                             _nla(NFQA_CFG_FLAGS, struct.pack("!I", flags))])
+    _configure(sock, queue, [netlink.nla(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)),
+                             netlink.nla(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", QUEUE_MAXLEN)),
+                             netlink.nla(NFQA_CFG_MASK, struct.pack("!I", flags)),
+                             netlink.nla(NFQA_CFG_FLAGS, struct.pack("!I", flags))])
 
 
 def _packet_ids(buf: bytes) -> list[int]:
@@ -154,8 +146,8 @@ def run_delay_line(sock: socket.socket, queue: int, sampler: DelaySampler) -> in
         stopping = True
 
     def accept_up_to(packet_id: int) -> None:
-        sock.send(_message(NFQNL_MSG_VERDICT_BATCH, NLM_F_REQUEST, queue,
-                           [_nla(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, packet_id))]))
+        sock.send(_message(NFQNL_MSG_VERDICT_BATCH, netlink.NLM_F_REQUEST, queue,
+                           [netlink.nla(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, packet_id))]))
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

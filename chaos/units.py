@@ -32,7 +32,7 @@ def _split(text: str, form: str) -> tuple[float, str]:
 
 def parse_duration(value: str | float | int) -> float:
     """Seconds from "250ms" / "1.5s" / a bare number of seconds. Negative values are refused."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"{value!r} is not {DURATION_FORM}")
     if isinstance(value, (int, float)):
         seconds = float(value)

@@ -10,6 +10,7 @@ made; removing the switch namespace removes the bridge and every veth with it.
 from __future__ import annotations
 
 import ipaddress
+import time
 from pathlib import Path
 
 from chaos import netlink
@@ -51,6 +52,7 @@ class NetnsCluster(Cluster):
         self.switch_ns = namespace_name(spec.run_id, "sw")
         self._namespaces: list[str] = []
         self._launcher: Launcher | None = None
+        self.timings: dict[str, float] = {}  # bring-up phases, for benchmarks
         self.hosts = tuple(
             Host(name=rank_name(r), address=host_address(r), switch_ns=self.switch_ns,
                  port=port_name(r), ns_path=f"/run/netns/{namespace_name(spec.run_id, rank_name(r))}")
@@ -136,9 +138,15 @@ class NetnsBackend(Backend):
         (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         cluster = NetnsCluster(spec, ledger)
         try:
+            started = time.monotonic()
             cluster.start_launcher()
             cluster.build()
+            built = time.monotonic()
+            cluster.launcher.wait_ready()
+            launched = time.monotonic()
             cluster.start_control()
+            cluster.timings = {"hosts_s": built - started, "launcher_s": launched - started,
+                               "control_s": time.monotonic() - launched}
         except BaseException:
             cluster.close()
             raise

@@ -6,8 +6,12 @@
     cluster: {ranks: 16, backend: netns}
     workload: {step_period: 250ms, checkpoint_every: 10}
     warmup_steps: 8                     # steps every rank completes before the first fault
+    groups: {left: [0, 1, 2, 3]}        # named sets of ranks, for targets
     faults:                             # the timeline, offsets after warm-up
       - {kind: link_down, target: {rank: 5}, start: 2s, duration: 20s}
+      - {kind: loss, percent: "20%", target: {count: "25%"}, start: 30s, duration: 10s}
+      - {kind: link_down, target: {ranks: [1, 2]}, start: 50s, duration: 12s,
+         pulses: {on_for: 2s, off_for: 4s}}            # flapping: on 2 s, off 4 s, ...
     hang_cap: 30s                       # no step and no policy action this long = hung
     settle_steps: 8                     # steps every live rank makes after the faults end
     policies:                           # the policies to compare, with overrides
@@ -16,22 +20,48 @@
     expect:                             # what each policy is expected to do
       timeout: {outcome: failed-fast, detect_within: 7s}
 
-Errors name the file, the line, the field, the value given and the accepted form.
+A target is exactly one of: `rank: 5`, `ranks: [1, 2]`, `group: left`, `count: 2` or
+`count: "25%"` (that many ranks, chosen with the scenario's seed). `chaos schema` prints
+the JSON Schema of this format. Errors name the file, the line, the field, the value given
+and the accepted form.
 """
 from __future__ import annotations
 
+import math
+import random
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
+from pydantic.json_schema import GenerateJsonSchema
 
-from chaos.errors import InvalidFault, UsageError
-from chaos.faults import FaultBase, Seconds, describe_validation_error, parse_fault
+from chaos import units
+from chaos.errors import UsageError
+from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from harness.policies import POLICY_NAMES, PolicySpec, policy_spec
 from harness.workload import WorkloadSpec
+from reports.metrics import OUTCOMES
 
-OUTCOMES = ("absorbed", "recovered", "failed-fast", "isolated", "hung", "crashed", "continued")
+TIMING_FIELDS = ("target", "start", "duration", "pulses")
+
+
+def _finite(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError(f"{seconds!r} is not a finite time; expected {units.DURATION_FORM}")
+    return seconds
+
+
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError(f"must be above 0 (got {units.format_duration(seconds)}); expected {units.DURATION_FORM}")
+    return seconds
+
+
+Time = Annotated[Seconds, AfterValidator(_finite)]
+Span = Annotated[Seconds, AfterValidator(_finite), AfterValidator(_positive)]
 
 
 class Frozen(BaseModel):
@@ -44,47 +74,120 @@ class ClusterConfig(Frozen):
 
 
 class Target(Frozen):
-    rank: Annotated[int, Field(ge=0)]
+    """Which ranks a fault hits: exactly one of the fields."""
+
+    rank: Annotated[int, Field(ge=0)] | None = None
+    ranks: Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(min_length=1)] | None = None
+    group: str | None = Field(default=None, description="a name under the scenario's 'groups'")
+    count: Annotated[int, Field(ge=1)] | str | None = Field(
+        default=None, description='that many ranks (2) or that share of them ("25%"), chosen with the seed')
+
+    @field_validator("count")
+    @classmethod
+    def _count_form(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, str):
+            share = units.parse_percent(value)
+            if share <= 0:
+                raise ValueError(f"{value!r} chooses no rank; expected a share above 0%")
+        return value
+
+    @field_validator("ranks")
+    @classmethod
+    def _distinct(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"rank {next(r for r in value if value.count(r) > 1)} is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Target":
+        given = [name for name in ("rank", "ranks", "group", "count") if getattr(self, name) is not None]
+        if len(given) != 1:
+            got = f"got {' and '.join(given)}" if given else "got none"
+            raise ValueError(f"give exactly one of rank: 5, ranks: [1, 2], group: NAME, count: 2 "
+                             f"or count: \"25%\" ({got})")
+        return self
+
+    def size(self, world: int) -> int:
+        """How many ranks `count` chooses in a cluster of `world` ranks."""
+        if isinstance(self.count, str):
+            return max(1, round(units.parse_percent(self.count) * world))
+        return int(self.count or 0)
+
+
+class Pulses(Frozen):
+    """On/off cycles within the fault's duration (a flapping link): on for `on_for`, healed
+    for `off_for`, again, until the duration ends (the last on-phase is cut at the end)."""
+
+    on_for: Span
+    off_for: Span
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_booleans(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(isinstance(k, bool) for k in data):
+            raise ValueError("YAML reads the keys on and off as booleans; write on_for: and off_for:")
+        return data
 
 
 class FaultEvent(Frozen):
-    """One entry of the timeline: what (fault), where (target), when (start, duration)."""
+    """One entry of the timeline: what (fault), where (target), when (start, duration, pulses).
+    In a file it is one flat mapping: the fault's kind and parameters next to the timing."""
 
-    fault: FaultBase
+    fault: Fault
     target: Target
-    start: Seconds = 0.0
-    duration: Seconds | None = None  # None: the fault never heals within the trial
+    start: Time = 0.0
+    duration: Span | None = None  # None: the fault never heals within the trial
+    pulses: Pulses | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _split(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "fault" in data:
             return data
-        timing = {k: data[k] for k in ("target", "start", "duration") if k in data}
+        kind = data.get("kind")
+        if kind not in kind_names():
+            problem = "missing" if kind is None else f"unknown fault kind {kind!r}"
+            raise ValueError(f"kind: {problem}; expected one of {', '.join(kind_names())}")
+        timing = {k: data[k] for k in TIMING_FIELDS if k in data}
         return {**timing, "fault": {k: v for k, v in data.items() if k not in timing}}
 
-    @field_validator("fault", mode="before")
-    @classmethod
-    def _fault(cls, value: Any) -> FaultBase:
-        if isinstance(value, FaultBase):
-            return value
-        try:
-            return parse_fault(value)
-        except InvalidFault as exc:
-            raise ValueError(str(exc)) from None
-
     @model_validator(mode="after")
-    def _duration_fits_kind(self) -> "FaultEvent":
+    def _timing_fits_kind(self) -> "FaultEvent":
+        kind = self.fault.kind
         if not self.fault.reversible and self.duration is not None:
-            raise ValueError(f"a {self.fault.kind} fault cannot be undone: remove 'duration'")  # type: ignore[attr-defined]
+            raise ValueError(f"duration: a {kind} fault cannot be undone; remove 'duration'")
+        if self.pulses is not None:
+            if self.duration is None:
+                raise ValueError("pulses: cycles need a 'duration' to repeat within")
+            cycle = self.pulses.on_for + self.pulses.off_for
+            if cycle > self.duration:
+                raise ValueError(f"pulses: one cycle (on_for + off_for = {units.format_duration(cycle)}) "
+                                 f"is longer than the duration {units.format_duration(self.duration)}; "
+                                 "make the duration at least one cycle or drop 'pulses'")
         return self
+
+    def windows(self) -> list[tuple[float, float | None]]:
+        """(on, off) offsets after warm-up of every on-phase; off is None if it never heals."""
+        if self.duration is None:
+            return [(self.start, None)]
+        end = self.start + self.duration
+        if self.pulses is None:
+            return [(self.start, end)]
+        spans, t = [], self.start
+        while t < end:
+            spans.append((t, min(t + self.pulses.on_for, end)))
+            t += self.pulses.on_for + self.pulses.off_for
+        return spans
 
 
 class Expectation(Frozen):
-    outcome: Literal[OUTCOMES] | None = None  # type: ignore[valid-type]
-    detect_within: Seconds | None = None
-    recover_within: Seconds | None = None
-    breaker_within: Seconds | None = None
+    """What a policy is expected to do: an outcome (or a list of acceptable ones) and bounds
+    on the measured times, in seconds after the fault started."""
+
+    outcome: Literal[OUTCOMES] | tuple[Literal[OUTCOMES], ...] | None = None  # type: ignore[valid-type]
+    detect_within: Span | None = None
+    recover_within: Span | None = None
+    breaker_within: Span | None = None
 
 
 class Scenario(Frozen):
@@ -94,18 +197,29 @@ class Scenario(Frozen):
     cluster: ClusterConfig = ClusterConfig()
     workload: WorkloadSpec = WorkloadSpec()
     warmup_steps: Annotated[int, Field(ge=1)] = 8
-    faults: list[FaultEvent] = []
-    hang_cap: Seconds = 60.0
+    groups: dict[str, Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(min_length=1)]] = {}
+    faults: tuple[FaultEvent, ...] = ()
+    hang_cap: Span = 60.0
     settle_steps: Annotated[int, Field(ge=1)] = 8
     policies: dict[str, dict[str, Any]] = Field(default_factory=lambda: {p: {} for p in POLICY_NAMES})
     expect: dict[str, Expectation] = {}
 
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _bare_policy_names(cls, value: Any) -> Any:
+        # `baseline:` with nothing after it means the policy's defaults
+        if isinstance(value, dict):
+            return {k: {} if v is None else v for k, v in value.items()}
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
+        world = self.cluster.ranks
+        for name, members in self.groups.items():
+            _inside(f"groups.{name}", members, world)
         for i, event in enumerate(self.faults):
-            if event.target.rank >= self.cluster.ranks:
-                raise ValueError(f"faults.{i}.target.rank: rank {event.target.rank} is outside the "
-                                 f"cluster (ranks 0..{self.cluster.ranks - 1})")
+            self._check_target(i, event)
+        _check_overlaps(self)
         for name in self.policies:
             try:
                 policy_spec(name, self.policies[name])
@@ -117,6 +231,35 @@ class Scenario(Frozen):
                                  f"({', '.join(self.policies)})")
         return self
 
+    def _check_target(self, i: int, event: FaultEvent) -> None:
+        where, target, world = f"faults.{i}.target", event.target, self.cluster.ranks
+        if target.rank is not None:
+            _inside(f"{where}.rank", (target.rank,), world)
+        if target.ranks is not None:
+            _inside(f"{where}.ranks", target.ranks, world)
+        if target.group is not None and target.group not in self.groups:
+            known = ", ".join(self.groups) or "none defined"
+            raise ValueError(f"{where}.group: no group {target.group!r} under 'groups' ({known})")
+        if target.count is not None and target.size(world) > world:
+            raise ValueError(f"{where}.count: {target.count!r} ranks out of a cluster of {world}")
+        if event.fault.kind == "partition" and event.fault.groups is None \
+                and len(self.targets(i)) >= world:
+            raise ValueError(f"{where}: a partition cuts the target off from the other ranks, "
+                             "but it covers the whole cluster; leave at least one rank out")
+
+    def targets(self, index: int) -> tuple[int, ...]:
+        """The ranks fault `index` hits, sorted; `count` draws them with the seed, the same
+        ones on every run of the scenario."""
+        target = self.faults[index].target
+        if target.rank is not None:
+            return (target.rank,)
+        if target.ranks is not None:
+            return tuple(sorted(target.ranks))
+        if target.group is not None:
+            return tuple(sorted(set(self.groups[target.group])))
+        draw = random.Random(f"{self.seed}/{index}")
+        return tuple(sorted(draw.sample(range(self.cluster.ranks), target.size(self.cluster.ranks))))
+
     def policy(self, name: str) -> PolicySpec:
         return policy_spec(name, self.policies.get(name, {}))
 
@@ -126,12 +269,50 @@ class Scenario(Frozen):
         return max((e.start + (e.duration or 0.0) for e in self.faults), default=0.0)
 
 
+def _inside(where: str, ranks: tuple[int, ...], world: int) -> None:
+    outside = [r for r in ranks if r >= world]
+    if outside:
+        raise ValueError(f"{where}: rank {outside[0]} is outside the cluster (ranks 0..{world - 1}; "
+                         "cluster.ranks sets the size)")
+
+
+def _check_overlaps(scenario: Scenario) -> None:
+    """Refuse timelines that cannot happen: one kind twice on a rank at once, or a fault on a
+    rank after a kill fault removed it."""
+    faults = scenario.faults
+    for j, later in enumerate(faults):
+        for i, earlier in enumerate(faults[:j]):
+            shared = sorted(set(scenario.targets(i)) & set(scenario.targets(j)))
+            if not shared:
+                continue
+            for a, b in ((i, j), (j, i)):
+                if faults[a].fault.kind == "kill" and faults[b].start >= faults[a].start:
+                    raise ValueError(f"faults.{b}: rank {shared[0]} is killed by faults.{a} at "
+                                     f"{faults[a].start:g} s; nothing can happen to it after that")
+            if earlier.fault.kind == later.fault.kind and _overlap(earlier, later):
+                raise ValueError(f"faults.{j}: a second {later.fault.kind} on rank {shared[0]} while "
+                                 f"faults.{i} still holds it; make one end before the other starts")
+
+
+def _overlap(a: FaultEvent, b: FaultEvent) -> bool:
+    def before(x: float | None, y: float) -> bool:
+        return x is not None and x <= y
+    return any(not before(a_off, b_on) and not before(b_off, a_on)
+               for a_on, a_off in a.windows() for b_on, b_off in b.windows())
+
+
+# -- loading ------------------------------------------------------------------------------
+
+_PATH_PREFIX = re.compile(r"^((?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*): ")
+
+
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of the YAML node at pydantic location `loc`, as deep as it exists."""
+    """The 1-based line of the YAML node at location `loc`, as deep as it exists."""
     line = node.start_mark.line + 1 if node is not None else None
     for key in loc:
         if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == str(key)), None)
+            node = next((v for k, v in node.value
+                         if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             node = node.value[key]
         else:
@@ -142,46 +323,144 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+def _file_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A pydantic location in the model -> the same place in the file, where a fault's
+    parameters sit flat beside its timing: ("faults", 0, "fault", "loss", "percent") ->
+    ("faults", 0, "percent")."""
+    loc = tuple(p for p in loc if not str(p).startswith("function-"))
+    if len(loc) >= 3 and loc[0] == "faults" and loc[2] == "fault":
+        rest = loc[3:]
+        if rest and rest[0] in kind_names():
+            rest = rest[1:]  # the tag of the fault union repeats the kind
+        loc = loc[:2] + rest
+    return loc
+
+
+def describe_errors(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """(location in the file, "field: problem (got value)") for every problem."""
+    problems = []
+    for err in exc.errors():
+        loc = _file_location(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        # a model-level check names its field itself: "faults.1.target.rank: ..."
+        named = _PATH_PREFIX.match(msg)
+        if named:
+            loc += tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
+            msg = msg[named.end():]
+        value = err.get("input")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling (`chaos schema` lists the fields)"
+        elif err["type"] != "missing" and not named and repr(value) not in msg and not isinstance(value, dict):
+            msg += f" (got {value!r})"
+        field = ".".join(str(p) for p in loc) or "scenario"
+        problems.append((loc, f"{field}: {msg}"))
+    return problems
+
+
 def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> Scenario:
-    """Read and validate a scenario file; raises UsageError with file:line: field: problem.
+    """Read and validate a scenario file; raises UsageError with file:line: field: problem,
+    one line per problem.
 
     `overrides` maps dotted field paths ("cluster.ranks", "seed") to values given on the
     command line; they are merged before validation, so they are checked like the file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such scenario file; pass the path of a .yaml file "
                          "(see scenarios/ for examples)") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); a scenario is a YAML text file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise UsageError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to read") from None
     if not isinstance(data, dict):
-        raise UsageError(f"{path}: a scenario is a mapping of fields (name, faults, policies, ...)")
+        raise UsageError(f"{path}: a scenario is a mapping of fields (name, faults, policies, ...), "
+                         f"not {type(data).__name__}")
     data.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
         *parents, leaf = dotted.split(".")
         node = data
         for key in parents:
+            if not isinstance(node.get(key, {}), dict):
+                raise UsageError(f"{path}: {key}: expected a mapping to set {dotted} in")
             node = node.setdefault(key, {})
         node[leaf] = value
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        message = describe_validation_error(exc)
-        loc = tuple(exc.errors()[0]["loc"]) or _leading_path(message)
-        line = _line_of(root, loc)
-        where = f":{line}" if line else ""
-        raise UsageError(f"{path}{where}: {message}") from exc
+        lines = []
+        for loc, message in describe_errors(exc):
+            line = _line_of(root, loc)
+            lines.append(f"{path}{f':{line}' if line else ''}: {message}")
+        raise UsageError("\n".join(lines)) from None
+    except RecursionError:
+        raise UsageError(f"{path}: a value refers to itself (a YAML alias loop)") from None
 
 
-def _leading_path(message: str) -> tuple[Any, ...]:
-    """("faults", 0, "target") from a cross-field message "faults.0.target: ..."."""
-    head = message.split(": ", 1)[0]
-    return tuple(int(p) if p.isdigit() else p for p in head.split("."))
+# -- JSON Schema --------------------------------------------------------------------------
+
+_NUMBER = r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?"
+# What each unit parser accepts besides a bare number, as a JSON Schema for editors.
+_UNIT_FORMS = {
+    units.parse_duration: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*(us|ms|s|m|min|h)?\s*$"},
+                           {"type": "number", "minimum": 0}, units.DURATION_FORM),
+    units.parse_percent: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*%\s*$"}, None, units.PERCENT_FORM),
+    units.parse_rate: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*[A-Za-z]+\s*$"}, None, units.RATE_FORM),
+    units.parse_size: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*[A-Za-z]*\s*$"},
+                       {"type": "integer", "minimum": 1}, units.SIZE_FORM),
+}
+
+
+class _UnitsJsonSchema(GenerateJsonSchema):
+    """Fields parsed from unit strings ("250ms", "20%") are strings (or numbers) in a file."""
+
+    def function_before_schema(self, schema: Any) -> dict[str, Any]:
+        parser = schema["function"]["function"]
+        if parser in _UNIT_FORMS:
+            text, number, form = _UNIT_FORMS[parser]
+            return {"anyOf": [text, number] if number else [text], "description": form}
+        inner = super().function_before_schema(schema)
+        if inner.get("type") in ("integer", "number"):
+            return {"anyOf": [inner, {"type": "string"}]}  # numbers that take names too (signals)
+        return inner
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a scenario file (what `chaos schema` prints), for editors."""
+    schema = Scenario.model_json_schema(schema_generator=_UnitsJsonSchema)
+    defs = schema["$defs"]
+    timing = {k: v for k, v in defs["FaultEvent"]["properties"].items() if k in TIMING_FIELDS}
+    kinds = []
+    for cls in FAULT_KINDS:
+        fault = cls.model_json_schema(schema_generator=_UnitsJsonSchema)
+        defs.update(fault.pop("$defs", {}))
+        fault["properties"].update(timing)
+        fault["required"] = ["kind", "target", *fault.get("required", [])]
+        fault["additionalProperties"] = False
+        defs[f"{cls.__name__}Event"] = fault
+        kinds.append({"$ref": f"#/$defs/{cls.__name__}Event"})
+    defs["FaultEvent"] = {"description": FaultEvent.__doc__, "oneOf": kinds}
+    overrides = PolicySpec.model_json_schema(schema_generator=_UnitsJsonSchema)
+    overrides["properties"].pop("name")
+    overrides.pop("required", None)
+    overrides["title"] = "PolicyOverrides"
+    defs["PolicyOverrides"] = overrides
+    names = {"propertyNames": {"enum": list(POLICY_NAMES)}}
+    schema["properties"]["policies"] = {**names, "type": "object", "description": "policies to compare",
+                                        "additionalProperties": {"anyOf": [{"$ref": "#/$defs/PolicyOverrides"},
+                                                                           {"type": "null"}]}}
+    schema["properties"]["expect"] = {**names, "type": "object",
+                                      "additionalProperties": {"$ref": "#/$defs/Expectation"}}
+    schema["required"] = []  # name defaults to the file name
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "chaos-harness scenario"
+    return schema

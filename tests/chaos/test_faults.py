@@ -75,3 +75,20 @@ def test_mechanisms_prefer_netem_and_fall_back_without_it():
         assert here[kind].name.startswith("unavailable: the kernel has no sch_netem")
     bare = choose_mechanisms(_caps(clsact_bpf=False))
     assert bare["loss"].name == "unavailable: the kernel has no sch_netem qdisc, and no bpf here"
+
+
+def test_delayer_draws_keep_the_latency_at_the_median():
+    import random
+    import statistics
+
+    from chaos.nfq import DelaySampler
+    fixed = DelaySampler(0.05, 0.0, "uniform", 0.0)
+    assert {fixed.draw() for _ in range(10)} == {0.05}
+    for distribution, correlation in (("uniform", 0.25), ("normal", 0.25), ("paretonormal", 0.0)):
+        sampler = DelaySampler(0.05, 0.01, distribution, correlation, random.Random(1))
+        draws = [sampler.draw() for _ in range(20000)]
+        assert statistics.fmean(draws) == pytest.approx(0.05, abs=0.0005)
+        assert min(draws) >= 0.0
+    uniform = DelaySampler(0.05, 0.01, "uniform", 0.0, random.Random(2))
+    draws = [uniform.draw() for _ in range(5000)]
+    assert 0.04 <= min(draws) and max(draws) <= 0.06
