@@ -113,40 +113,49 @@ def _docker_engine() -> None:
             raise OSError(f"{DOCKER_SOCKET} did not answer a ping")
 
 
+def _probe_kernel(ns: str, dev: str, found: dict[str, object], reasons: dict[str, str]) -> None:
+    """The kernel checks, in the scratch namespace `ns` on veth `dev`."""
+    found["netem"] = _try(reasons, "netem", "adding a netem qdisc",
+                          lambda: _root_qdisc(ns, dev, "netem", netem.options(Loss(percent="1%"))))
+    found["tbf"] = _try(reasons, "tbf", "adding a tbf qdisc",
+                        lambda: _root_qdisc(ns, dev, "tbf", tc.tbf_options(10e6, None)))
+    found["blackhole"] = _try(reasons, "blackhole", "adding a blackhole qdisc",
+                              lambda: _root_qdisc(ns, dev, "blackhole", b""))
+    found["clsact_bpf"] = _try(reasons, "clsact_bpf", "attaching a cls_bpf program to clsact",
+                               lambda: _clsact_bpf(ns, dev))
+    families = tuple(name for name, number in nft.FAMILIES.items()
+                     if _try(reasons, f"nft_{name}", f"an nftables {name} table",
+                             lambda number=number: _nft_table(ns, number, [])))
+    found["nft_families"] = families
+    found["nft_bridge"] = "bridge" in families
+    if not found["nft_bridge"]:
+        reasons["nft_bridge"] = reasons.get("nft_bridge", "no nftables bridge family")
+    found["bridge_netfilter"] = os.path.exists(nfq.BRIDGE_NF_CALL_IPTABLES)
+    if not found["bridge_netfilter"]:
+        reasons["bridge_netfilter"] = f"{nfq.BRIDGE_NF_CALL_IPTABLES} is missing (no br_netfilter)"
+    queue_rule = [nft.Chain("forward", nft.IP_FORWARD, 0,
+                            (tuple(nft.physdev_is(dev, False) + nft.nfqueue(1)),))]
+    found["nfqueue_delay"] = (
+        found["bridge_netfilter"]
+        and _try(reasons, "nfqueue_delay", "an ip rule with physdev match and NFQUEUE target",
+                 lambda: _nft_table(ns, nft.NFPROTO_IPV4, queue_rule))
+        and _try(reasons, "nfqueue_delay", "binding an NFQUEUE listener",
+                 lambda: _nfqueue_listener(ns)))
+    if not found["bridge_netfilter"]:
+        reasons["nfqueue_delay"] = reasons["bridge_netfilter"]
+
+
 def probe() -> Capabilities:
     """Run every check once (needs root)."""
     start = time.monotonic()
     reasons: dict[str, str] = {}
     found: dict[str, object] = {}
-    with _scratch_namespace() as (ns, dev):
-        found["netem"] = _try(reasons, "netem", "adding a netem qdisc",
-                              lambda: _root_qdisc(ns, dev, "netem", netem.options(Loss(percent="1%"))))
-        found["tbf"] = _try(reasons, "tbf", "adding a tbf qdisc",
-                            lambda: _root_qdisc(ns, dev, "tbf", tc.tbf_options(10e6, None)))
-        found["blackhole"] = _try(reasons, "blackhole", "adding a blackhole qdisc",
-                                  lambda: _root_qdisc(ns, dev, "blackhole", b""))
-        found["clsact_bpf"] = _try(reasons, "clsact_bpf", "attaching a cls_bpf program to clsact",
-                                   lambda: _clsact_bpf(ns, dev))
-        families = tuple(name for name, number in nft.FAMILIES.items()
-                         if _try(reasons, f"nft_{name}", f"an nftables {name} table",
-                                 lambda number=number: _nft_table(ns, number, [])))
-        found["nft_families"] = families
-        found["nft_bridge"] = "bridge" in families
-        if not found["nft_bridge"]:
-            reasons["nft_bridge"] = reasons.get("nft_bridge", "no nftables bridge family")
-        found["bridge_netfilter"] = os.path.exists(nfq.BRIDGE_NF_CALL_IPTABLES)
-        if not found["bridge_netfilter"]:
-            reasons["bridge_netfilter"] = f"{nfq.BRIDGE_NF_CALL_IPTABLES} is missing (no br_netfilter)"
-        queue_rule = [nft.Chain("forward", nft.IP_FORWARD, 0,
-                                (tuple(nft.physdev_is(dev, False) + nft.nfqueue(1)),))]
-        found["nfqueue_delay"] = (
-            found["bridge_netfilter"]
-            and _try(reasons, "nfqueue_delay", "an ip rule with physdev match and NFQUEUE target",
-                     lambda: _nft_table(ns, nft.NFPROTO_IPV4, queue_rule))
-            and _try(reasons, "nfqueue_delay", "binding an NFQUEUE listener",
-                     lambda: _nfqueue_listener(ns)))
-        if not found["bridge_netfilter"]:
-            reasons["nfqueue_delay"] = reasons["bridge_netfilter"]
+    try:
+        with _scratch_namespace() as (ns, dev):
+            _probe_kernel(ns, dev, found, reasons)
+    except ChaosError as exc:  # not root, or no namespaces: every kernel mechanism is out
+        for check in ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay"):
+            reasons[check] = f"cannot probe the kernel: {exc}"
     found["docker"] = _try(reasons, "docker", f"pinging the Docker engine at {DOCKER_SOCKET}", _docker_engine)
     found["gpu"] = bool(glob.glob("/dev/nvidia[0-9]*"))
     if not found["gpu"]:

@@ -3,6 +3,8 @@
     chaos run SCENARIO.yaml [--policy NAME]... [--ranks N] [--seed N] [--out DIR]
                             [--backend netns|docker] [--quiet]
     chaos report RUN_DIR... [--out DIR]      re-analyze stored runs, no re-run
+    chaos run SCENARIO.yaml --dry-run        the resolved plan, nothing touched
+    chaos schema                             JSON Schema of scenario files, for editors
     chaos heal [--run-id ID | --all]         remove what crashed runs left behind
     chaos doctor                             what this machine can inject, and how
     chaos calibrate                          configured vs measured, per fault mechanism
@@ -38,7 +40,7 @@ def require_root(what: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.backends import backend_named
-    from harness.orchestrator import run_scenario
+    from harness.orchestrator import plan_text, run_scenario
     from harness.progress import Progress
     from harness.scenario import load_scenario
     import reports
@@ -56,9 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--policy {unknown[0]}: not in {args.scenario}'s policies "
                          f"({', '.join(scenario.policies)}); add it under 'policies:' or pick one of those")
+    if args.dry_run:
+        print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names()))
+        return 0
     require_root("chaos run")
     backend = backend_named(scenario.cluster.backend)
-    progress = Progress(quiet=args.quiet)
+    progress = Progress(quiet=args.quiet, scope=scenario.name)
     run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, Path(args.out), backend, progress)
     written = reports.write_reports(run_dir)
     table = reports.analyze_run(run_dir)
@@ -73,13 +78,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _mechanism_names() -> Callable[[object], str]:
+    """Which mechanism each fault kind gets here, as `chaos doctor` probes it (root only)."""
+    if os.geteuid() != 0:
+        return lambda fault: "the mechanism the probe picks at run time (`chaos doctor` as root shows it)"
+    from chaos.inject import default_mechanisms
+    mechanisms = default_mechanisms()
+    return lambda fault: mechanisms[fault.kind].name  # type: ignore[attr-defined]
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+    from harness.scenario import json_schema
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
 def cmd_heal(args: argparse.Namespace) -> int:
     require_root("chaos heal")
-    from chaos.heal import heal
+    from chaos.heal import heal_main
     from harness.backends import load_undo_plugins
-    load_undo_plugins()
-    print(heal(args.run_id, everything=args.all).summary())
-    return 0
+    load_undo_plugins()  # undos that backends (docker) register
+    return heal_main(args.rest)
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -102,12 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=["netns", "docker"], help="host backend (default: the scenario's, netns)")
     run.add_argument("--out", default="runs", help="folder for run folders (default: ./runs)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the resolved plan (which ranks, which mechanism, when) and exit")
     run.set_defaults(func=cmd_run)
 
-    heal = sub.add_parser("heal", help="remove what crashed runs left on this host")
-    which = heal.add_mutually_exclusive_group()
-    which.add_argument("--run-id", help="heal this run, even if its owner looks alive")
-    which.add_argument("--all", action="store_true", help="heal every run, live owners included")
+    schema = sub.add_parser("schema", help="print the JSON Schema of scenario files (for editors)")
+    schema.set_defaults(func=cmd_schema)
+
+    heal = sub.add_parser("heal", help="remove what crashed runs left on this host", add_help=False)
+    heal.add_argument("rest", nargs=argparse.REMAINDER)
     heal.set_defaults(func=cmd_heal)
 
     for name, module, function, text in [

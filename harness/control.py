@@ -6,6 +6,11 @@ not special and a fault on a rank's link also cuts that rank off from the store.
     generation     the current process-group generation; a rank that saw its group fail
                    bumps it with compare_set(old, old + 1) and every rank joins the value
                    it reads, under PrefixStore("gen<N>/").
+    gen<N>/members the members of generation N (original rank ids, a JSON list), agreed
+                   by compare_set from "": the first proposal wins.
+
+Beside the store, on the next port, the failure detector's heartbeat server
+(harness.detector): UDP heartbeats in, one digest of every rank's liveness out to all.
 """
 from __future__ import annotations
 
@@ -17,14 +22,21 @@ GENERATION_KEY = "generation"
 LISTENING = "control plane listening"
 
 
+def heartbeat_port(store_port: int) -> int:
+    """The failure detector's port (UDP heartbeats, TCP leases): the one after the store's."""
+    return store_port + 1
+
+
 def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
+    from harness.detector import HeartbeatServer
     from harness.signals import Terminated
 
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")
+    HeartbeatServer(heartbeat_port(config["port"])).start()
     print(f"{LISTENING} on port {config['port']}", flush=True)
     try:
         while True:

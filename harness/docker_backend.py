@@ -612,9 +612,14 @@ class DockerCluster(Cluster):
                 _undo_pause({"name": self._ranks[r].name, "engine": self.engine_url})
 
     def stop_ranks(self, deadline_s: float) -> list[RankExit]:
-        live = self._live()
-        for r in live:
-            self.kill(r, signal.SIGTERM)
+        # SIGTERM straight to every rank's process (what `docker kill` does, minus one API
+        # round trip of 10-25 ms per container): all ranks get it within a millisecond, as
+        # from the netns launcher. Serial API calls spread it over ~0.4 s for 16 ranks, and
+        # ranks still running report the early ones' closed sockets as collective errors.
+        for r in self._live():
+            st = self._ranks[r]
+            if st.pid is not None:
+                proc.send_signal(st.pid, signal.SIGTERM, st.started, gone_ok=True)
         deadline = time.monotonic() + deadline_s
         exits: list[RankExit] = []
         killed = False
@@ -654,7 +659,9 @@ class DockerCluster(Cluster):
                 if live:
                     self._unpause_all(live)
                     for r in live:
-                        self.kill(r, signal.SIGKILL)
+                        st = self._ranks[r]
+                        if st.pid is not None:
+                            proc.send_signal(st.pid, signal.SIGKILL, st.started, gone_ok=True)
                 self.collect_logs()
             finally:
                 if self._launcher is not None:

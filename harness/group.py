@@ -2,17 +2,32 @@
 
 torch raises plain RuntimeErrors (and DistError subclasses) for every collective failure;
 they are translated once, here, into `CollectiveError` with a short classification.
-Collectives are issued asynchronously and waited on by polling, so that a SIGTERM (and a
-failure detector) is noticed within one poll interval instead of only at the timeout.
+Collectives are issued asynchronously and waited on by polling, so that a SIGTERM is
+noticed within one poll interval, and a `watch` (the failure detector) is asked every
+WATCH_INTERVAL_S whether to stop waiting.
+
+Each generation is its own `ProcessGroupGloo` object (not the default group), so a group
+whose collective is stuck can be abandoned: gloo has no abort (`abort()` and `shutdown()`
+return but the pending op runs on, measured), and dropping the last reference blocks in
+its destructor until the op's timeout. `leave()` therefore hands such a group to a reaper
+thread, which drops it there (torch releases the GIL in that destructor): its threads end
+and its sockets close at the collective timeout, while this rank forms the next
+generation on a fresh store prefix at once.
+
+Membership: generation N's members (original rank ids) are agreed under `gen<N>/members`
+by compare-and-set from the empty value: the first proposal wins and every rank reads it.
+Ranks are renumbered by their position in it.
 """
 from __future__ import annotations
 
 import gc
+import json
 import re
 import socket
+import threading
 import time
 from datetime import timedelta
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.distributed as dist
@@ -20,13 +35,20 @@ import torch.distributed as dist
 from harness.control import GENERATION_KEY
 
 POLL_INTERVAL_S = 0.005
+WATCH_INTERVAL_S = 0.02
 RENDEZVOUS_SLICE_S = 0.5
+WATCHED_RENDEZVOUS_SLICE_S = 0.05
 RENDEZVOUS_REPORT_S = 5.0
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 
+# Asked while waiting, with the seconds waited so far: a reason to stop waiting, or None.
+Watch = Callable[[float], "str | None"]
+
+
 class CollectiveError(Exception):
-    """A collective or a rendezvous failed. `cause` is timeout / closed / reset / rendezvous / other."""
+    """A collective or a rendezvous failed, or a watch ended the wait. `cause` is timeout /
+    closed / reset / rendezvous / suspect (the failure detector) / other."""
 
     def __init__(self, message: str, cause: str, phase: str) -> None:
         super().__init__(message)
@@ -52,41 +74,64 @@ def _short(exc: BaseException) -> str:
     return re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", str(exc)).strip().splitlines()[0][:300]
 
 
+class NotAMember(Exception):
+    """The agreed membership of a generation leaves this rank out."""
+
+    def __init__(self, generation: int, members: tuple[int, ...]) -> None:
+        super().__init__(f"generation {generation} goes on without this rank "
+                         f"(members {list(members)})")
+        self.generation = generation
+        self.members = members
+
+
 class Group(Protocol):
     """What the runner needs of a process group (a fake implements it in unit tests)."""
 
     generation: int
-    rank: int
+    rank: int                   # position in `members`
     world_size: int
+    member: int                 # this rank's original id (the events' rank)
+    members: tuple[int, ...]    # original ids of the current generation, in rank order
 
-    def join(self, failed_generation: int | None) -> int: ...
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> None: ...
+    def join(self, failed_generation: int | None, proposal: tuple[int, ...] | None = None,
+             watch: Watch | None = None) -> int: ...
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", watch: Watch | None = None) -> None: ...
+    def broadcast(self, tensor: torch.Tensor, src: int, watch: Watch | None = None) -> None: ...
     def leave(self) -> float: ...
     def health_check(self, timeout_s: float) -> tuple[bool, str]: ...
 
 
 class GlooGroup:
-    """The default process group over gloo, re-formed per generation under one store."""
+    """One gloo process group per generation under one store."""
 
     def __init__(self, store: dist.Store, store_address: tuple[str, int], rank: int,
                  world_size: int, timeout_s: float, rendezvous_timeout_s: float,
-                 on_wait: Callable[[int, int], None] = lambda gen, arrived: None) -> None:
+                 on_wait: Callable[[int, int], None] = lambda gen, arrived: None,
+                 on_reaped: Callable[[int, float], None] = lambda gen, secs: None) -> None:
         self.store = store
         self.store_address = store_address
+        self.member = rank
+        self.members = tuple(range(world_size))
         self.rank = rank
         self.world_size = world_size
         self.timeout = timedelta(seconds=timeout_s)
         self.rendezvous_timeout_s = rendezvous_timeout_s
-        self.on_wait = on_wait  # called while waiting in a rendezvous: (generation, arrived)
+        self.on_wait = on_wait      # called while waiting in a rendezvous: (generation, arrived)
+        self.on_reaped = on_reaped  # called by the reaper: (generation, seconds it lingered)
         self.generation = -1
+        self._pg: Any = None        # the ProcessGroupGloo of `generation`
+        self._pending: Any = None   # its work not yet completed, if a wait was abandoned
 
-    def join(self, failed_generation: int | None) -> int:
+    def join(self, failed_generation: int | None, proposal: tuple[int, ...] | None = None,
+             watch: Watch | None = None) -> int:
         """Join the current generation; after a failure in generation g, move past g.
 
-        Rendezvous first: every rank counts itself in under ``gen<N>/arrived`` and waits,
-        up to the rendezvous timeout, until all have arrived; only then is the gloo group
-        formed (with the collective timeout). A rank whose rendezvous times out bumps the
-        generation, so that late ranks never count into a generation the others left.
+        The members are agreed first (`proposal`, default: the current members, unless
+        another rank proposed first). Then the rendezvous: every member counts itself in
+        under ``gen<N>/arrived`` and waits, up to the rendezvous timeout (or until `watch`
+        gives a reason), until all have arrived; only then is the gloo group formed. A rank
+        whose rendezvous fails bumps the generation, so that late ranks never count into a
+        generation the others left. Raises NotAMember when the agreed members exclude it.
         """
         try:
             if failed_generation is None:
@@ -95,55 +140,97 @@ class GlooGroup:
                 old, new = str(failed_generation), str(failed_generation + 1)
                 gen = int(self.store.compare_set(GENERATION_KEY, old, new))
             self.generation = gen
-            if not self._rendezvous(gen):
+            members = self._agree(gen, self.members if proposal is None else proposal)
+            if self.member not in members:
+                raise NotAMember(gen, members)
+            self.members, self.rank, self.world_size = members, members.index(self.member), len(members)
+            stopped = self._rendezvous(gen, watch)
+            if stopped is not None:
                 self.store.compare_set(GENERATION_KEY, str(gen), str(gen + 1))
-                raise CollectiveError(
-                    f"rendezvous of generation {gen} timed out after "
-                    f"{self.rendezvous_timeout_s:g}s waiting for {self.world_size} ranks",
-                    "rendezvous", "join")
-            dist.init_process_group("gloo", store=dist.PrefixStore(f"gen{gen}/", self.store),
-                                    rank=self.rank, world_size=self.world_size, timeout=self.timeout)
+                cause, reason = stopped
+                raise CollectiveError(reason, cause, "join")
+            self._pg = dist.ProcessGroupGloo(dist.PrefixStore(f"gen{gen}/", self.store),
+                                             self.rank, self.world_size, self.timeout)
         except (RuntimeError, ValueError) as exc:  # DistError derives from RuntimeError
             raise CollectiveError(_short(exc), "rendezvous", "join") from exc
         return self.generation
 
-    def _rendezvous(self, gen: int) -> bool:
+    def _agree(self, gen: int, proposal: tuple[int, ...]) -> tuple[int, ...]:
+        agreed = self.store.compare_set(f"gen{gen}/members", "", json.dumps(sorted(proposal)))
+        return tuple(json.loads(agreed))
+
+    def _rendezvous(self, gen: int, watch: Watch | None) -> tuple[str, str] | None:
+        """Wait until every member arrived; returns (cause, reason) if it stopped waiting."""
         complete, arrived_key = f"gen{gen}/complete", f"gen{gen}/arrived"
         arrived = self.store.add(arrived_key, 1)
         if arrived == self.world_size:
             self.store.set(complete, "1")
-        deadline = time.monotonic() + self.rendezvous_timeout_s
+        started = time.monotonic()
+        deadline = started + self.rendezvous_timeout_s
+        slice_s = RENDEZVOUS_SLICE_S if watch is None else WATCHED_RENDEZVOUS_SLICE_S
         next_report = 0.0
         while (left := deadline - time.monotonic()) > 0:
             if time.monotonic() >= next_report:  # a rank waiting here is acting, not hung
                 self.on_wait(gen, arrived)
                 next_report = time.monotonic() + RENDEZVOUS_REPORT_S
-            try:  # waits in slices so that a SIGTERM is handled within one
-                self.store.wait([complete], timedelta(seconds=min(left, RENDEZVOUS_SLICE_S)))
-                return True
+            try:  # waits in slices so that a SIGTERM (and the watch) is handled within one
+                self.store.wait([complete], timedelta(seconds=min(left, slice_s)))
+                return None
             except RuntimeError:
                 arrived = self.store.add(arrived_key, 0)
-        return False
+            if watch is not None and (reason := watch(time.monotonic() - started)) is not None:
+                return "suspect", reason
+        return "rendezvous", (f"rendezvous of generation {gen} timed out after "
+                              f"{self.rendezvous_timeout_s:g}s waiting for {self.world_size} ranks")
 
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", watch: Watch | None = None) -> None:
+        options = dist.AllreduceOptions()
+        options.reduceOp = _OPS[op]
+        self._wait(lambda: self._pg.allreduce([tensor], options), watch)
+
+    def broadcast(self, tensor: torch.Tensor, src: int, watch: Watch | None = None) -> None:
+        options = dist.BroadcastOptions()
+        options.rootRank, options.rootTensor = src, 0
+        self._wait(lambda: self._pg.broadcast([tensor], options), watch)
+
+    def _wait(self, issue: Callable[[], Any], watch: Watch | None) -> None:
+        """Issue a collective and poll it; a watch's reason abandons it (left pending)."""
+        if self._pg is None:
+            raise CollectiveError("no process group: join first", "other", "step")
+        started = time.monotonic()
+        next_watch = started
         try:
-            work = dist.all_reduce(tensor, op=_OPS[op], async_op=True)
+            work = self._pending = issue()
             while not work.is_completed():
                 time.sleep(POLL_INTERVAL_S)
+                if watch is not None and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + WATCH_INTERVAL_S
+                    if (reason := watch(time.monotonic() - started)) is not None:
+                        raise CollectiveError(reason, "suspect", "step")
             work.wait()
+            self._pending = None
         except RuntimeError as exc:
+            self._pending = None  # a failed op is over: nothing left to abandon
             raise CollectiveError(_short(exc), classify(str(exc)), "step") from exc
 
     def leave(self) -> float:
-        """Destroy the group so its sockets close and peers see it; returns seconds taken."""
+        """Release the group so its sockets close and peers see it; returns seconds taken.
+
+        Never blocks on a collective: a group with a pending op goes to a reaper thread."""
         start = time.monotonic()
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except RuntimeError:
-                pass  # a group that failed may refuse a clean destroy; it is gone either way
-        gc.collect()  # tracebacks hold the failed work, and the work holds the group's sockets
+        gc.collect()  # first, while we still hold them: tracebacks hold the work and the group
+        if self._pg is not None and self._pending is not None and not self._pending.is_completed():
+            lingering = [self._pg, self._pending]
+            threading.Thread(target=self._reap, args=(lingering, self.generation),
+                             name=f"reaper-gen{self.generation}", daemon=True).start()
+            del lingering
+        self._pg = self._pending = None
         return time.monotonic() - start
+
+    def _reap(self, lingering: list[Any], gen: int) -> None:
+        start = time.monotonic()
+        lingering.clear()  # the destructor waits for the abandoned op to time out
+        self.on_reaped(gen, time.monotonic() - start)
 
     def health_check(self, timeout_s: float) -> tuple[bool, str]:
         """Can this host reach the control plane? A TCP connect within `timeout_s`."""

@@ -28,6 +28,7 @@ from typing import Callable
 
 from chaos.api import Injection, Injector
 from chaos.errors import HarnessError
+from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, record_owner
 from chaos.ledger import Ledger
@@ -41,6 +42,7 @@ from harness.scenario import Scenario
 POLL_S = 0.05
 STOP_DEADLINE_S = 3.0
 READY_DEADLINE_S = 60.0
+DEAD_MAN_MARGIN_S = 5.0
 
 
 @dataclass
@@ -72,6 +74,10 @@ class Monitor:
     def mark(self) -> None:
         self.steps_since = {}
 
+    def least_since(self) -> int:
+        """Steps since `mark()` of the live rank that made the fewest."""
+        return min((self.steps_since.get(r, 0) for r in self.live), default=0)
+
     @property
     def live(self) -> list[int]:
         return [r for r in range(self.ranks) if r not in self.exited]
@@ -102,11 +108,13 @@ class Action:
 
 
 def timeline(scenario: Scenario) -> list[Action]:
+    """Every apply and revert in time order; a pulsed fault contributes one pair per on-phase."""
     actions = []
     for i, event in enumerate(scenario.faults):
-        actions.append(Action(event.start, "apply", i))
-        if event.duration is not None:
-            actions.append(Action(event.start + event.duration, "revert", i))
+        for on, off in event.windows():
+            actions.append(Action(on, "apply", i))
+            if off is not None:
+                actions.append(Action(off, "revert", i))
     return sorted(actions, key=lambda a: (a.at, a.verb == "apply"))
 
 
@@ -121,7 +129,8 @@ class Trial:
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
-        self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(ledger))
+        self.make_injector = make_injector or (
+            lambda ledger, cluster: NetlinkInjector(ledger, hosts=cluster.hosts))
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
@@ -138,7 +147,8 @@ class Trial:
 
     def _write_metadata(self) -> None:
         faults = [{"index": i, "kind": e.fault.kind, "fault": e.fault.model_dump(mode="json"),
-                   "targets": [e.target.rank], "start": e.start, "duration": e.duration}
+                   "targets": list(self.scenario.targets(i)), "start": e.start, "duration": e.duration,
+                   "windows": e.windows()}
                   for i, e in enumerate(self.scenario.faults)]
         expect = self.scenario.expect.get(self.policy.name)
         meta = {"policy": self.policy.name, "policy_spec": self.policy.model_dump(mode="json"),
@@ -208,7 +218,8 @@ class Trial:
             if time.monotonic() > deadline:
                 raise HarnessError(f"ranks did not make {want} steps within {READY_DEADLINE_S:.0f} s "
                                    f"({monitor.summary()}); see {self.trial_dir / 'logs'}")
-            self.progress.status(self.policy.name, f"warm-up  {monitor.summary()}")
+            self.progress.status(self.policy.name, monitor.least_since() / want,
+                                 f"warm-up   {monitor.summary()}")
         t = recorder.emit("warmup_done", step=min(monitor.step_of.values()))
         self._say(f"warm-up: {want} steps on all ranks, {t - up:.1f} s after bring-up")
 
@@ -246,21 +257,29 @@ class Trial:
                 return "hung"
             if now > deadline:
                 return "deadline"
-            self.progress.status(self.policy.name, f"t+{now - t_warm:5.1f}s  {monitor.summary()}")
+            if pending:
+                done, phase = (now - t_warm) / max(scenario.last_action_s, POLL_S), "faults  "
+            else:  # settled by steps, or hung by the cap: whichever comes first
+                done, phase = max(monitor.least_since() / scenario.settle_steps,
+                                  idle / scenario.hang_cap), "settling"
+            self.progress.status(self.policy.name, done,
+                                 f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             time.sleep(POLL_S)
 
     def _apply(self, index: int, cluster: Cluster, injector: Injector, recorder: EventRecorder,
                outstanding: dict[int, Injection]) -> None:
         event = self.scenario.faults[index]
-        rank = event.target.rank
-        host = replace(cluster.hosts[rank], pid=cluster.pid(rank))
-        injection = injector.apply(event.fault, [host])
+        ranks = self.scenario.targets(index)
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in ranks]
+        # The dead-man switch reverts a disruptive fault even if this process dies first.
+        dead_man = None if event.duration is None else event.duration + DEAD_MAN_MARGIN_S
+        injection = injector.apply(event.fault, hosts, revert_after=dead_man)
         if event.fault.reversible:
             outstanding[index] = injection
         recorder.emit("fault_applied", t=injection.applied.t_applied, index=index,
                       fault_kind=event.fault.kind, fault=event.fault.model_dump(mode="json"),  # type: ignore[attr-defined]
-                      targets=[rank], mechanism=injection.applied.mechanism)
-        self._say(f"fault {event.fault.describe()} on {host.name} applied "
+                      targets=list(ranks), mechanism=injection.applied.mechanism)
+        self._say(f"fault {event.fault.describe()} on {_ranks_text(ranks)} applied "
                   f"({injection.applied.mechanism})")
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
@@ -270,9 +289,13 @@ class Trial:
         event = self.scenario.faults[index]
         t = outstanding.pop(index).revert()
         recorder.emit("fault_reverted", t=t, index=index, fault_kind=event.fault.kind,  # type: ignore[attr-defined]
-                      targets=[event.target.rank], teardown=teardown)
-        self._say(f"fault {event.fault.kind} on rank {event.target.rank} reverted"  # type: ignore[attr-defined]
+                      targets=list(self.scenario.targets(index)), teardown=teardown)
+        self._say(f"fault {event.fault.kind} on {_ranks_text(self.scenario.targets(index))} reverted"  # type: ignore[attr-defined]
                   + (" (teardown)" if teardown else ""))
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
 
 
 def new_run_dir(out: Path, scenario: Scenario) -> Path:
@@ -283,8 +306,10 @@ def new_run_dir(out: Path, scenario: Scenario) -> Path:
 
 
 def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], out: Path,
-                 backend: Backend, progress: Progress) -> tuple[Path, list[TrialResult]]:
-    """Run every policy of `scenario` in turn; returns the run folder and the trial results."""
+                 backend: Backend, progress: Progress,
+                 command: str | None = None) -> tuple[Path, list[TrialResult]]:
+    """Run every policy of `scenario` in turn; returns the run folder and the trial results.
+    `command` is how to run it again (default: this process's `chaos` command line)."""
     load_undo_plugins()
     healed = heal()  # leftovers of crashed runs (their owner is dead); live runs are left alone
     if healed.undone:
@@ -295,10 +320,43 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
         "scenario": scenario.name, "scenario_file": str(scenario_file), "seed": scenario.seed,
         "backend": backend.name, "policies": policies,
         "started_wall": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": shlex.join(["chaos", *sys.argv[1:]]),
+        "command": command or shlex.join(["chaos", *sys.argv[1:]]),
         "clock": "monotonic, one kernel shared by every rank"}, indent=2) + "\n")
     results = []
     for policy in policies:
         trial = Trial(scenario, policy, run_dir / "trials" / policy, backend, progress)
         results.append(trial.run())
     return run_dir, results
+
+
+def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
+              mechanism: Callable[[FaultBase], str]) -> str:
+    """What `run_scenario` would do, in words: which ranks, which mechanism, when (for
+    `chaos run --dry-run`; nothing is built or injected)."""
+    lines = [f"scenario {scenario.name} ({scenario_file}), seed {scenario.seed}: "
+             f"{scenario.cluster.ranks} ranks on {scenario.cluster.backend} hosts",
+             f"per policy, on a fresh cluster: {scenario.warmup_steps} warm-up steps on every rank, "
+             "then at these offsets after warm-up:"]
+    for action in timeline(scenario):
+        event = scenario.faults[action.index]
+        what = event.fault.describe() if action.verb == "apply" else event.fault.kind  # type: ignore[attr-defined]
+        how = f" by {mechanism(event.fault)}" if action.verb == "apply" else ""
+        lines.append(f"  +{action.at:7.3f} s  {action.verb:6}  faults.{action.index} {what} "
+                     f"on {_ranks_text(scenario.targets(action.index))}{how}")
+    if not scenario.faults:
+        lines.append("  (no fault: a control run)")
+    never = [f"faults.{i}" for i, e in enumerate(scenario.faults) if e.duration is None]
+    if never:
+        lines.append(f"  {', '.join(never)} never heal{'s' if len(never) == 1 else ''} while the harness watches")
+    lines.append(f"then watch until every live rank made {scenario.settle_steps} steps after the last "
+                 f"action, every rank exited, or nothing moved for the hang cap ({scenario.hang_cap:g} s)")
+    lines.append("policies, in this order:")
+    for name in policies:
+        spec = scenario.policy(name)
+        expect = scenario.expect.get(name)
+        wanted = ", ".join(f"{k} {' or '.join(v) if k == 'outcome' else f'{v:g} s'}"
+                           for k, v in expect.model_dump(exclude_none=True).items()) if expect else "nothing"
+        lines.append(f"  {name:10} timeout {spec.timeout:g} s, {spec.max_retries} retries "
+                     f"(backoff {spec.backoff_base:g}..{spec.backoff_cap:g} s), "
+                     f"breaker {'on' if spec.breaker else 'off'}; expects {wanted}")
+    return "\n".join(lines)

@@ -7,21 +7,32 @@
                check, a re-created process group, restore from the latest checkpoint
     isolation  retry + circuit breaker: when retries run out or the health check fails,
                open the breaker, release the group and accelerator memory, and leave
+    elastic    beyond the document: a heartbeat failure detector (harness.detector) ends a
+               stuck collective within about a second; a rank that stays unreachable for
+               `exclude_after` is left out, and the survivors agree on the smaller
+               membership through the control plane, restore from a peer's in-memory
+               state, and go on; the rank cut off opens its breaker and leaves
+
+The document's four take the detector too where their parameters say so
+(`detector: {}` or `detector: true`): it ends the wait on a stuck collective early, and
+the health check becomes "digests arrive from the control plane".
 
 Defaults are the document's runner (max_retries=3, initial_backoff_s=2.0,
-nccl_timeout_s=30, jitter uniform(0.1, 1.0) s); a scenario overrides any field.
+nccl_timeout_s=30, jitter uniform(0.1, 1.0) s); a scenario overrides any field. A
+scenario may run one policy twice under two names: `retry_fd: {base: retry, detector: {}}`.
 """
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from chaos.errors import UsageError
 from chaos.faults import Seconds, describe_validation_error
 
-PolicyName = Literal["baseline", "timeout", "retry", "isolation"]
-POLICY_NAMES: tuple[str, ...] = ("baseline", "timeout", "retry", "isolation")
+PolicyName = Literal["baseline", "timeout", "retry", "isolation", "elastic"]
+POLICY_NAMES: tuple[str, ...] = ("baseline", "timeout", "retry", "isolation", "elastic")
+LABEL = r"^[a-z][a-z0-9_-]{0,39}$"
 
 _DOCUMENT = {"timeout": "30s", "max_retries": 3, "backoff_base": "2s", "backoff_cap": "60s",
              "jitter": ["100ms", "1s"], "health_check_timeout": "1s"}
@@ -30,7 +41,37 @@ POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
     "timeout": {**_DOCUMENT, "max_retries": 0},
     "retry": {**_DOCUMENT},
     "isolation": {**_DOCUMENT, "breaker": True},
+    # The collective timeout only bounds how long an abandoned group's threads linger
+    # (gloo has no abort); detection and recovery do not wait for it.
+    "elastic": {**_DOCUMENT, "timeout": "10s", "rendezvous_timeout": "10s", "max_retries": 3,
+                "backoff_base": "20ms", "backoff_cap": "500ms", "jitter": ["0s", "30ms"],
+                "breaker": True, "detector": {}, "elastic": True, "restore": "peer"},
 }
+
+
+class DetectorSpec(BaseModel):
+    """The heartbeat failure detector a rank consults while it waits (harness.detector)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    interval: Seconds = Field(default=0.1, description="heartbeat period")
+    suspect_after: Seconds = Field(
+        default=0.8, description="silence after which a peer is suspect (and this rank, hearing "
+                                 "no digest, knows it is cut off)")
+    phi: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="phi-accrual threshold instead of the fixed silence (e.g. 8)")
+    straggler_after: Seconds = Field(
+        default=2.0, description="a collective pending this long with every member alive: "
+                                 "report the degraded ones as stragglers")
+    straggler_loss: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.05, description="heartbeat loss that marks an alive peer as degraded")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DetectorSpec":
+        if not 0 < self.interval < self.suspect_after / 2:
+            raise ValueError(f"interval must be positive and under half of suspect_after "
+                             f"(got {self.interval:g}s and {self.suspect_after:g}s)")
+        return self
 
 
 class PolicySpec(BaseModel):
@@ -38,7 +79,9 @@ class PolicySpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: PolicyName
+    name: Annotated[str, Field(pattern=LABEL)] = Field(
+        description="the policy's name in a scenario: a base name, or a label with `base`")
+    base: PolicyName = Field(description="which of the policies this is")
     timeout: Seconds = Field(description="process-group timeout: a collective fails after it")
     rendezvous_timeout: Seconds | None = Field(
         default=None, description="how long a (re)joining rank waits for the others (default: timeout)")
@@ -49,6 +92,22 @@ class PolicySpec(BaseModel):
     health_check_timeout: Seconds = 1.0
     breaker: bool = False
     catch_errors: bool = True
+    detector: DetectorSpec | None = Field(
+        default=None, description="heartbeat failure detector: {} for its defaults, or null")
+    elastic: bool = Field(default=False, description="leave unreachable ranks out and go on smaller")
+    exclude_after: Seconds = Field(
+        default=1.0, description="how long a silent member may stay suspect before it is left "
+                                 "out (a rank whose process is gone is left out at once)")
+    restore: Literal["checkpoint", "peer"] = Field(
+        default="checkpoint", description="after a new group forms: the newest checkpoint all "
+                                          "ranks have, or the newest in-memory state of a peer")
+
+    @field_validator("detector", mode="before")
+    @classmethod
+    def _detector_switch(cls, value: Any) -> Any:
+        if value is True:
+            return {}
+        return None if value is False else value
 
     @model_validator(mode="after")
     def _consistent(self) -> "PolicySpec":
@@ -58,6 +117,8 @@ class PolicySpec(BaseModel):
             raise ValueError(f"jitter must be [low, high] with low <= high, got {list(self.jitter)}")
         if self.breaker and not self.catch_errors:
             raise ValueError("a breaker needs catch_errors: true")
+        if self.elastic and (self.detector is None or not self.breaker):
+            raise ValueError("elastic needs a detector and a breaker (detector: {}, breaker: true)")
         return self
 
     @property
@@ -70,10 +131,15 @@ class PolicySpec(BaseModel):
 
 
 def policy_spec(name: str, overrides: dict[str, Any] | None = None) -> PolicySpec:
-    """The named policy with the document's defaults, overridden field by field."""
-    if name not in POLICY_DEFAULTS:
-        raise UsageError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
+    """The named policy with its defaults, overridden field by field. A name that is not a
+    policy is a label: its overrides say which policy it is (`base: retry`)."""
+    overrides = dict(overrides or {})
+    base = overrides.pop("base", name)
+    if base not in POLICY_DEFAULTS:
+        raise UsageError(f"unknown policy {base!r}; expected one of {', '.join(POLICY_NAMES)}"
+                         + ("" if base != name else ", or a label with base: <one of those>"))
     try:
-        return PolicySpec.model_validate({**POLICY_DEFAULTS[name], **(overrides or {}), "name": name})
+        return PolicySpec.model_validate({**POLICY_DEFAULTS[base], **overrides, "name": name,
+                                          "base": base})
     except ValidationError as exc:
         raise UsageError(f"policies.{name}: " + describe_validation_error(exc)) from exc

@@ -1,24 +1,41 @@
-"""Progress of long work on stderr: phase lines, and a status line while a trial runs.
+"""Progress of long work on stderr: phase lines, and a progress bar while a trial runs.
 
-On a terminal the status line is redrawn in place; elsewhere (CI logs) a plain line is
-printed every few seconds. `quiet` keeps only errors.
+    [link_down/timeout] cluster up: 16 netns hosts in 0.41 s          (a phase line)
+    [link_down/timeout] [########------------]  40% faults  t+8.1s ...  (the bar)
+
+On a terminal the bar is redrawn in place; elsewhere (CI logs) it is printed as a plain
+line every few seconds. `quiet` prints nothing.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import TextIO
 
+BAR_WIDTH = 20
+
+
+def bar(fraction: float) -> str:
+    """"[#####---------------]  25%" for 0.25; the fraction is clipped to 0..1."""
+    fraction = min(1.0, max(0.0, fraction))
+    filled = round(fraction * BAR_WIDTH)
+    return f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {fraction:4.0%}"
+
 
 class Progress:
     def __init__(self, quiet: bool = False, stream: TextIO | None = None,
-                 plain_every_s: float = 5.0) -> None:
+                 plain_every_s: float = 5.0, scope: str = "") -> None:
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.plain_every_s = plain_every_s
-        self._last_status = 0.0
+        self.scope = scope  # what the labels belong to: the scenario's name
+        self._last_status = -math.inf  # when the last plain status line was printed
         self._status_shown = False
+
+    def _tag(self, label: str) -> str:
+        return f"[{self.scope}/{label}]" if self.scope else f"[{label}]"
 
     def _clear(self) -> None:
         if self._status_shown:
@@ -29,18 +46,20 @@ class Progress:
         if self.quiet:
             return
         self._clear()
-        self.stream.write(f"[{label}] {text}\n")
+        self.stream.write(f"{self._tag(label)} {text}\n")
         self.stream.flush()
 
-    def status(self, label: str, text: str) -> None:
+    def status(self, label: str, fraction: float, text: str) -> None:
+        """The bar of `label`'s current phase, `fraction` done, with a line of detail."""
         if self.quiet:
             return
+        line = f"{self._tag(label)} {bar(fraction)} {text}"
         now = time.monotonic()
         if self.tty:
-            self.stream.write(f"\r\033[K[{label}] {text}")
+            self.stream.write(f"\r\033[K{line}")
             self._status_shown = True
         elif now - self._last_status >= self.plain_every_s:
-            self.stream.write(f"[{label}] {text}\n")
+            self.stream.write(line + "\n")
             self._last_status = now
         else:
             return
@@ -48,3 +67,4 @@ class Progress:
 
     def done(self) -> None:
         self._clear()
+        self._last_status = -math.inf  # the next trial's first bar is shown at once

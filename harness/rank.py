@@ -43,6 +43,8 @@ def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
     from harness.checkpoint import Checkpointer
+    from harness.control import heartbeat_port
+    from harness.detector import FailureDetector, HeartbeatClient
     from harness.events import EventRecorder
     from harness.group import GlooGroup
     from harness.runner import EXIT_CODES, FaultTolerantRunner
@@ -60,11 +62,20 @@ def main(config: dict[str, Any]) -> int:
         group = GlooGroup(store, (cfg.store_address, cfg.store_port), cfg.rank,
                           cfg.world_size, cfg.policy.timeout, cfg.policy.rendezvous_s,
                           on_wait=lambda gen, arrived: recorder.emit(
-                              "rendezvous", gen=gen, arrived=arrived, world=cfg.world_size))
+                              "rendezvous", gen=gen, arrived=arrived, world=group.world_size),
+                          on_reaped=lambda gen, secs: recorder.emit(
+                              "group_reaped", gen=gen, secs=round(secs, 3)))
+        detector = None
+        if (spec := cfg.policy.detector) is not None:
+            heartbeats = HeartbeatClient(
+                (cfg.store_address, heartbeat_port(cfg.store_port)), cfg.rank, spec.interval,
+                generation=lambda: group.generation).start()
+            detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
+                                       spec.straggler_loss)
         runner = FaultTolerantRunner(
             cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank),
             Checkpointer(cfg.checkpoint_dir), recorder,
-            random.Random(cfg.seed * 1_000_003 + cfg.rank))
+            random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
         outcome = runner.run(cfg.max_steps)
     except Terminated:
         recorder.emit("exit", reason="terminated", code=0)

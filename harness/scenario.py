@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 from pydantic.json_schema import GenerateJsonSchema
 
 from chaos import units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
-from harness.policies import POLICY_NAMES, PolicySpec, policy_spec
+from harness.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
 from harness.workload import WorkloadSpec
 from reports.metrics import OUTCOMES
 
@@ -56,7 +56,7 @@ def _finite(seconds: float) -> float:
 
 def _positive(seconds: float) -> float:
     if seconds <= 0:
-        raise ValueError(f"must be above 0 (got {units.format_duration(seconds)}); expected {units.DURATION_FORM}")
+        raise ValueError(f"must be above 0; expected {units.DURATION_FORM}")
     return seconds
 
 
@@ -103,8 +103,7 @@ class Target(Frozen):
         given = [name for name in ("rank", "ranks", "group", "count") if getattr(self, name) is not None]
         if len(given) != 1:
             got = f"got {' and '.join(given)}" if given else "got none"
-            raise ValueError(f"give exactly one of rank: 5, ranks: [1, 2], group: NAME, count: 2 "
-                             f"or count: \"25%\" ({got})")
+            raise ValueError(f"{_TARGET_FORM}; exactly one ({got})")
         return self
 
     def size(self, world: int) -> int:
@@ -180,11 +179,16 @@ class FaultEvent(Frozen):
         return spans
 
 
+def _one_or_more(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
 class Expectation(Frozen):
     """What a policy is expected to do: an outcome (or a list of acceptable ones) and bounds
     on the measured times, in seconds after the fault started."""
 
-    outcome: Literal[OUTCOMES] | tuple[Literal[OUTCOMES], ...] | None = None  # type: ignore[valid-type]
+    outcome: Annotated[tuple[Literal[OUTCOMES], ...], BeforeValidator(_one_or_more),  # type: ignore[valid-type]
+                       Field(min_length=1)] | None = None
     detect_within: Span | None = None
     recover_within: Span | None = None
     breaker_within: Span | None = None
@@ -224,7 +228,9 @@ class Scenario(Frozen):
             try:
                 policy_spec(name, self.policies[name])
             except UsageError as exc:
-                raise ValueError(str(exc)) from None
+                message = str(exc)
+                raise ValueError(message if message.startswith("policies.")
+                                 else f"policies.{name}: {message}") from None
         for name in self.expect:
             if name not in self.policies:
                 raise ValueError(f"expect.{name}: no such policy in 'policies' "
@@ -303,6 +309,9 @@ def _overlap(a: FaultEvent, b: FaultEvent) -> bool:
 
 # -- loading ------------------------------------------------------------------------------
 
+_TARGET_FORM = 'give a target: rank: 5, ranks: [1, 2], group: NAME, count: 2 or count: "25%"'
+_MISSING_FORMS = {"target": _TARGET_FORM, "on_for": units.DURATION_FORM, "off_for": units.DURATION_FORM,
+                  "percent": units.PERCENT_FORM, "rate": units.RATE_FORM}
 _PATH_PREFIX = re.compile(r"^((?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*): ")
 
 
@@ -348,7 +357,9 @@ def describe_errors(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
             loc += tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
             msg = msg[named.end():]
         value = err.get("input")
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "missing":
+            msg = f"missing; {_MISSING_FORMS.get(str(loc[-1]), 'this field is required')}"
+        elif err["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (`chaos schema` lists the fields)"
         elif err["type"] != "missing" and not named and repr(value) not in msg and not isinstance(value, dict):
             msg += f" (got {value!r})"
@@ -429,6 +440,8 @@ class _UnitsJsonSchema(GenerateJsonSchema):
             text, number, form = _UNIT_FORMS[parser]
             return {"anyOf": [text, number] if number else [text], "description": form}
         inner = super().function_before_schema(schema)
+        if parser is _one_or_more:
+            return {"anyOf": [inner["items"], inner]}
         if inner.get("type") in ("integer", "number"):
             return {"anyOf": [inner, {"type": "string"}]}  # numbers that take names too (signals)
         return inner
@@ -448,13 +461,15 @@ def json_schema() -> dict[str, Any]:
         fault["additionalProperties"] = False
         defs[f"{cls.__name__}Event"] = fault
         kinds.append({"$ref": f"#/$defs/{cls.__name__}Event"})
+    for cls in FAULT_KINDS:
+        defs.pop(cls.__name__, None)  # the model's nested form; a file uses the flat events above
     defs["FaultEvent"] = {"description": FaultEvent.__doc__, "oneOf": kinds}
     overrides = PolicySpec.model_json_schema(schema_generator=_UnitsJsonSchema)
     overrides["properties"].pop("name")
     overrides.pop("required", None)
     overrides["title"] = "PolicyOverrides"
     defs["PolicyOverrides"] = overrides
-    names = {"propertyNames": {"enum": list(POLICY_NAMES)}}
+    names = {"propertyNames": {"pattern": POLICY_LABEL}}  # a policy's name, or a label with `base:`
     schema["properties"]["policies"] = {**names, "type": "object", "description": "policies to compare",
                                         "additionalProperties": {"anyOf": [{"$ref": "#/$defs/PolicyOverrides"},
                                                                            {"type": "null"}]}}

@@ -59,13 +59,11 @@ def _start_run(tmp_path: Path, policy: str) -> subprocess.Popen:
 
 
 def test_ctrl_c_during_a_fault_leaves_nothing(tmp_path, leaves_nothing):
-    before = ledgers()
     proc = _start_run(tmp_path, "baseline")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    assert ledgers() == before
 
 
 def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):

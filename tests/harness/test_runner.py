@@ -27,6 +27,8 @@ class ScriptedGroup:
         self.generation = -1
         self.rank = 0
         self.world_size = 1
+        self.member = 0
+        self.members = (0,)
         self.fail_steps = set(fail_steps)   # all_reduce call numbers (sum ops) that fail
         self.join_failures = join_failures  # how many joins after the first one fail
         self.health = list(health)          # results of successive health checks (default ok)
@@ -35,7 +37,7 @@ class ScriptedGroup:
         self._sums = 0
         self._joins = 0
 
-    def join(self, failed_generation):
+    def join(self, failed_generation, proposal=None, watch=None):
         self._joins += 1
         self.calls.append(f"join({failed_generation})")
         if self._joins > 1 and self.join_failures > 0:
@@ -45,7 +47,7 @@ class ScriptedGroup:
         self.generation = 0 if failed_generation is None else failed_generation + 1
         return self.generation
 
-    def all_reduce(self, tensor, op="sum"):
+    def all_reduce(self, tensor, op="sum", watch=None):
         if op == "min":
             if self.peer_latest is not None:
                 tensor.fill_(min(int(tensor.item()), self.peer_latest))

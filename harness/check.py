@@ -1,0 +1,128 @@
+"""One scenario under one policy, run and judged: what `pytest scenarios/` runs per test.
+
+    result = check_policy(Path("scenarios/link_down.yaml"), "timeout", out=Path("runs"))
+    result.failures        # [] when the trial met the scenario's expectations
+    result.failure_text()  # which expectation broke, the measured value, how to reproduce
+
+Plain functions over the harness API (`run_scenario`) and the reports (`analyze_run`,
+`check_expectations`), so they work and are tested without pytest.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import reports
+from harness.backends import backend_named
+from harness.events import EVENTS_FILE, read_events
+from harness.orchestrator import run_scenario
+from harness.progress import Progress
+from harness.scenario import Scenario, load_scenario
+
+LOG_TAIL_LINES = 8
+# Events worth a line in a failing test's timeline, besides the fault actions.
+_TIMELINE_KINDS = ("trial_start", "warmup_done", "fault_applied", "fault_reverted", "breaker_open",
+                   "rank_exited", "hang_detected", "trial_end")
+
+
+@dataclass(frozen=True)
+class PolicyCheck:
+    scenario: Scenario
+    scenario_file: Path
+    policy: str
+    run_dir: Path
+    metrics: dict[str, Any]
+    failures: tuple[str, ...]
+    seconds: float
+
+    @property
+    def trial_dir(self) -> Path:
+        return self.run_dir / "trials" / self.policy
+
+    @property
+    def reproduce(self) -> str:
+        return reproduce_command(self.scenario_file, self.policy, self.scenario.seed)
+
+    def summary(self) -> str:
+        """"timeout: failed-fast (detect 5.12 s) in 14.2 s" for the runtime table."""
+        times = [f"{label} {self.metrics[col]:.2f} s" for col, label in
+                 (("ttd_s", "detect"), ("ttr_s", "recover"), ("breaker_open_s", "breaker"))
+                 if _is_number(self.metrics.get(col))]
+        detail = f" ({', '.join(times)})" if times else ""
+        return f"{self.policy}: {self.metrics.get('outcome')}{detail} in {self.seconds:.1f} s"
+
+    def failure_text(self) -> str:
+        lines = [f"{self.scenario.name} under {self.policy}: "
+                 f"{len(self.failures)} expectation{'s' if len(self.failures) > 1 else ''} not met"]
+        lines += [f"  {failure}" for failure in self.failures]
+        lines += [f"  outcome {self.metrics.get('outcome')}: {self.metrics.get('outcome_reason', '')}",
+                  f"  reproduce: {self.reproduce}",
+                  f"  run folder: {self.run_dir} (report.md, events.jsonl)"]
+        return "\n".join(lines)
+
+    def timeline_text(self) -> str:
+        """The trial's faults and reactions, in seconds after warm-up (from events.jsonl)."""
+        events, _ = read_events(self.trial_dir / EVENTS_FILE)
+        warm = next((e["t"] for e in events if e["kind"] == "warmup_done"), events[0]["t"] if events else 0.0)
+        first_error: dict[int, dict[str, Any]] = {}
+        lines = []
+        for ev in events:
+            if ev["kind"] == "collective_error" and ev["rank"] not in first_error:
+                first_error[ev["rank"]] = ev
+            elif ev["kind"] in _TIMELINE_KINDS and not ev.get("stopped"):
+                lines.append((ev["t"], _event_text(ev)))
+        if first_error:
+            firsts = sorted(first_error.values(), key=lambda e: e["t"])
+            lines.append((firsts[0]["t"], f"first collective error: r{firsts[0]['rank']} "
+                                          f"{firsts[0].get('cause')}: {firsts[0].get('error', '')[:120]}"))
+            lines.append((firsts[-1]["t"], f"collective errors on {len(firsts)} ranks by now"))
+        return "\n".join(f"{t - warm:+9.3f} s  {text}" for t, text in sorted(lines))
+
+    def log_tails(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of every rank's log."""
+        parts = []
+        for log in sorted((self.trial_dir / "logs").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {log.name}\n" + ("\n".join(tail) if tail else "(empty)"))
+        return "\n".join(parts) or "(no rank logs)"
+
+
+def reproduce_command(scenario_file: Path, policy: str, seed: int) -> str:
+    """The command that runs one policy of a scenario again, with the same seed."""
+    return shlex.join(["chaos", "run", str(scenario_file), "--policy", policy, "--seed", str(seed)])
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        return not math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _event_text(ev: dict[str, Any]) -> str:
+    fields = {k: v for k, v in ev.items() if k not in ("t", "src", "rank", "pid", "kind")}
+    who = f"r{ev['rank']} " if ev.get("rank") is not None else ""
+    return f"{who}{ev['kind']} {json.dumps(fields, default=str, separators=(',', ':'))}"
+
+
+def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[str, Any] | None = None,
+                 progress: Progress | None = None) -> PolicyCheck:
+    """Run `policy` of the scenario in `scenario_file` on a fresh cluster, write its reports
+    and judge it against the scenario's expectations (reports.check_expectations)."""
+    scenario = load_scenario(scenario_file, overrides)
+    started = time.monotonic()
+    run_dir, _ = run_scenario(scenario, scenario_file, [policy], out, backend_named(scenario.cluster.backend),
+                              progress or Progress(scope=scenario.name),
+                              command=reproduce_command(scenario_file, policy, scenario.seed))
+    reports.write_reports(run_dir)
+    metrics = reports.analyze_run(run_dir).iloc[0].to_dict()
+    expect = scenario.expect.get(policy)
+    failures = reports.check_expectations(
+        metrics, expect.model_dump(mode="json", exclude_none=True) if expect else None)
+    return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(failures),
+                       time.monotonic() - started)

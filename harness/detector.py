@@ -1,0 +1,358 @@
+"""A failure detector that does not wait for the collective timeout.
+
+Heartbeats travel on a side channel of the control plane, not through the gloo ring:
+
+    rank --UDP "hb <rank> <seq> <gen>" every interval-->  HeartbeatServer (control process,
+    rank --TCP lease (held open, never written)------->   switch namespace, store port + 1)
+    rank <--UDP digest every TICK_S, and at once when a lease closes--
+
+The server timestamps arrivals on its own clock and sends every rank the same digest: per
+rank, seconds since its last heartbeat, phi (accrual suspicion), whether its lease closed
+(the process is gone: the kernel closed its socket), its generation, and its recent
+heartbeat loss. Every rank judges the same digest, so survivors agree on who is suspect
+within one digest. A fault on a rank's link cuts its heartbeats as well as its gloo
+traffic; the rank itself notices that digests stopped (it is the one cut off).
+
+UDP on purpose: under 20% loss a TCP heartbeat stream stalls behind retransmissions (RTO
+doubling), while independent datagrams keep arriving: a lossy rank looks slow (a
+straggler), not dead. Silence is measured only after draining the socket (server and
+rank), so a starved reader never blames a peer for its own delay.
+
+`PhiAccrual` and `FailureDetector.judge` are pure (a clock is passed in) and unit-tested
+with fake clocks; the sockets are the edge.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+TICK_S = 0.05             # how often the server sends its digest
+LOSS_WINDOW_S = 2.0       # heartbeat loss is measured over this recent window
+PHI_WINDOW = 100          # arrival intervals kept per rank for phi
+PHI_MIN_STD_S = 0.05      # floor on the interval spread: a perfectly regular sender is not fragile
+LEASE_CONNECT_TIMEOUT_S = 2.0
+DATAGRAM_MAX = 65507
+
+
+class PhiAccrual:
+    """Hayashibara et al.'s phi: -log10 P(a heartbeat comes later than this silence), with
+    arrival intervals modelled as a normal distribution over a sliding window."""
+
+    def __init__(self, window: int = PHI_WINDOW, min_std_s: float = PHI_MIN_STD_S) -> None:
+        self.intervals: collections.deque[float] = collections.deque(maxlen=window)
+        self.min_std_s = min_std_s
+        self.last: float | None = None
+
+    def heartbeat(self, now: float) -> None:
+        if self.last is not None:
+            self.intervals.append(now - self.last)
+        self.last = now
+
+    def silence(self, now: float) -> float:
+        return 0.0 if self.last is None else max(0.0, now - self.last)
+
+    def phi(self, now: float) -> float:
+        if len(self.intervals) < 2:
+            return 0.0
+        mean = sum(self.intervals) / len(self.intervals)
+        var = sum((x - mean) ** 2 for x in self.intervals) / len(self.intervals)
+        y = (self.silence(now) - mean) / max(math.sqrt(var), self.min_std_s)
+        if y <= -10:  # far earlier than usual: no suspicion (and exp would overflow)
+            return 0.0
+        # the logistic approximation of the normal CDF (as in Akka)
+        e = math.exp(-y * (1.5976 + 0.070566 * y * y))
+        p_later = e / (1.0 + e) if y > 0 else 1.0 - 1.0 / (1.0 + e)
+        return -math.log10(max(p_later, 1e-300))
+
+
+@dataclass
+class _Member:
+    accrual: PhiAccrual
+    addr: tuple[str, int] | None = None
+    gen: int = -1
+    leases: int = 0          # open TCP leases (a reconnect briefly has two)
+    closed: bool = False     # every lease it opened has closed: the process is gone
+    arrivals: collections.deque | None = None  # (t, seq) in the loss window
+
+    def loss(self) -> float:
+        if not self.arrivals or len(self.arrivals) < 2:
+            return 0.0
+        expected = self.arrivals[-1][1] - self.arrivals[0][1] + 1
+        return max(0.0, 1.0 - len(self.arrivals) / expected)
+
+
+class HeartbeatServer:
+    """Runs in the control process (a daemon thread): collects heartbeats, serves digests."""
+
+    def __init__(self, port: int, host: str = "0.0.0.0",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind((host, port))
+        self.udp.setblocking(False)
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind((host, port))
+        self.tcp.listen(1024)
+        self.tcp.setblocking(False)
+        self.members: dict[int, _Member] = {}
+        self._leases: dict[socket.socket, int | None] = {}
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.udp, selectors.EVENT_READ, "udp")
+        self._selector.register(self.tcp, selectors.EVENT_READ, "accept")
+        self._thread = threading.Thread(target=self._serve, name="heartbeat-server", daemon=True)
+
+    def start(self) -> "HeartbeatServer":
+        self._thread.start()
+        return self
+
+    def _member(self, rank: int) -> _Member:
+        if rank not in self.members:
+            self.members[rank] = _Member(PhiAccrual(), arrivals=collections.deque())
+        return self.members[rank]
+
+    def _serve(self) -> None:
+        next_tick = self.clock()
+        while True:
+            changed = False
+            for key, _ in self._selector.select(max(0.0, next_tick - self.clock())):
+                changed |= self._handle(key)
+            now = self.clock()
+            if changed or now >= next_tick:
+                self._drain_udp()  # silence is judged only after reading what has arrived
+                self._broadcast(self.clock())
+                next_tick = max(next_tick + TICK_S, now)
+
+    def _handle(self, key: selectors.SelectorKey) -> bool:
+        """Returns True when a lease closed (the digest goes out at once)."""
+        if key.data == "udp":
+            self._drain_udp()
+        elif key.data == "accept":
+            try:
+                conn, _ = self.tcp.accept()
+            except OSError:
+                return False
+            conn.setblocking(False)
+            self._leases[conn] = None
+            self._selector.register(conn, selectors.EVENT_READ, "lease")
+        else:
+            return self._read_lease(key.fileobj)  # type: ignore[arg-type]
+        return False
+
+    def _read_lease(self, conn: socket.socket) -> bool:
+        try:
+            data = conn.recv(64)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        rank = self._leases.get(conn)
+        if data and rank is None:
+            rank = int(data.split()[0])
+            self._leases[conn] = rank
+            member = self._member(rank)
+            member.leases += 1
+            member.closed = False
+            return False
+        if data:
+            return False
+        self._selector.unregister(conn)
+        conn.close()
+        self._leases.pop(conn, None)
+        if rank is None:
+            return False
+        member = self._member(rank)
+        member.leases -= 1
+        member.closed = member.leases <= 0
+        return member.closed
+
+    def _drain_udp(self) -> None:
+        while True:
+            try:
+                data, addr = self.udp.recvfrom(256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            parts = data.split()
+            if len(parts) != 4 or parts[0] != b"hb":
+                continue
+            now = self.clock()
+            member = self._member(int(parts[1]))
+            member.accrual.heartbeat(now)
+            member.addr, member.gen = addr, int(parts[3])
+            assert member.arrivals is not None
+            member.arrivals.append((now, int(parts[2])))
+            while member.arrivals and member.arrivals[0][0] < now - LOSS_WINDOW_S:
+                member.arrivals.popleft()
+
+    def digest(self, now: float) -> bytes:
+        peers = {str(rank): [round(m.accrual.silence(now), 4), round(min(m.accrual.phi(now), 99.0), 2),
+                             int(m.closed), m.gen, round(m.loss(), 3)]
+                 for rank, m in self.members.items()}
+        return json.dumps({"peers": peers}, separators=(",", ":")).encode()
+
+    def _broadcast(self, now: float) -> None:
+        payload = self.digest(now)
+        for member in self.members.values():
+            if member.addr is not None and not member.closed:
+                try:
+                    self.udp.sendto(payload, member.addr)
+                except OSError:
+                    pass  # a full buffer or an unreachable rank: the next digest will do
+
+
+@dataclass(frozen=True)
+class PeerState:
+    silent_s: float   # since its last heartbeat, as the server saw it when it sent the digest
+    phi: float
+    closed: bool      # its lease closed: the process is gone
+    gen: int          # the generation it last reported
+    loss: float       # fraction of its heartbeats lost recently
+
+
+@dataclass(frozen=True)
+class View:
+    received: float               # local time the digest arrived
+    peers: dict[int, PeerState]
+
+
+def parse_digest(data: bytes, received: float) -> View:
+    peers = json.loads(data)["peers"]
+    return View(received, {int(r): PeerState(v[0], v[1], bool(v[2]), int(v[3]), v[4])
+                           for r, v in peers.items()})
+
+
+class HeartbeatClient:
+    """The rank's side: a thread sends heartbeats; digests are read by whoever asks first."""
+
+    def __init__(self, address: tuple[str, int], rank: int, interval_s: float,
+                 generation: Callable[[], int], clock: Callable[[], float] = time.monotonic) -> None:
+        self.address = address
+        self.rank = rank
+        self.interval_s = interval_s
+        self.generation = generation
+        self.clock = clock
+        self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._udp.connect(address)
+        self._udp.setblocking(False)
+        self._lease = socket.create_connection(address, timeout=LEASE_CONNECT_TIMEOUT_S)
+        self._lease.sendall(f"{rank}\n".encode())
+        self._lock = threading.Lock()
+        self._view: View | None = None
+        self._seq = 0
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def start(self) -> "HeartbeatClient":
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while True:
+            self._seq += 1
+            try:
+                self._udp.send(f"hb {self.rank} {self._seq} {self.generation()}".encode())
+            except OSError:
+                pass  # unreachable now (link down): the silence is the signal
+            time.sleep(self.interval_s)
+            self.view()
+
+    def view(self) -> View | None:
+        """The newest digest, after draining the socket (so a late reader sees fresh news)."""
+        with self._lock:
+            while True:
+                try:
+                    data = self._udp.recv(DATAGRAM_MAX)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    break  # ICMP port unreachable while the control plane is away
+                try:
+                    self._view = parse_digest(data, self.clock())
+                except (ValueError, KeyError, IndexError, TypeError):
+                    continue
+            return self._view
+
+
+@dataclass(frozen=True)
+class Suspicion:
+    peer: int
+    via: str          # connection (process gone) | heartbeat (silent) | cut-off (this rank
+                      # hears no digest) | generation (a peer moved on: this group is stale)
+    silent_s: float
+
+    def describe(self) -> str:
+        if self.via == "cut-off":
+            return f"this rank heard nothing from the control plane for {self.silent_s:.2f}s"
+        if self.via == "connection":
+            return f"rank {self.peer} is gone (its heartbeat lease closed)"
+        if self.via == "generation":
+            return f"rank {self.peer} has moved to a newer generation"
+        return f"rank {self.peer} silent for {self.silent_s:.2f}s"
+
+
+@dataclass(frozen=True)
+class Straggler:
+    peer: int
+    loss: float
+    silent_s: float
+
+
+class FailureDetector:
+    """Judges the newest digest for a set of members: pure given `view` and `now`."""
+
+    def __init__(self, view: Callable[[], View | None], me: int, suspect_after_s: float,
+                 phi_threshold: float | None, straggler_loss: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.view = view
+        self.me = me
+        self.suspect_after_s = suspect_after_s
+        self.phi_threshold = phi_threshold
+        self.straggler_loss = straggler_loss
+        self.clock = clock
+        self.started = clock()
+
+    def judge(self, members: tuple[int, ...], generation: int) -> list[Suspicion]:
+        """Members suspected now (this rank first if it is the one cut off)."""
+        now = self.clock()
+        view = self.view()
+        heard = view.received if view is not None else self.started
+        if now - heard >= self.suspect_after_s:
+            return [Suspicion(self.me, "cut-off", round(now - heard, 3))]
+        if view is None:
+            return []
+        found = []
+        for peer in members:
+            state = view.peers.get(peer)
+            if peer == self.me or state is None:
+                continue
+            silent = state.silent_s + (now - view.received)
+            if state.closed:
+                found.append(Suspicion(peer, "connection", round(silent, 3)))
+            elif self._silent(state, silent):
+                found.append(Suspicion(peer, "heartbeat", round(silent, 3)))
+            elif state.gen > generation >= 0:
+                found.append(Suspicion(peer, "generation", round(silent, 3)))
+        return found
+
+    def _silent(self, state: PeerState, silent: float) -> bool:
+        if self.phi_threshold is None:
+            return silent >= self.suspect_after_s
+        # phi decides, but never on a silence shorter than a few heartbeats
+        return state.phi >= self.phi_threshold and silent >= self.suspect_after_s / 4
+
+    def stragglers(self, members: tuple[int, ...]) -> list[Straggler]:
+        """Alive members whose heartbeats arrive degraded (lossy or late): slow, not dead."""
+        view = self.view()
+        if view is None:
+            return []
+        return [Straggler(p, s.loss, s.silent_s) for p, s in sorted(view.peers.items())
+                if p in members and not s.closed
+                and (s.loss >= self.straggler_loss or s.silent_s >= self.suspect_after_s / 2)]

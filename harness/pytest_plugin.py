@@ -1,0 +1,176 @@
+"""`pytest scenarios/`: every scenario YAML file is collected as tests, one per policy.
+
+    scenarios/link_down.yaml::timeout   runs the scenario under `timeout` on a fresh cluster,
+                                        analyzes it, and fails naming the expectation that
+                                        broke, the measured value and `chaos run ... --seed N`
+
+A thin layer over `harness.check.check_policy`: options (the `chaos` group), the fixture
+`chaos_check` (run one policy of a scenario file; usable from Python tests too), markers
+(requires_root always; requires_docker for the docker backend), skips with the reason
+`chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
+the tail of each rank's log on a failing test, and a runtime table at the end.
+Loaded by `scenarios/conftest.py`. Ctrl-C or SIGTERM tears the running trial down (the
+orchestrator's teardown runs on every path) and stops the session.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from chaos.errors import ChaosError, UsageError
+from harness import signals
+from harness.check import PolicyCheck, check_policy
+from harness.progress import Progress
+from harness.scenario import Scenario, load_scenario
+from harness.signals import Terminated
+
+_RESULTS = pytest.StashKey[list[PolicyCheck]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "chaos scenarios (scenarios/*.yaml)")
+    group.addoption("--chaos-out", metavar="DIR",
+                    help="folder for the run folders (default: a pytest temporary folder)")
+    group.addoption("--chaos-seed", type=int, metavar="N", help="override every scenario's seed")
+    group.addoption("--chaos-ranks", type=int, metavar="N", help="override every scenario's cluster.ranks")
+    group.addoption("--chaos-policy", action="append", metavar="NAME",
+                    help="run only this policy of each scenario (repeatable)")
+    group.addoption("--chaos-progress", action="store_true",
+                    help="show each trial's progress bar (stderr; use with -s)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_RESULTS] = []
+    config.addinivalue_line("markers", "chaos_scenario: a scenario YAML file run under one policy")
+
+
+def scenario_overrides(config: pytest.Config) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if config.getoption("chaos_seed", None) is not None:
+        overrides["seed"] = config.getoption("chaos_seed")
+    if config.getoption("chaos_ranks", None) is not None:
+        overrides["cluster.ranks"] = config.getoption("chaos_ranks")
+    return overrides
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix in (".yaml", ".yml"):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioFile(pytest.File):
+    """A scenario file: a bad file is one collection error that names file, line and field."""
+
+    def collect(self) -> list[pytest.Item]:
+        try:
+            scenario = load_scenario(self.path, scenario_overrides(self.config))
+        except UsageError as exc:
+            raise self.CollectError(str(exc)) from None
+        wanted = self.config.getoption("chaos_policy", None)
+        return [ScenarioTest.from_parent(self, name=policy, callobj=_scenario_test, scenario=scenario)
+                for policy in scenario.policies if not wanted or policy in wanted]
+
+
+class ScenarioTest(pytest.Function):
+    """One policy of one scenario file, as a test function of the `chaos_check` fixture."""
+
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+        self.add_marker("chaos_scenario")
+        self.add_marker("requires_root")
+        self.add_marker("slow")
+        if scenario.cluster.backend == "docker":
+            self.add_marker("requires_docker")
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"{self.path.name}::{self.name}"
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ChaosError):  # the harness could not run the trial
+            return f"{self.path.name}::{self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+
+def _scenario_test(chaos_check: Callable[[Path, str], PolicyCheck], request: pytest.FixtureRequest) -> None:
+    item = request.node
+    result = chaos_check(item.path, item.name)
+    if result.failures:
+        item.add_report_section("call", "fault timeline (seconds after warm-up)", result.timeline_text())
+        item.add_report_section("call", "rank logs (tails)", result.log_tails())
+        pytest.fail(result.failure_text(), pytrace=False)
+
+
+def _skip_reason(scenario: Scenario) -> str | None:
+    """Why this machine cannot run the scenario, in `chaos doctor`'s words, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, netlink)"
+    from chaos.inject import default_mechanisms  # the capability probe; needs root
+    from chaos.mechanism import Unavailable
+    from chaos.probe import capabilities
+    if scenario.cluster.backend == "docker" and not capabilities().docker:
+        return f"needs a Docker engine: {capabilities().why_not('docker')}"
+    mechanisms = default_mechanisms()
+    for event in scenario.faults:
+        mechanism = mechanisms.get(event.fault.kind)  # type: ignore[attr-defined]
+        if isinstance(mechanism, Unavailable):
+            return f"{event.fault.kind} cannot be injected here: {mechanism.reason}"  # type: ignore[attr-defined]
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        if isinstance(item, ScenarioTest):
+            name = item.scenario.name
+            if name not in reasons:
+                reasons[name] = _skip_reason(item.scenario)
+            if reasons[name]:
+                item.add_marker(pytest.mark.skip(reason=reasons[name]))
+
+
+@pytest.fixture(scope="session")
+def chaos_out(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where run folders go: --chaos-out, else a pytest temporary folder."""
+    out = request.config.getoption("chaos_out", None)
+    return Path(out) if out else tmp_path_factory.mktemp("chaos-runs")
+
+
+@pytest.fixture
+def chaos_check(request: pytest.FixtureRequest, chaos_out: Path) -> Callable[[Path, str], PolicyCheck]:
+    """`chaos_check(scenario_file, policy)`: run and judge one policy of a scenario file
+    (with the session's --chaos-* overrides); the result is kept for the runtime table."""
+    config = request.config
+
+    def run(scenario_file: Path, policy: str) -> PolicyCheck:
+        signals.install()  # SIGTERM raises Terminated: the trial tears down on the way out
+        progress = Progress(quiet=not config.getoption("chaos_progress", False))
+        try:
+            result = check_policy(Path(scenario_file), policy, chaos_out, scenario_overrides(config), progress)
+        except Terminated:
+            pytest.exit("terminated (SIGTERM); the running trial was torn down", returncode=143)
+        config.stash[_RESULTS].append(result)
+        return result
+    return run
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    results = config.stash.get(_RESULTS, [])
+    if not results:
+        return
+    terminalreporter.section("chaos scenarios: runtime per scenario and policy")
+    by_scenario: dict[str, list[PolicyCheck]] = {}
+    for result in results:
+        by_scenario.setdefault(result.scenario.name, []).append(result)
+    for name, checks in by_scenario.items():
+        total = sum(c.seconds for c in checks)
+        terminalreporter.write_line(f"{name:18} {total:6.1f} s")
+        for check in checks:
+            verdict = "ok" if not check.failures else "FAILED"
+            terminalreporter.write_line(f"    {verdict:6} {check.summary()}")
+    terminalreporter.write_line(f"{'total':18} {sum(c.seconds for c in results):6.1f} s; "
+                                f"run folders under {results[0].run_dir.parent}")

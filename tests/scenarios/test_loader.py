@@ -1,0 +1,185 @@
+"""The scenario loader: shipped files load, bad files get errors naming file:line, field,
+value and form, targets resolve with the seed, pulses expand, the JSON Schema agrees."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from chaos.errors import UsageError
+from harness.scenario import Scenario, json_schema, load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
+
+BASE = """\
+cluster: {ranks: 8}
+faults:
+  - kind: loss
+    percent: "20%"
+    target: {rank: 5}
+    start: 1s
+    duration: 10s
+policies: {timeout: {timeout: 5s}}
+expect:
+  timeout: {outcome: failed-fast, detect_within: 7s}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def load_text(tmp_path: Path, text: str) -> Scenario:
+    return load_scenario(write(tmp_path, text))
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(UsageError) as caught:
+        load_text(tmp_path, text)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_scenario_loads_and_says_what_it_expects(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.name == path.stem
+    assert scenario.expect, "a shipped scenario states what each policy is expected to do"
+    assert set(scenario.expect) == set(scenario.policies)
+
+
+def test_the_document_rows_and_the_issue_list_are_shipped() -> None:
+    kinds = {e.fault.kind for p in SHIPPED for e in load_scenario(p).faults}
+    assert {"loss", "blackhole", "link_down", "pause", "kill", "delay", "bandwidth", "partition"} <= kinds
+    assert any(e.pulses for p in SHIPPED for e in load_scenario(p).faults), "a flapping link"
+    assert any(not load_scenario(p).faults for p in SHIPPED), "a fault-free control run"
+
+
+@pytest.mark.parametrize("change, where, words", [
+    # wrong type
+    (("cluster: {ranks: 8}", "cluster: {ranks: many}"), ":1:", ["cluster.ranks", "'many'", "integer"]),
+    # unknown key
+    (("    start: 1s", "    strat: 1s"), ":6:", ["faults.0.strat", "unknown field"]),
+    # missing target
+    (("    target: {rank: 5}\n", ""), ":3:", ["faults.0.target", "missing", "rank: 5", "count: \"25%\""]),
+    # a rank outside the cluster
+    (("target: {rank: 5}", "target: {ranks: [2, 8]}"), ":5:", ["faults.0.target.ranks", "rank 8", "0..7"]),
+    # impossible timeline: a cycle longer than the duration
+    (("    duration: 10s", "    duration: 10s\n    pulses: {on_for: 6s, off_for: 6s}"), ":8:",
+     ["faults.0.pulses", "12s", "10s"]),
+    # a unit missing
+    (('percent: "20%"', "percent: 20"), ":4:", ["faults.0.percent", "20", '"20%"']),
+    # an unknown kind
+    (("kind: loss", "kind: los"), ":3:", ["faults.0.kind", "'los'", "link_down"]),
+    # an expectation for a policy the file does not run
+    (("  timeout: {outcome", "  retry: {outcome"), ":10:", ["expect.retry", "no such policy"]),
+    (("outcome: failed-fast", "outcome: fast"), ":10:", ["outcome", "'fast'", "'failed-fast'"]),
+    (("detect_within: 7s", "detect_within: soon"), ":10:", ["detect_within", "'soon'", '"250ms"']),
+])
+def test_a_bad_file_gets_an_error_naming_file_line_field_value_and_form(
+        tmp_path: Path, change: tuple[str, str], where: str, words: list[str]) -> None:
+    assert change[0] in BASE
+    message = error_of(tmp_path, BASE.replace(*change))
+    assert message.startswith(f"{tmp_path / 's.yaml'}{where} "), message
+    for word in words:
+        assert word in message, (word, message)
+
+
+@pytest.mark.parametrize("faults, words", [
+    ("[{kind: pause, target: {rank: 1}, duration: 5s},"
+     " {kind: pause, target: {ranks: [1, 2]}, start: 4s, duration: 5s}]", ["faults.1", "second pause", "rank 1"]),
+    ("[{kind: kill, target: {rank: 1}, start: 2s}, {kind: pause, target: {rank: 1}, start: 3s, duration: 1s}]",
+     ["faults.1", "killed by faults.0"]),
+    ("[{kind: kill, target: {rank: 1}, duration: 2s}]", ["faults.0.duration", "cannot be undone"]),
+    ("[{kind: link_down, target: {rank: 1}, pulses: {on_for: 1s, off_for: 1s}}]", ["faults.0.pulses", "duration"]),
+    ("[{kind: link_down, target: {rank: 1}, duration: 4s, pulses: {on: 1s, off: 1s}}]", ["on_for"]),
+    ("[{kind: partition, target: {count: '100%'}, duration: 2s}]", ["faults.0.target", "whole cluster"]),
+    ("[{kind: loss, percent: '1%', target: {group: left}, duration: 2s}]", ["faults.0.target.group", "'left'"]),
+    ("[{kind: loss, percent: '1%', target: {rank: 1, count: 2}, duration: 2s}]", ["exactly one", "rank and count"]),
+    ("[{kind: loss, percent: '1%', target: {count: 9}, duration: 2s}]", ["faults.0.target.count", "9"]),
+    ("[{kind: loss, percent: '1%', target: {rank: 1}, start: -1s}]", ["faults.0.start", "negative"]),
+    ("[{kind: loss, percent: '1%', target: {rank: 1}, duration: 0s}]", ["faults.0.duration", "above 0"]),
+])
+def test_impossible_timelines_and_targets_are_refused(tmp_path: Path, faults: str, words: list[str]) -> None:
+    message = error_of(tmp_path, f"cluster: {{ranks: 8}}\nfaults: {faults}\n")
+    for word in words:
+        assert word in message, (word, message)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", ["a mapping of fields"]),
+    ("- 1\n- 2\n", ["a mapping of fields", "list"]),
+    ("faults: [\n", [":2:", "not valid YAML"]),
+    ("a: &x [*x]\n", ["a: unknown field"]),
+])
+def test_files_that_are_not_scenarios_get_a_usage_error(tmp_path: Path, text: str, words: list[str]) -> None:
+    message = error_of(tmp_path, text)
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_a_file_that_is_not_text_or_not_there(tmp_path: Path) -> None:
+    (tmp_path / "bin.yaml").write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(UsageError, match="not UTF-8"):
+        load_scenario(tmp_path / "bin.yaml")
+    with pytest.raises(UsageError, match="no such scenario file"):
+        load_scenario(tmp_path / "absent.yaml")
+
+
+def test_targets_resolve_once_and_the_same_with_the_same_seed(tmp_path: Path) -> None:
+    text = ("seed: {seed}\ngroups: {{left: [3, 1, 2]}}\nfaults:\n"
+            "  - {{kind: pause, target: {{count: '25%'}}, duration: 1s}}\n"
+            "  - {{kind: link_down, target: {{count: 3}}, duration: 1s}}\n"
+            "  - {{kind: loss, percent: '1%', target: {{group: left}}, duration: 1s}}\n"
+            "  - {{kind: bandwidth, rate: 1mbit, target: {{ranks: [9, 4]}}, duration: 1s}}\n")
+    first = load_text(tmp_path, text.format(seed=7))
+    again = load_text(tmp_path, text.format(seed=7))
+    assert [first.targets(i) for i in range(4)] == [again.targets(i) for i in range(4)]
+    assert len(first.targets(0)) == 4 and len(first.targets(1)) == 3
+    assert first.targets(2) == (1, 2, 3) and first.targets(3) == (4, 9)
+    others = {load_text(tmp_path, text.format(seed=s)).targets(0) for s in range(8)}
+    assert len(others) > 1, "the seed chooses the ranks"
+
+
+def test_pulses_expand_into_on_phases_cut_at_the_end(tmp_path: Path) -> None:
+    scenario = load_text(tmp_path, "faults:\n  - {kind: link_down, target: {rank: 1}, start: 2s,"
+                                   " duration: 9s, pulses: {on_for: 2s, off_for: 2s}}\n")
+    assert scenario.faults[0].windows() == [(2.0, 4.0), (6.0, 8.0), (10.0, 11.0)]
+
+
+def test_overrides_are_checked_like_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE)
+    assert load_scenario(path, {"cluster.ranks": 16, "seed": 3}).cluster.ranks == 16
+    with pytest.raises(UsageError, match="rank 5 is outside the cluster"):
+        load_scenario(path, {"cluster.ranks": 4})
+
+
+def test_an_outcome_may_be_one_name_or_a_list(tmp_path: Path) -> None:
+    scenario = load_text(tmp_path, BASE.replace("outcome: failed-fast", "outcome: [failed-fast, absorbed]"))
+    assert scenario.expect["timeout"].outcome == ("failed-fast", "absorbed")
+    assert load_text(tmp_path, BASE).expect["timeout"].outcome == ("failed-fast",)
+
+
+def test_a_scenario_is_frozen(tmp_path: Path) -> None:
+    scenario = load_text(tmp_path, BASE)
+    with pytest.raises(Exception):
+        scenario.seed = 2  # type: ignore[misc]
+
+
+def test_the_json_schema_accepts_the_shipped_files_and_refuses_mistakes() -> None:
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in SHIPPED:
+        assert not list(validator.iter_errors(yaml.safe_load(path.read_text()))), path.name
+    data = yaml.safe_load(BASE)
+    for mistake in ({"faults": [{**data["faults"][0], "percent": 20}]},
+                    {"faults": [{k: v for k, v in data["faults"][0].items() if k != "target"}]},
+                    {"cluster": {"ranks": "many"}}, {"hang_cap": "soon"}, {"colour": "red"}):
+        assert list(validator.iter_errors({**data, **mistake})), mistake
+    json.dumps(schema)  # printable as is
