@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import ctypes
 import os
 import random
 import select
@@ -42,7 +41,6 @@ NFQNL_COPY_META = 1
 NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO = 0x1, 0x4
 NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
 NF_ACCEPT = 1
-CLONE_NEWNET = 0x40000000
 SO_RCVBUFFORCE = 33
 QUEUE_MAXLEN = 1 << 17
 READY = "nfq delayer ready"
@@ -82,17 +80,6 @@ class DelaySampler:
 def _message(msg_type: int, flags: int, queue: int, attrs: list[bytes]) -> bytes:
     body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + b"".join(attrs)
     return netlink.nlmsg((NFNL_SUBSYS_QUEUE << 8) | msg_type, flags, body)
-
-
-def _enter_namespace(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"setns {path}: {os.strerror(code)}")
-    finally:
-        os.close(fd)
 
 
 def _configure(sock: socket.socket, queue: int, attrs: list[bytes]) -> None:
@@ -241,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--correlation", type=float, default=0.0, help="fraction 0..1")
     parser.add_argument("--run-id", required=True, help="the run this delayer belongs to (for heal)")
     args = parser.parse_args(argv)
-    _enter_namespace(args.netns)
+    proc.enter_netns(args.netns)
     with open(BRIDGE_NF_CALL_IPTABLES, "w") as knob:  # bridged packets see ip-family hooks
         knob.write("1")
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_NETFILTER)

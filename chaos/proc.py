@@ -1,6 +1,7 @@
 """Signals to processes named by (pid, start time), so a reused pid is never hit."""
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -9,6 +10,20 @@ import sys
 import time
 
 from chaos.errors import ALREADY_GONE, InjectionError
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def enter_netns(path: str) -> None:
+    """Move the calling thread into the network namespace at `path` (setns(2))."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns {path}: {os.strerror(code)}")
+    finally:
+        os.close(fd)
 
 
 def start_time(pid: int) -> int | None:

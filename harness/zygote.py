@@ -25,23 +25,14 @@ import sys
 import time
 from typing import Any
 
-CLONE_NEWNET = 0x40000000
+from chaos import proc
+
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def enter_netns(ns_path: str) -> None:
-    fd = os.open(ns_path, os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({ns_path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
@@ -61,7 +52,7 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        enter_netns(cmd["ns_path"])
+        proc.enter_netns(cmd["ns_path"])
         from harness import signals
         signals.install()
         if cmd["entry"] == "rank":
