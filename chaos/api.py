@@ -33,7 +33,9 @@ class AppliedFault:
     fault: FaultBase
     hosts: tuple[str, ...]
     mechanism: str
-    t_applied: float
+    t_applied: float                  # the kernel acknowledged the last action (fault start)
+    t_requested: float | None = None  # just before the first action (a signal may act before
+                                      # this process reads the clock again)
 
 
 class Injection(abc.ABC):

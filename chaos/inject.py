@@ -181,6 +181,7 @@ class NetlinkInjector(Injector):
             if reason:
                 raise FaultConflict(f"{fault.describe()} on {host.name} refused: {reason}")
         entries: list[Entry] = []
+        t_requested = time.monotonic()
         try:
             if isinstance(mech, ClusterMechanism):
                 entries += mech.apply_cluster(fault, hosts, self.hosts, self.ledger)
@@ -193,7 +194,7 @@ class NetlinkInjector(Injector):
         except BaseException:
             LedgerInjection(AppliedFault(fault, (), mech.name, 0.0), entries, self.ledger).revert()
             raise
-        applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, t_applied)
+        applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, t_applied, t_requested)
         return LedgerInjection(applied, entries, self.ledger)
 
 

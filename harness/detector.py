@@ -333,7 +333,7 @@ class FailureDetector:
             state = view.peers.get(peer)
             if peer == self.me or state is None:
                 continue
-            silent = state.silent_s + (now - view.received)
+            silent = state.silent_s  # not extrapolated: a stale view is the cut-off rule's case
             if state.closed:
                 found.append(Suspicion(peer, "connection", round(silent, 3)))
             elif self._silent(state, silent):

@@ -8,12 +8,14 @@ The network has the netns backend's shape, so every fault lands the same way:
     chaos-<run>-r<NNN>      one container per rank, created from the rank template of
                             docker-compose.yml (`x-rank`), with network_mode "none"; once it
                             runs, the harness finds its namespace (State.Pid ->
-                            /proc/PID/ns/net) and moves the other end of the veth in as eth0
-                            with 10.77.x.y/16. The rank (`python -m harness.rank --config
-                            --barrier`) loads torch, waits until eth0 is up with an address
-                            and until every rank has loaded (ready files in the run folder:
-                            containers start one by one, each importing torch for seconds),
-                            then joins the rendezvous like a forked netns rank.
+                            /proc/PID/ns/net), pins it under this name (as `ip netns attach`
+                            does: the host outlives the rank's process, as a netns host
+                            does) and moves the other end of the veth in as eth0 with
+                            10.77.x.y/16. The rank (`python -m harness.container rank
+                            --config --barrier`) loads torch, waits until eth0 is up with an
+                            address and until every rank has loaded (ready files in the run
+                            folder: containers start one by one, each importing torch for
+                            seconds), then joins the rendezvous like a forked netns rank.
 
 Containers are labelled with the run id (`LABEL_RUN`) and written to the ledger before
 they are created (op ``docker_container``); pauses through the engine are recorded as
@@ -47,20 +49,28 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pyroute2 import netns as pyroute2_netns
 
 from chaos import netlink, proc
 from chaos.api import Host
 from chaos.errors import ChaosError, HarnessError
 from chaos.faults import FaultBase, Kill
 from chaos.heal import HealReport, namespace_name, owner_alive
-from chaos.inject import LinkStateDown, undo_outstanding
+from chaos.inject import undo_outstanding
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, undo
 from harness.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
 from harness.control import LISTENING
 from harness.launcher import Launcher, wait_for_text
-from harness.netns import (BRIDGE, MAX_RANKS, NETWORK, SWITCH_ADDRESS, host_address,
-                           port_name, rank_name)
+from harness.netns import (
+    BRIDGE,
+    MAX_RANKS,
+    NETWORK,
+    SWITCH_ADDRESS,
+    host_address,
+    port_name,
+    rank_name,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
@@ -79,6 +89,8 @@ EXIT_WAIT_S = 10.0
 LINK_TIMEOUT_S = 120.0                 # how long a rank waits for its eth0 (16 starts on 2 cores)
 BARRIER_TIMEOUT_S = 180.0              # how long a loaded rank waits for the others to load
 CREATE_THREADS = 4
+BRIDGE_MAC = "02:77:00:00:00:01"  # locally administered; fixed so that it never follows a port
+NOT_RUNNING = "/nonexistent/chaos-rank-not-running"  # the ns_path of a host whose rank is not running
 
 
 # --- the engine -----------------------------------------------------------------------------
@@ -133,7 +145,7 @@ class _translated:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, typ: object, exc: BaseException | None, tb: object) -> bool:
         if exc is None or isinstance(exc, (ChaosError, KeyboardInterrupt, SystemExit)):
             return False
         import docker.errors
@@ -181,7 +193,7 @@ class RankTemplate:
     gpu_requests: tuple[dict[str, Any], ...] = ()
 
     @classmethod
-    def from_compose(cls, path: Path = COMPOSE_FILE) -> "RankTemplate":
+    def from_compose(cls, path: Path = COMPOSE_FILE) -> RankTemplate:
         try:
             doc = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
@@ -216,14 +228,16 @@ def _flat(caps: Any) -> list[str]:
 
 
 def _device_requests(requests: tuple[dict[str, Any], ...]) -> list[Any]:
+    """Compose's `deploy.resources.reservations.devices` as the engine's DeviceRequests."""
     from docker.types import DeviceRequest
     out = []
     for d in requests:
+        ids = [str(i) for i in d.get("device_ids") or []]
         count = d.get("count")
-        out.append(DeviceRequest(
-            driver=d.get("driver", ""), count=-1 if count == "all" else int(count or 0) if not d.get("device_ids") else 0,
-            device_ids=[str(i) for i in d.get("device_ids") or []],
-            capabilities=[_flat(d.get("capabilities"))], options=d.get("options") or {}))
+        n = 0 if ids else -1 if count in (None, "all") else int(count)
+        out.append(DeviceRequest(driver=d.get("driver", ""), count=n, device_ids=ids,
+                                 capabilities=[_flat(d.get("capabilities"))],
+                                 options=d.get("options") or {}))
     return out
 
 
@@ -231,6 +245,7 @@ def _ulimits(ulimits: dict[str, Any]) -> list[Any]:
     """The template's ulimits, capped at this host's hard limits (-1: unlimited). A GPU node
     grants `memlock: -1`; a VM that does not would otherwise refuse to start the container."""
     import resource
+
     from docker.types import Ulimit
     out = []
     for name, v in ulimits.items():
@@ -387,7 +402,7 @@ def heal_containers(run_id: str | None = None, everything: bool = False,
 class EngineKill(Mechanism):
     name = "docker kill (signal through the engine)"
 
-    def __init__(self, cluster: "DockerCluster") -> None:
+    def __init__(self, cluster: DockerCluster) -> None:
         self.cluster = cluster
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
@@ -399,7 +414,7 @@ class EngineKill(Mechanism):
 class EnginePause(Mechanism):
     name = "docker pause / unpause (cgroup freezer)"
 
-    def __init__(self, cluster: "DockerCluster") -> None:
+    def __init__(self, cluster: DockerCluster) -> None:
         self.cluster = cluster
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
@@ -409,6 +424,18 @@ class EnginePause(Mechanism):
             self.cluster.client.api.pause(name)
         ledger.mark(entry, "done")
         return [entry]
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt of /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except OSError:
+        pass
+    return False
 
 
 # --- the cluster ----------------------------------------------------------------------------
@@ -447,16 +474,20 @@ class DockerCluster(Cluster):
 
     @property
     def hosts(self) -> tuple[Host, ...]:  # type: ignore[override]
-        """The hosts now: ns_path and pid follow the container's current process."""
+        """The hosts now: pid is the container's current process; ns_path its pinned
+        network namespace, which outlives the process like a netns host. A rank never
+        started has a namespace path that does not exist (never "": netlink would take
+        that for this process's own namespace)."""
         return tuple(
             Host(name=rank_name(r), address=host_address(r), switch_ns=self.switch_ns,
-                 port=port_name(r), ns_path=f"/proc/{st.pid}/ns/net" if st.pid else "",
-                 pid=st.pid)
+                 port=port_name(r), pid=st.pid,
+                 ns_path=f"/run/netns/{self.namespace(r)}" if st.runs else f"{NOT_RUNNING}/{st.name}")
             for r, st in enumerate(self._ranks))
 
     def mechanisms(self) -> dict[str, Mechanism]:
-        """Fault mechanisms for this cluster: links on the switch side, kill/pause through the engine."""
-        return {"link_down": LinkStateDown(), "kill": EngineKill(self), "pause": EnginePause(self)}
+        """Process faults through the engine (`docker kill`, `docker pause`/`unpause`), to
+        merge over `chaos.inject.default_mechanisms()`; link faults need nothing of docker."""
+        return {"kill": EngineKill(self), "pause": EnginePause(self)}
 
     # bring-up
     def build_switch(self) -> None:
@@ -465,7 +496,10 @@ class DockerCluster(Cluster):
         self._ledger.mark(entry, "done")
         with netlink.translated("build switch"), netlink.route(self.switch_ns) as ipr:
             ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
-            ipr.link("add", ifname=BRIDGE, kind="bridge")
+            # A fixed MAC: a bridge without one takes its lowest port's, and changes it when
+            # that port goes; every host's ARP entry for the switch then points nowhere and
+            # its traffic to the control plane stalls for ~15 s until the entry is renewed.
+            ipr.link("add", ifname=BRIDGE, kind="bridge", address=BRIDGE_MAC)
             bridge = netlink.link_index(ipr, BRIDGE)
             ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=NETWORK.prefixlen)
             ipr.link("set", index=bridge, state="up")
@@ -477,11 +511,11 @@ class DockerCluster(Cluster):
         volumes[run_dir] = {"bind": run_dir, "mode": "rw"}
         kwargs: dict[str, Any] = dict(
             image=self.image, name=self.container_name(rank), hostname=rank_name(rank),
-            command=[self._python, "-m", "harness.rank", "--config", self._config_path(rank),
+            command=[self._python, "-m", "harness.container", "rank", "--config", self._config_path(rank),
                      "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S)],
             labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank"},
             network_mode="none", environment={**t.environment, "PYTHONUNBUFFERED": "1"},
-            volumes=volumes, working_dir=run_dir, cap_add=list(t.cap_add) or None,
+            volumes=volumes, working_dir="/", cap_add=list(t.cap_add) or None,
             stop_signal=t.stop_signal, init=False, detach=True,
             log_config={"type": "json-file", "config": {}})
         if t.shm_size:
@@ -528,8 +562,9 @@ class DockerCluster(Cluster):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(config))
         os.replace(tmp, path)
-        if st.runs:  # a restart: the old netns is gone with the old process, and the veth with it
+        if st.runs:  # a restart: the old namespace (still pinned) and its veth go first
             self._remove_port(rank)
+            netlink.remove_namespace(self.namespace(rank))
         with _translated(f"start container {st.name}"):
             self.client.api.start(st.name)
             pid = int(self.client.api.inspect_container(st.name)["State"]["Pid"])
@@ -538,16 +573,32 @@ class DockerCluster(Cluster):
         if st.pid is None:
             return 0  # it ended before it could be seen; reap reports it
         try:
-            self._wire(rank, pid)
+            self._pin(rank, pid)
+            self._wire(rank)
         except ChaosError:
             if proc.start_time(pid) == st.started:
                 raise
             # the process ended while it was wired: reap reports its exit
         return pid
 
-    def _wire(self, rank: int, pid: int) -> None:
+    def namespace(self, rank: int) -> str:
+        """The name the container's network namespace is pinned under (as on the netns backend)."""
+        return namespace_name(self.spec.run_id, rank_name(rank))
+
+    def _pin(self, rank: int, pid: int) -> None:
+        """Name the container's network namespace (/proc/PID/ns/net -> /run/netns/<name>, as
+        `ip netns attach` does), so that the host outlives the rank's process as a netns
+        host does: a killed rank's address still answers (RST), its last FIN is delivered,
+        and its port stays on the bridge until teardown or a restart."""
+        name = self.namespace(rank)
+        entry = self._ledger.record("netns", name=name)
+        with netlink.translated(f"pin the namespace of {self._ranks[rank].name} as {name}"):
+            pyroute2_netns.attach(name, pid)
+        self._ledger.mark(entry, "done")
+
+    def _wire(self, rank: int) -> None:
         """veth p<rank> on the bridge <-> eth0 in the container's namespace, with its address."""
-        ns_path = f"/proc/{pid}/ns/net"
+        ns_path = f"/run/netns/{self.namespace(rank)}"
         port = port_name(rank)
         with netlink.translated(f"wire {rank_name(rank)}"):
             with netlink.route(self.switch_ns) as ipr:
@@ -612,18 +663,27 @@ class DockerCluster(Cluster):
                 _undo_pause({"name": self._ranks[r].name, "engine": self.engine_url})
 
     def stop_ranks(self, deadline_s: float) -> list[RankExit]:
-        # SIGTERM straight to every rank's process (what `docker kill` does, minus one API
-        # round trip of 10-25 ms per container): all ranks get it within a millisecond, as
-        # from the netns launcher. Serial API calls spread it over ~0.4 s for 16 ranks, and
-        # ranks still running report the early ones' closed sockets as collective errors.
-        for r in self._live():
-            st = self._ranks[r]
-            if st.pid is not None:
-                proc.send_signal(st.pid, signal.SIGTERM, st.started, gone_ok=True)
+        """SIGTERM every live rank, SIGKILL (through the engine) what is left at the deadline.
+
+        SIGTERM goes straight to each rank's process (what `docker kill` does, minus an API
+        round trip of 10-25 ms per container), so all ranks get it within a millisecond as
+        from the netns launcher; serial API calls would spread it over ~0.4 s for 16 ranks,
+        and the ranks still running would report the early ones' closed sockets as
+        collective errors. A rank is PID 1 of its container, and the kernel drops a signal
+        PID 1 has no handler for: a rank that has not yet installed its SIGTERM handler (it
+        just started) gets the signal once it has."""
         deadline = time.monotonic() + deadline_s
+        pending = set(self._live())  # not yet sent SIGTERM
         exits: list[RankExit] = []
         killed = False
         while self._live():
+            for r in sorted(pending):
+                st = self._ranks[r]
+                if st.pid is None or proc.start_time(st.pid) != st.started:
+                    pending.discard(r)
+                elif _catches(st.pid, signal.SIGTERM):
+                    proc.send_signal(st.pid, signal.SIGTERM, st.started, gone_ok=True)
+                    pending.discard(r)
             exits += self.reap()
             if not self._live():
                 break
@@ -635,7 +695,7 @@ class DockerCluster(Cluster):
                                      gone_ok=True)
                     self.kill(r, signal.SIGKILL)
                 killed = True
-            time.sleep(0.02)
+            time.sleep(0.01)
         return exits
 
     # logs and teardown
@@ -643,8 +703,8 @@ class DockerCluster(Cluster):
         name = self._ranks[rank].name
         try:
             data = self.client.api.logs(name, stdout=True, stderr=True, timestamps=False)
-        except Exception:
-            return  # best effort: a removed container has no log left
+        except Exception:  # noqa: BLE001  (best effort: a removed container has no log left)
+            return
         (self.spec.run_dir / "logs" / f"{rank_name(rank)}.log").write_bytes(data)
 
     def collect_logs(self) -> None:
@@ -683,6 +743,10 @@ class DockerBackend(Backend):
     """
 
     name = "docker"
+    # From the first `start_rank` to the first step on every rank: each container imports
+    # torch on its own (16 on 2 shared cores: 25-45 s measured); the netns backend forks
+    # loaded ranks in well under a second. An orchestrator's warm-up deadline should allow it.
+    start_timeout_s = 180.0
 
     def __init__(self, compose_file: Path | str = COMPOSE_FILE, image: str | None = None,
                  gpus: bool | None = None) -> None:

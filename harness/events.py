@@ -11,18 +11,44 @@ the harness), pid, kind, and the fields of its kind:
   rank events
     rank_start          policy, world
     rendezvous          gen, arrived, world              waiting for the others (every 5 s)
-    group_ready         gen, world, secs                 a process group is formed
-    restored            step, gen                        state loaded (agreed checkpoint)
+    group_ready         gen, world, group_rank, secs     a process group is formed
+    membership          gen, world, members, left_out    the agreed members changed (original
+                                                         rank ids, in group-rank order)
+    restored            step, gen, source[, peer, bytes] state loaded: source checkpoint (the
+                                                         newest all have) | peer (in-memory
+                                                         state sent by original rank `peer`)
     step                step, gen, loss, dur             a training step completed
     checkpoint          step                             written atomically (group rank 0)
+    suspect             peer, via, cause, silent_s, gen, waited_s
+                                                         the failure detector suspects `peer`
+                                                         (via = cause: connection: its process
+                                                         is gone | heartbeat: silent for
+                                                         silent_s | cut-off: this rank hears
+                                                         no digest (peer = itself) |
+                                                         generation: the peer moved on);
+                                                         once per (gen, peer, via)
+    straggler           peer, loss, silent_s, waited_s, gen, step
+                                                         a collective pending waited_s with
+                                                         every member alive; peer: one whose
+                                                         heartbeats arrive degraded (null
+                                                         when none does)
     collective_error    step, gen, phase, cause, error   phase: step | join; cause: timeout |
-                                                         closed | reset | rendezvous | other
-    group_released      secs                             the failed group destroyed
+                                                         closed | reset | rendezvous |
+                                                         suspect (the detector ended the
+                                                         wait) | other
+    group_released      secs                             the failed group let go (its stuck
+                                                         op, if any, left to a reaper)
+    group_reaped        gen, secs                        an abandoned group's threads ended and
+                                                         its sockets closed (at its timeout)
     backoff             attempt, seconds                 sleeping before retry `attempt`
     health_check        attempt, ok, detail
+    exclude             peers, gen, reasons              elastic: these members are left out
+                                                         of the next proposal
     retry               attempt, after_gen               re-joining after generation after_gen
     breaker_open        reason
-    resources_released  outcome, group, cuda_reserved_before, cuda_reserved_after
+    resources_released  outcome, group, cuda_reserved_before, cuda_reserved_after,
+                        cuda_free_before, cuda_free_after   (torch.cuda.mem_get_info; null
+                                                         without CUDA)
     exit                reason, code[, error]            reason: stopped | failed-fast |
                                                          retries-exhausted | isolated |
                                                          terminated | crashed
@@ -32,7 +58,8 @@ the harness), pid, kind, and the fields of its kind:
     rank_spawned        rank (field), pid
     ranks_ready         secs
     warmup_done         step
-    fault_applied       index, fault_kind, fault, targets, mechanism   t = kernel acknowledgement
+    fault_applied       index, fault_kind, fault, targets, mechanism, t_requested
+                                                     t = kernel acknowledgement
     fault_reverted      index, fault_kind, targets[, teardown]    t = kernel acknowledgement
     rank_exited         rank (field), pid, exitcode, signal
     hang_detected       cap, idle_since              no step and no policy action for `cap`

@@ -219,12 +219,13 @@ class GlooGroup:
         Never blocks on a collective: a group with a pending op goes to a reaper thread."""
         start = time.monotonic()
         gc.collect()  # first, while we still hold them: tracebacks hold the work and the group
-        if self._pg is not None and self._pending is not None and not self._pending.is_completed():
-            lingering = [self._pg, self._pending]
+        lingering = [self._pg, self._pending]
+        self._pg = self._pending = None  # the reaper must hold the last references
+        if lingering[1] is not None and not lingering[1].is_completed():
             threading.Thread(target=self._reap, args=(lingering, self.generation),
                              name=f"reaper-gen{self.generation}", daemon=True).start()
-            del lingering
-        self._pg = self._pending = None
+        else:
+            lingering.clear()
         return time.monotonic() - start
 
     def _reap(self, lingering: list[Any], gen: int) -> None:

@@ -260,8 +260,8 @@ class Trial:
             if pending:
                 done, phase = (now - t_warm) / max(scenario.last_action_s, POLL_S), "faults  "
             else:  # settled by steps, or hung by the cap: whichever comes first
-                done, phase = max(monitor.least_since() / scenario.settle_steps,
-                                  idle / scenario.hang_cap), "settling"
+                done = max(monitor.least_since() / scenario.settle_steps, idle / scenario.hang_cap)
+                phase = f"settling (idle {idle:.0f}/{scenario.hang_cap:g} s)"
             self.progress.status(self.policy.name, done,
                                  f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             time.sleep(POLL_S)
@@ -276,7 +276,9 @@ class Trial:
         injection = injector.apply(event.fault, hosts, revert_after=dead_man)
         if event.fault.reversible:
             outstanding[index] = injection
-        recorder.emit("fault_applied", t=injection.applied.t_applied, index=index,
+        recorder.emit("fault_applied", t=injection.applied.t_applied,
+                      t_requested=round(injection.applied.t_requested or injection.applied.t_applied, 6),
+                      index=index,
                       fault_kind=event.fault.kind, fault=event.fault.model_dump(mode="json"),  # type: ignore[attr-defined]
                       targets=list(ranks), mechanism=injection.applied.mechanism)
         self._say(f"fault {event.fault.describe()} on {_ranks_text(ranks)} applied "

@@ -6,7 +6,8 @@
 
 A thin layer over `harness.check.check_policy`: options (the `chaos` group), the fixture
 `chaos_check` (run one policy of a scenario file; usable from Python tests too), markers
-(requires_root always; requires_docker for the docker backend), skips with the reason
+(chaos_scenario, slow and requires_root always; requires_docker for the docker backend,
+requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
 the tail of each rank's log on a failing test, and a runtime table at the end.
 Loaded by `scenarios/conftest.py`. Ctrl-C or SIGTERM tears the running trial down (the
@@ -21,6 +22,7 @@ from typing import Any, Callable
 import pytest
 
 from chaos.errors import ChaosError, UsageError
+from chaos.faults import Corrupt, Duplicate, Reorder
 from harness import signals
 from harness.check import PolicyCheck, check_policy
 from harness.progress import Progress
@@ -28,6 +30,7 @@ from harness.scenario import Scenario, load_scenario
 from harness.signals import Terminated
 
 _RESULTS = pytest.StashKey[list[PolicyCheck]]()
+NETEM_ONLY = (Duplicate, Corrupt, Reorder)  # kinds only sch_netem injects (no fallback)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -86,14 +89,16 @@ class ScenarioTest(pytest.Function):
         self.add_marker("slow")
         if scenario.cluster.backend == "docker":
             self.add_marker("requires_docker")
+        if any(isinstance(event.fault, NETEM_ONLY) for event in scenario.faults):
+            self.add_marker("requires_netem")
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.path.name}::{self.name}"
+        return self.path, None, self.name
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ChaosError):  # the harness could not run the trial
             return f"{self.path.name}::{self.name}: {excinfo.value}"
-        return super().repr_failure(excinfo, style)
+        return super().repr_failure(excinfo)
 
 
 def _scenario_test(chaos_check: Callable[[Path, str], PolicyCheck], request: pytest.FixtureRequest) -> None:

@@ -465,6 +465,7 @@ def json_schema() -> dict[str, Any]:
         defs.pop(cls.__name__, None)  # the model's nested form; a file uses the flat events above
     defs["FaultEvent"] = {"description": FaultEvent.__doc__, "oneOf": kinds}
     overrides = PolicySpec.model_json_schema(schema_generator=_UnitsJsonSchema)
+    defs.update(overrides.pop("$defs", {}))
     overrides["properties"].pop("name")
     overrides.pop("required", None)
     overrides["title"] = "PolicyOverrides"

@@ -18,7 +18,8 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
   crash               a departure by exit reason crashed, by a signal that no kill fault
                       explains, or by a non-zero exit code with no policy exit reason.
   TTD                 first detection (collective_error, or a failure detector's suspect)
-                      on any rank at or after fault start, minus fault start; also the
+                      on any rank at or after fault start (and before the observation
+                      end), minus fault start; also the
                       first rank, and min / median / max of the per-rank first detections.
   resumed             a survivor's first step after its last disruption: its last
                       detection or restore after fault start; for a survivor that saw no
@@ -86,6 +87,7 @@ class FaultWindow:
     targets: tuple[int, ...]
     start: float
     end: float  # NaN when the fault was never reverted
+    requested: float = NAN  # just before the harness acted; a signal can act before `start`
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ def fault_windows(events: pd.DataFrame, trial: dict[str, Any]) -> tuple[FaultWin
         plan = planned.get(index, {})
         targets = _field(row, "targets") or plan.get("targets")
         windows.append(FaultWindow(index=index, kind=_fault_kind(row, plan), targets=_rank_list(targets),
-                                   start=float(row["t"]), end=float(reverted.get(index, NAN))))
+                                   start=float(row["t"]), end=float(reverted.get(index, NAN)),
+                                   requested=float(_field(row, "t_requested", row["t"]))))
     return tuple(sorted(windows, key=lambda w: (w.index, w.start)))
 
 
@@ -273,9 +276,10 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
     return gone
 
 
-def _first_detections(events: pd.DataFrame, start: float) -> tuple[dict[int, float], str]:
+def _first_detections(events: pd.DataFrame, start: float, end: float) -> tuple[dict[int, float], str]:
     found = _of_kind(events, *DETECTION_KINDS)
-    found = found[(found["t"] >= start) & found["rank"].notna()]
+    # a detector also notices the harness stopping the ranks: that is after the observation
+    found = found[(found["t"] >= start) & (found["t"] < end) & found["rank"].notna()]
     if not len(found):
         return {}, ""
     first = found.groupby("rank")["t"].min()
@@ -284,11 +288,12 @@ def _first_detections(events: pd.DataFrame, start: float) -> tuple[dict[int, flo
 
 
 def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
-             detections: dict[int, float], step_times: dict[int, tuple[float, ...]]) -> dict[int, float]:
+             detections: dict[int, float], step_times: dict[int, tuple[float, ...]],
+             end: float) -> dict[int, float]:
     restores = _of_kind(events, "restored")
     restores = restores[restores["t"] >= fault.start]
     errors = _of_kind(events, *DETECTION_KINDS)
-    errors = errors[errors["t"] >= fault.start]
+    errors = errors[(errors["t"] >= fault.start) & (errors["t"] < end)]
     resumed = {}
     for rank in survivors:
         if rank in detections:
@@ -322,9 +327,9 @@ def trial_facts(events: pd.DataFrame, trial: dict[str, Any]) -> TrialFacts:
     detections, cause, resumed, world, opens = {}, "", {}, None, {}
     if faults:
         fault = faults[0]
-        detections, cause = _first_detections(events, fault.start)
+        detections, cause = _first_detections(events, min(fault.start, fault.requested), end)
         survivors = tuple(r for r in ranks if r not in gone)
-        resumed = _resumed(events, survivors, fault, detections, steps)
+        resumed = _resumed(events, survivors, fault, detections, steps, end)
         world = _final_world(events, fault.start)
         breakers = _of_kind(events, "breaker_open")
         breakers = breakers[breakers["t"] >= fault.start]
@@ -342,8 +347,8 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _no_fault(f: TrialFacts) -> str | None:
-    if f.faults:
-        return None
+    if f.faults or f.hang is not None or f.departures:
+        return None  # a control run that hung or lost ranks raised a false alarm: the rules below
     ended = f" (the trial ended: {f.end_reason})" if f.end_reason else ""
     return f"no fault was applied: no fault_applied event{ended}"
 
@@ -529,7 +534,9 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
         return times
     start = fault.start
     if facts.detections:
-        firsts = sorted(facts.detections.values())
+        # A kill can be noticed before the harness reads the clock after the syscall: such a
+        # detection (between t_requested and fault start) counts as 0 s, never negative.
+        firsts = sorted(max(t, start) for t in facts.detections.values())
         first_rank = min(facts.detections, key=lambda r: (facts.detections[r], r))
         times.update(ttd_s=firsts[0] - start, ttd_median_s=statistics.median(firsts) - start,
                      ttd_max_s=firsts[-1] - start, detect_first_rank=first_rank,

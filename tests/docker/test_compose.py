@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import yaml
 
-from harness.compose_entry import config_from_env
-from harness.docker_backend import COMPOSE_FILE, PROJECT_ROOT, RankTemplate, _interpolate, _ulimits
+from harness.container import config_from_env
+from harness.docker_backend import (
+    COMPOSE_FILE,
+    PROJECT_ROOT,
+    RankTemplate,
+    _interpolate,
+    _ulimits,
+)
 
 
 def _compose() -> dict:
@@ -65,3 +71,12 @@ def test_ulimits_are_capped_at_the_hosts_hard_limits() -> None:
 def test_dockerfile_uses_a_real_pytorch_base_image() -> None:
     text = (PROJECT_ROOT / "Dockerfile").read_text()
     assert "ARG TORCH_IMAGE=pytorch/pytorch:2.13.0-" in text and "FROM ${TORCH_IMAGE}" in text
+
+
+def test_gpu_device_requests_follow_the_compose_spec() -> None:
+    from harness.docker_backend import _device_requests
+    everything, two = _device_requests((
+        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]},
+        {"driver": "nvidia", "device_ids": [0, 1], "capabilities": [["gpu", "utility"]]}))
+    assert everything["Count"] == -1 and everything["Capabilities"] == [["gpu"]]
+    assert two["Count"] == 0 and two["DeviceIDs"] == ["0", "1"]

@@ -21,8 +21,13 @@ from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.ledger import Ledger
 from harness.api import ClusterSpec
-from harness.docker_backend import (LABEL_RUN, DockerBackend, DockerCluster, engine,
-                                    heal_containers)
+from harness.docker_backend import (
+    LABEL_RUN,
+    DockerBackend,
+    DockerCluster,
+    engine,
+    heal_containers,
+)
 from harness.events import read_events
 from harness.policies import policy_spec
 from harness.workload import WorkloadSpec
@@ -90,8 +95,11 @@ def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_pa
                    120, "4 steps on every rank")
 
         host = cluster.hosts[1]
-        assert host.ns_path == f"/proc/{cluster.pid(1)}/ns/net" and host.pid == cluster.pid(1)
-        assert netlink.link_is_up(host.ns_path, "eth0")  # the container's own end, by /proc/PID/ns/net
+        assert host.pid == cluster.pid(1)
+        # the container's namespace, found by its pid and pinned under the netns backend's name
+        assert os.stat(host.ns_path).st_ino == os.stat(f"/proc/{host.pid}/ns/net").st_ino
+        assert host.ns_path == f"/run/netns/chaos-{run_id}-r001"
+        assert netlink.link_is_up(f"/proc/{host.pid}/ns/net", "eth0")
         injection = NetlinkInjector(ledger).apply(LinkDown(), [host])
         assert not netlink.link_is_up(cluster.switch_ns, host.port)
         exits: list = []
@@ -188,9 +196,14 @@ def _start_harness(run_id: str, tmp_path: Path) -> subprocess.Popen:
     script.write_text(_HARNESS.format(tests=str(Path(__file__).parent)))
     child = subprocess.Popen([sys.executable, str(script), run_id, str(tmp_path / "run")],
                              stdout=subprocess.PIPE, cwd=PROJECT, text=True)
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "started"
-    assert len(leftovers(run_id)) == 3  # 2 containers + the switch namespace
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "started"
+        assert len(leftovers(run_id)) == 5  # 2 containers, their 2 pinned namespaces, the switch
+    except BaseException:
+        child.send_signal(signal.SIGINT)  # it cleans up on its way out
+        child.wait(timeout=60)
+        raise
     return child
 
 
@@ -206,7 +219,7 @@ def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
     child = _start_harness(run_id, tmp_path)
     child.kill()
     child.wait(timeout=10)
-    assert len(leftovers(run_id)) == 3  # containers outlive a SIGKILLed harness
+    assert len(leftovers(run_id)) == 5  # containers outlive a SIGKILLed harness
     report = heal(run_id)  # the owner is dead: the ledger path removes containers and the switch
     assert any(u.startswith("docker_container") for u in report.undone)
     assert leftovers(run_id) == []
@@ -245,6 +258,24 @@ def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, tmp_path
         before = steps_by_rank(tmp_path)
         wait_until(lambda: min(steps_by_rank(tmp_path).values()) >= min(before.values()) + 2, 30,
                    "steps after the revert")
+    finally:
+        cluster.close()
+    assert leftovers(run_id) == []
+
+
+def test_sigterm_while_a_rank_is_still_loading(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+    """A rank is PID 1 of its container: it must catch SIGTERM from its first moments (the
+    kernel drops signals PID 1 has no handler for), not only once torch is imported."""
+    n = 2
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    try:
+        for r in range(n):
+            cluster.start_rank(r, rank_config(cluster, r))
+        time.sleep(0.3)  # started, still importing torch
+        t0 = time.monotonic()
+        exits = cluster.stop_ranks(10.0)
+        assert time.monotonic() - t0 < 5.0
+        assert sorted((e.rank, e.exitcode, e.signal) for e in exits) == [(r, 0, None) for r in range(n)]
     finally:
         cluster.close()
     assert leftovers(run_id) == []

@@ -1,4 +1,4 @@
-"""The runner's retry / backoff / breaker logic, against a scripted fake group.
+"""The runner's retry / backoff / breaker / membership logic, against scripted fakes.
 
 The fake stands in for gloo only here, where the logic is under test; tests/harness/
 test_job.py runs the same runner against real gloo ranks in real namespaces.
@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from harness.checkpoint import Checkpointer
+from harness.detector import Straggler, Suspicion
 from harness.events import EventRecorder
-from harness.group import CollectiveError
+from harness.group import CollectiveError, NotAMember
 from harness.policies import policy_spec
-from harness.runner import FaultTolerantRunner, Outcome
+from harness.runner import FaultTolerantRunner, Outcome, free_accelerator_memory
 from harness.workload import Workload, WorkloadSpec
 
 
@@ -187,3 +188,278 @@ def test_restore_loads_the_exact_weights_saved(tmp_path):
     w.load_state(ckpt.load(ckpt.latest()))
     assert w.step == 1
     assert all(torch.equal(a, b) for a, b in zip(saved, w.model.parameters()))
+
+
+# -- with the failure detector: leaving a stuck collective, elastic membership ------------
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.0)
+
+
+class FakeDetector:
+    """Verdicts from a script: peers silent from a time on, peers whose process is gone."""
+
+    def __init__(self, clock: FakeClock, me: int = 0) -> None:
+        self.clock = clock
+        self.me = me
+        self.silent_from: dict[int, float] = {}
+        self.gone: set[int] = set()
+        self.cut_off = False
+        self.degraded: list[Straggler] = []
+
+    def judge(self, members, generation):
+        if self.cut_off:
+            return [Suspicion(self.me, "cut-off", 0.9)]
+        found = [Suspicion(p, "connection", 0.1) for p in members if p in self.gone]
+        found += [Suspicion(p, "heartbeat", round(self.clock.t - t, 3))
+                  for p, t in self.silent_from.items()
+                  if p in members and p not in self.gone and self.clock.t - t >= 0.8]
+        return found
+
+    def stragglers(self, members):
+        return [s for s in self.degraded if s.peer in members]
+
+
+class ElasticGroup:
+    """Four members; collectives hang (polling the watch on the fake clock) while `stuck`."""
+
+    def __init__(self, clock: FakeClock, member: int = 0, world: int = 4) -> None:
+        self.clock = clock
+        self.generation = -1
+        self.member = member
+        self.members = tuple(range(world))
+        self.rank = member
+        self.world_size = world
+        self.stuck = False
+        self.agreed_by_others: tuple[int, ...] | None = None  # a proposal that won before ours
+        self.proposals: list[tuple[int, ...] | None] = []
+        self.joined_at: list[float] = []  # fake-clock times of the joins
+        self.left = 0
+
+    def join(self, failed_generation, proposal=None, watch=None):
+        self.generation = 0 if failed_generation is None else failed_generation + 1
+        self.proposals.append(proposal)
+        self.joined_at.append(self.clock.t)
+        members = (self.agreed_by_others if failed_generation is not None else None) or proposal or self.members
+        if self.member not in members:
+            raise NotAMember(self.generation, members)
+        self.members, self.rank, self.world_size = members, members.index(self.member), len(members)
+        return self.generation
+
+    def all_reduce(self, tensor, op="sum", watch=None):
+        started = self.clock.t
+        while self.stuck:
+            self.clock.sleep(0.02)
+            reason = watch(self.clock.t - started) if watch else None
+            if reason is not None:
+                raise CollectiveError(reason, "suspect", "step")
+            if self.clock.t - started > 60:
+                raise CollectiveError("Timed out waiting 60000ms", "timeout", "step")
+        if op == "sum":
+            tensor.mul_(self.world_size)
+
+    def broadcast(self, tensor, src, watch=None):
+        pass
+
+    def leave(self):
+        self.left += 1
+        self.stuck = False  # the abandoned group is the reaper's now; the next one works
+        return 0.0
+
+    def health_check(self, timeout_s):
+        raise AssertionError("with a detector the health check asks the detector")
+
+
+def make_detector_runner(tmp_path: Path, policy: str, group: ElasticGroup, clock: FakeClock,
+                         fake: FakeDetector, **overrides):
+    spec = policy_spec(policy, overrides)
+    workload = Workload(WorkloadSpec(step_period=0.25, checkpoint_every=5, hidden=8, features=4),
+                        seed=3, rank=group.member)
+    recorder = EventRecorder(tmp_path / "events.jsonl", "rank", group.member)
+    cuda = []
+    runner = FaultTolerantRunner(spec, group, workload, Checkpointer(tmp_path / "ckpt"), recorder,
+                                 random.Random(7), sleep=clock.sleep, detector=fake,
+                                 clock=clock, free_accelerator=lambda: cuda.append(1) or {})
+    return runner, cuda
+
+
+class StopAt:
+    """Freezes a peer (the fake way) when the runner reaches a step."""
+
+    def __init__(self, group, detector, clock, step, peer, gone=False):
+        self.args = (group, detector, clock, step, peer, gone)
+
+    def __call__(self, runner):
+        group, detector, clock, step, peer, gone = self.args
+        original = runner.workload.train_step
+
+        def train_step(all_reduce, world_size):
+            if runner.workload.step == step and group.generation == 0:
+                group.stuck = True
+                if gone:
+                    detector.gone.add(peer)
+                else:
+                    detector.silent_from[peer] = clock.t
+            return original(all_reduce, world_size)
+        runner.workload.train_step = train_step
+
+
+def test_elastic_leaves_a_stuck_collective_and_goes_on_without_the_silent_rank(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    StopAt(group, detector, clock, step=6, peer=2)(runner)
+    assert runner.run(max_steps=12) is Outcome.STOPPED
+    evs = events(tmp_path)
+    [suspect] = [e for e in evs if e["kind"] == "suspect"]
+    assert (suspect["peer"], suspect["via"]) == (2, "heartbeat")
+    assert suspect["waited_s"] <= 0.85  # the wait ended at the detector, not at a timeout
+    [error] = [e for e in evs if e["kind"] == "collective_error"]
+    assert error["cause"] == "suspect"
+    [excluded] = [e for e in evs if e["kind"] == "exclude"]
+    assert excluded["peers"] == [2]
+    silent_for = group.joined_at[1] - detector.silent_from[2]
+    assert silent_for == pytest.approx(0.8 + 1.0, abs=0.1)  # suspect_after, then exclude_after
+    assert group.proposals == [None, (0, 1, 3)]
+    [member] = [e for e in evs if e["kind"] == "membership"]
+    assert member["members"] == [0, 1, 3] and member["left_out"] == [2] and member["world"] == 3
+    restored = [e for e in evs if e["kind"] == "restored"]
+    assert restored[-1]["source"] == "peer" and restored[-1]["step"] == 6  # nothing rolled back
+    steps = [e["step"] for e in evs if e["kind"] == "step"]
+    assert steps == list(range(12))
+
+
+def test_elastic_leaves_out_a_rank_whose_process_is_gone_at_once(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    StopAt(group, detector, clock, step=3, peer=1, gone=True)(runner)
+    assert runner.run(max_steps=6) is Outcome.STOPPED
+    evs = events(tmp_path)
+    [suspect] = [e for e in evs if e["kind"] == "suspect"]
+    assert suspect["via"] == "connection" and [e["peers"] for e in evs if e["kind"] == "exclude"] == [[1]]
+    assert group.joined_at[1] - group.joined_at[0] < 1.0 + 0.2  # 3 steps, then at once
+    assert group.members == (0, 2, 3)
+
+
+def test_a_silent_rank_that_speaks_again_within_the_grace_is_kept(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    StopAt(group, detector, clock, step=3, peer=1)(runner)
+    original_sleep = runner.sleep
+
+    def sleep(seconds):  # rank 1 speaks again 0.5 s into the grace
+        original_sleep(seconds)
+        if 1 in detector.silent_from and clock.t - detector.silent_from[1] > 1.3:
+            del detector.silent_from[1]
+    runner.sleep = sleep
+    assert runner.run(max_steps=6) is Outcome.STOPPED
+    assert group.proposals[-1] == (0, 1, 2, 3) and "exclude" not in kinds(tmp_path)
+
+
+def test_the_rank_left_out_opens_its_breaker_and_frees_the_accelerator(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=2), FakeDetector(clock, me=2)
+    runner, cuda = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    StopAt(group, detector, clock, step=4, peer=0)(runner)
+    group.agreed_by_others = (0, 1, 3)  # the others already agreed without this rank
+    assert runner.run(max_steps=10) is Outcome.ISOLATED
+    evs = events(tmp_path)
+    breaker = [e for e in evs if e["kind"] == "breaker_open"]
+    assert "left out" in breaker[0]["reason"]
+    assert evs[-1]["kind"] == "resources_released" and cuda == [1]
+
+
+def test_the_rank_cut_off_from_the_control_plane_isolates_itself(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    original = runner.workload.train_step
+
+    def train_step(all_reduce, world_size):
+        if runner.workload.step == 3:
+            group.stuck, detector.cut_off = True, True
+        return original(all_reduce, world_size)
+    runner.workload.train_step = train_step
+    assert runner.run(max_steps=10) is Outcome.ISOLATED
+    evs = events(tmp_path)
+    assert [e["via"] for e in evs if e["kind"] == "suspect"] == ["cut-off"]
+    [breaker] = [e for e in evs if e["kind"] == "breaker_open"]
+    assert "heard nothing from the control plane" in breaker["reason"]
+
+
+def test_retry_with_detector_rejoins_the_whole_world(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    runner, _ = make_detector_runner(tmp_path, "retry", group, clock, detector, detector={},
+                                     backoff_base="50ms", jitter=["0s", "0s"])
+    StopAt(group, detector, clock, step=3, peer=1)(runner)
+    original_sleep = runner.sleep
+
+    def sleep(seconds):  # the silent rank is back by the time of the health check
+        original_sleep(seconds)
+        detector.silent_from.pop(1, None) if group.left else None
+    runner.sleep = sleep
+    assert runner.run(max_steps=6) is Outcome.STOPPED
+    assert group.proposals == [None, None] and group.members == (0, 1, 2, 3)
+    assert [e["cause"] for e in events(tmp_path) if e["kind"] == "collective_error"] == ["suspect"]
+
+
+def test_a_slow_collective_with_every_member_alive_reports_stragglers(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    detector.degraded = [Straggler(3, 0.2, 0.3)]
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    original_all_reduce = group.all_reduce
+
+    def slow(tensor, op="sum", watch=None):  # 2.5 s per all-reduce at step 2, nobody silent
+        if op == "sum" and runner.workload.step == 2:
+            for i in range(125):
+                clock.sleep(0.02)
+                assert watch(0.02 * (i + 1)) is None
+        original_all_reduce(tensor, op, watch)
+    group.all_reduce = slow
+    assert runner.run(max_steps=4) is Outcome.STOPPED
+    evs = events(tmp_path)
+    [straggler] = [e for e in evs if e["kind"] == "straggler"]
+    assert straggler["peer"] == 3 and straggler["loss"] == 0.2 and straggler["step"] == 2
+    assert "suspect" not in kinds(tmp_path)
+
+
+def test_free_accelerator_memory_measures_before_and_after():
+    class FakeCuda:
+        reserved, free = 4 << 30, 10 << 30
+
+        def is_available(self):
+            return True
+
+        def memory_reserved(self):
+            return self.reserved
+
+        def mem_get_info(self):
+            return self.free, 80 << 30
+
+        def empty_cache(self):
+            self.free += self.reserved
+            self.reserved = 0
+
+    got = free_accelerator_memory(FakeCuda())
+    assert got == {"cuda_reserved_before": 4 << 30, "cuda_reserved_after": 0,
+                   "cuda_free_before": 10 << 30, "cuda_free_after": 14 << 30}
+
+
+@pytest.mark.requires_gpu
+def test_free_accelerator_memory_hands_cached_memory_back_to_the_device():
+    block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    del block  # now cached by the allocator, not free on the device
+    got = free_accelerator_memory()
+    assert got["cuda_reserved_after"] < got["cuda_reserved_before"]
+    assert got["cuda_free_after"] - got["cuda_free_before"] >= 200 << 20

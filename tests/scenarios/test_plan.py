@@ -32,7 +32,7 @@ def test_the_plan_names_ranks_mechanism_and_times(tmp_path: Path) -> None:
                                            " start: 1s, duration: 4s}\n")
     plan = plan_text(scenario, path, ["timeout"], lambda fault: f"mechanism-for-{fault.kind}")
     ranks = ",".join(map(str, scenario.targets(0)))
-    assert f"+  1.000 s  apply   faults.0 loss(" in plan
+    assert "+  1.000 s  apply   faults.0 loss(" in plan
     assert f"on ranks {ranks} by mechanism-for-loss" in plan
     assert f"+  5.000 s  revert  faults.0 loss on ranks {ranks}" in plan
     assert "timeout    timeout 5 s, 0 retries" in plan and "expects outcome failed-fast" in plan

@@ -1,12 +1,20 @@
-"""Entry points for the services of docker-compose.yml under a plain `docker compose up`.
+"""Entry points of a process that is PID 1 of a container (docker backend, `docker compose up`).
 
-    python -m harness.compose_entry control    the rendezvous store (TCPStore) on CHAOS_STORE_PORT
-    python -m harness.compose_entry rank       one rank, configured from the CHAOS_* environment
+    python -m harness.container rank --config FILE [--link-timeout S] [--barrier S]
+                                          one rank, from a RankConfig file (the harness)
+    python -m harness.container rank      one rank, configured from the CHAOS_* environment
+                                          (a plain `docker compose up`)
+    python -m harness.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT
 
-Under the harness (`--backend docker`) neither is used: the harness hosts the store on its
-switch and hands every rank a config file (`python -m harness.rank --config FILE`).
+A SIGTERM handler is installed before anything heavy is imported: the kernel drops
+signals that PID 1 of a namespace has no handler for, so a rank still importing torch
+would ignore the harness's SIGTERM and wait for the SIGKILL. Until the rank has loaded,
+SIGTERM exits at once with 0; from then on it raises `Terminated` (harness.signals).
 
-Environment of a rank (see docker-compose.yml, `x-env`):
+Under the harness (`--backend docker`) the store runs on the harness's switch and the
+rank gets a config file; under `docker compose up` the `control` service hosts the store.
+
+Environment of a compose rank (see docker-compose.yml, `x-env`):
     CHAOS_RANK, CHAOS_WORLD_SIZE              required
     CHAOS_STORE_ADDRESS, CHAOS_STORE_PORT     the `control` service (default control:29400)
     CHAOS_RUN_DIR                             events.jsonl, logs, checkpoints (shared volume)
@@ -20,11 +28,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
-from harness.api import STORE_PORT
+from harness import signals
+
+STORE_PORT = 29400  # harness.api.STORE_PORT, without importing the harness's dependencies
 
 
 def _get(env: Mapping[str, str], key: str, default: str | None = None) -> str | None:
@@ -61,9 +72,11 @@ def config_from_env(env: Mapping[str, str]) -> dict:
     ).model_dump(mode="json")
 
 
-def _rank() -> int:
+def _rank(argv: list[str]) -> int:
     from harness import rank
 
+    if argv:  # --config FILE ...: the harness's rank
+        return rank.cli(argv)
     config = config_from_env(os.environ)
     run_dir = Path(config["events_path"]).parent
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
@@ -73,22 +86,36 @@ def _rank() -> int:
 
 
 def _control() -> int:
-    from harness import control, signals
+    from harness import control
 
-    signals.install()
     return control.main({"port": int(_get(os.environ, "CHAOS_STORE_PORT", str(STORE_PORT)) or STORE_PORT)})
 
 
+def _exit_now(signum: int, frame: object) -> None:
+    os._exit(0)  # asked to stop before the rank started: nothing written, nothing to release
+
+
 def main(argv: list[str] | None = None) -> int:
+    # First thing: PID 1 ignores a SIGTERM it has no handler for. While the rank loads
+    # (seconds of imports) a SIGTERM ends the process at once: raising inside an import
+    # would leave half-initialised modules behind. `harness.rank.cli` installs the
+    # `Terminated` handler once loading is done; the control plane keeps this one.
+    signal.signal(signal.SIGTERM, _exit_now)
+    signal.signal(signal.SIGINT, _exit_now)
     args = sys.argv[1:] if argv is None else argv
-    if args not in (["rank"], ["control"]):
-        print("usage: python -m harness.compose_entry rank|control", file=sys.stderr)
-        return 2
-    return _rank() if args == ["rank"] else _control()
+    try:
+        if args[:1] == ["rank"]:
+            return _rank(args[1:])
+        if args == ["control"]:
+            return _control()
+    except signals.Terminated:
+        return 0
+    print("usage: python -m harness.container rank [--config FILE ...] | control", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(code)  # no interpreter teardown (~2 s with torch loaded), as the zygote's children

@@ -1,0 +1,163 @@
+"""The failure detector: phi-accrual and the verdicts on fake clocks; the heartbeat server
+and client over loopback (real sockets, no namespaces, no root)."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from harness.detector import (FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
+                              PhiAccrual, View, parse_digest)
+
+
+class Clock:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_phi_grows_with_silence_and_stays_low_on_time():
+    acc = PhiAccrual()
+    for i in range(50):
+        acc.heartbeat(i * 0.1)
+    last = 49 * 0.1
+    assert acc.phi(last + 0.1) < 1            # on time
+    assert acc.phi(last + 0.3) > 3            # a few beats late
+    assert acc.phi(last + 1.0) > acc.phi(last + 0.5) > 8
+    assert acc.phi(last - 5.0) < 0.05         # a clock read before the beat: no suspicion
+
+
+def test_phi_tolerates_the_jitter_it_has_seen():
+    steady, jittery = PhiAccrual(), PhiAccrual()
+    t1 = t2 = 0.0
+    for i in range(60):
+        t1 += 0.1
+        t2 += 0.1 + (0.25 if i % 3 == 0 else 0.0)  # a starved sender: late every third beat
+        steady.heartbeat(t1)
+        jittery.heartbeat(t2)
+    assert jittery.phi(t2 + 0.5) < steady.phi(t1 + 0.5)
+
+
+def view(clock: Clock, age: float = 0.0, **peers: PeerState) -> View:
+    return View(clock.t - age, {int(k[1:]): v for k, v in peers.items()})
+
+
+def alive(gen: int = 0, silent: float = 0.05, loss: float = 0.0) -> PeerState:
+    return PeerState(silent, 0.5, False, gen, loss)
+
+
+def detector(clock: Clock, current: list[View | None], **kw) -> FailureDetector:
+    args = {"suspect_after_s": 0.8, "phi_threshold": None, "straggler_loss": 0.05, **kw}
+    return FailureDetector(lambda: current[0], me=0, clock=clock, **args)
+
+
+def test_no_suspicion_while_every_member_beats():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(), r2=alive())]
+    assert detector(clock, current).judge((0, 1, 2), 0) == []
+
+
+def test_silent_peer_is_suspect_after_the_threshold_only():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(silent=0.79), r2=alive())]
+    d = detector(clock, current)
+    assert d.judge((0, 1, 2), 0) == []
+    current[0] = view(clock, r0=alive(), r1=alive(silent=0.81), r2=alive())
+    [s] = d.judge((0, 1, 2), 0)
+    assert (s.peer, s.via) == (1, "heartbeat")
+    assert d.judge((0, 2), 0) == []  # not a member: not this group's problem
+
+
+def test_closed_lease_is_suspect_at_once():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=PeerState(0.01, 0.0, True, 0, 0.0))]
+    [s] = detector(clock, current).judge((0, 1), 0)
+    assert (s.peer, s.via) == (1, "connection")
+
+
+def test_stale_view_means_this_rank_is_cut_off_not_that_peers_died():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(), r2=alive())]
+    d = detector(clock, current)
+    clock.t += 0.7
+    assert d.judge((0, 1, 2), 0) == []
+    clock.t += 0.2
+    [s] = d.judge((0, 1, 2), 0)
+    assert (s.peer, s.via) == (0, "cut-off") and s.silent_s == pytest.approx(0.9)
+
+
+def test_never_hearing_a_digest_is_a_cut_off_after_the_threshold():
+    clock = Clock()
+    d = detector(clock, [None])
+    assert d.judge((0, 1), 0) == []
+    clock.t += 1.0
+    assert [s.via for s in d.judge((0, 1), 0)] == ["cut-off"]
+
+
+def test_a_peer_in_a_newer_generation_means_this_group_is_stale():
+    clock = Clock()
+    current = [view(clock, r0=alive(gen=0), r1=alive(gen=1))]
+    d = detector(clock, current)
+    assert [s.via for s in d.judge((0, 1), 0)] == ["generation"]
+    assert d.judge((0, 1), 1) == []
+    assert d.judge((0, 1), -1) == []  # not in a group: nothing is stale
+
+
+def test_phi_mode_needs_both_phi_and_some_silence():
+    clock = Clock()
+    d = detector(clock, [view(clock, r0=alive(), r1=PeerState(0.15, 12.0, False, 0, 0.0))], phi_threshold=8)
+    assert d.judge((0, 1), 0) == []  # phi high on a tiny silence: not enough
+    d = detector(clock, [view(clock, r0=alive(), r1=PeerState(0.3, 12.0, False, 0, 0.0))], phi_threshold=8)
+    assert [s.via for s in d.judge((0, 1), 0)] == ["heartbeat"]
+
+
+def test_lossy_or_late_alive_peer_is_a_straggler_not_a_suspect():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(loss=0.2), r2=alive(silent=0.5), r3=alive())]
+    d = detector(clock, current)
+    assert d.judge((0, 1, 2, 3), 0) == []
+    assert [s.peer for s in d.stragglers((0, 1, 2, 3))] == [1, 2]
+
+
+def test_digest_round_trip():
+    server_view = parse_digest(json.dumps({"peers": {"3": [0.25, 1.5, 1, 2, 0.1]}}).encode(), 7.0)
+    assert server_view == View(7.0, {3: PeerState(0.25, 1.5, True, 2, 0.1)})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(0.01)
+    raise AssertionError("condition not met within the deadline")
+
+
+def test_server_and_clients_over_loopback():
+    """Two ranks beat; one dies (its lease closes): the other hears it in a digest at once."""
+    port = _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1").start()
+    gens = {0: 0, 1: 0}
+    a = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: gens[0]).start()
+    b = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: gens[1]).start()
+    seen = _wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
+    assert not seen.peers[1].closed and seen.peers[1].silent_s < 0.5
+    gens[1] = 4
+    _wait_for(lambda: a.view().peers[1].gen == 4)
+    b._lease.close()  # what the kernel does when the process dies
+    started = time.monotonic()
+    _wait_for(lambda: a.view().peers[1].closed)
+    assert time.monotonic() - started < 0.3
+    d = FailureDetector(a.view, 0, 0.8, None, 0.05)
+    assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
+    assert set(server.members) == {0, 1}
