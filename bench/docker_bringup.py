@@ -1,6 +1,6 @@
 """Bring-up and teardown of a docker-backend cluster (16 containers by default).
 
-    sudo .venv/bin/python bench/docker_bringup.py [--ranks 16] [--steps 3] [--backend docker|netns]
+    sudo .venv/bin/python bench/docker_bringup.py [--ranks 16] [--steps 3] [--backend docker|netns] [--keep]
 
 Phases, each timed on the monotonic clock:
     up        switch namespace + bridge, containers created (labelled, ledger first), control plane
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=16)
     p.add_argument("--steps", type=int, default=3, help="steps every rank makes before the stop")
     p.add_argument("--backend", choices=["docker", "netns"], default="docker")
+    p.add_argument("--keep", action="store_true", help="keep the run folder (events, logs)")
     args = p.parse_args()
 
     if args.backend == "docker":
@@ -104,6 +106,8 @@ def main() -> int:
         client.close()
     print(json.dumps({"backend": args.backend, "ranks": args.ranks, "run_id": run_id,
                       "seconds": figures, "left_behind": left}))
+    if not args.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
     return 1 if left else 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chaos.api import Host
 from chaos.ledger import Ledger
+from chaos.mechanism import Mechanism
 
 STORE_PORT = 29400
 
@@ -66,11 +67,17 @@ class Cluster(abc.ABC):
     def close(self) -> None:
         """Remove everything the cluster made (idempotent; also after a failed bring-up)."""
 
+    def mechanisms(self) -> dict[str, Mechanism]:
+        """Fault mechanisms this backend does its own way (e.g. kill through the engine),
+        by fault kind; they replace the defaults of `chaos.inject` for its hosts."""
+        return {}
+
 
 class Backend(abc.ABC):
     """Builds clusters of one kind (network namespaces, containers)."""
 
     name: str
+    start_timeout_s: float = 60.0  # from bring-up until every rank finished its warm-up
 
     @abc.abstractmethod
     def up(self, spec: ClusterSpec, ledger: Ledger) -> Cluster:

@@ -6,7 +6,7 @@ from harness.api import Backend
 
 
 def load_undo_plugins() -> None:
-    """Register the undo operations of every backend, so a heal can revert what any made."""
+    """Register every backend's undos and sweeps, so a heal can revert what any of them made."""
     try:
         import harness.docker_backend  # noqa: F401  (registers docker undos in chaos.inject.UNDO)
     except ImportError:

@@ -55,7 +55,7 @@ from chaos import netlink, proc
 from chaos.api import Host
 from chaos.errors import ChaosError, HarnessError
 from chaos.faults import FaultBase, Kill
-from chaos.heal import HealReport, namespace_name, owner_alive
+from chaos.heal import SWEEPS, HealReport, namespace_name, owner_alive
 from chaos.inject import undo_outstanding
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, undo
@@ -395,6 +395,9 @@ def heal_containers(run_id: str | None = None, everything: bool = False,
     finally:
         client.close()
     return report
+
+
+SWEEPS.append(heal_containers)  # `chaos heal` and every run's pre-run heal find labelled containers
 
 
 # --- fault mechanisms through the engine ---------------------------------------------------

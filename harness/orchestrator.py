@@ -30,7 +30,7 @@ from chaos.api import Injection, Injector
 from chaos.errors import HarnessError
 from chaos.faults import FaultBase
 from chaos.heal import heal
-from chaos.inject import NetlinkInjector, record_owner
+from chaos.inject import NetlinkInjector, default_mechanisms, record_owner
 from chaos.ledger import Ledger
 from harness.api import Backend, Cluster, ClusterSpec
 from harness.backends import load_undo_plugins
@@ -41,7 +41,6 @@ from harness.scenario import Scenario
 
 POLL_S = 0.05
 STOP_DEADLINE_S = 3.0
-READY_DEADLINE_S = 60.0
 DEAD_MAN_MARGIN_S = 5.0
 
 
@@ -129,8 +128,8 @@ class Trial:
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
-        self.make_injector = make_injector or (
-            lambda ledger, cluster: NetlinkInjector(ledger, hosts=cluster.hosts))
+        self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
+            ledger, {**default_mechanisms(), **cluster.mechanisms()}, hosts=cluster.hosts))
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
@@ -206,7 +205,7 @@ class Trial:
 
     def _warm_up(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
                  up: float) -> None:
-        deadline = time.monotonic() + READY_DEADLINE_S
+        deadline = time.monotonic() + self.backend.start_timeout_s
         want = self.scenario.warmup_steps
         while not monitor.all_made(want):
             time.sleep(POLL_S)
@@ -216,7 +215,8 @@ class Trial:
                 raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; "
                                    f"see {self.trial_dir / 'logs'}")
             if time.monotonic() > deadline:
-                raise HarnessError(f"ranks did not make {want} steps within {READY_DEADLINE_S:.0f} s "
+                raise HarnessError(f"ranks did not make {want} steps within "
+                                   f"{self.backend.start_timeout_s:.0f} s "
                                    f"({monitor.summary()}); see {self.trial_dir / 'logs'}")
             self.progress.status(self.policy.name, monitor.least_since() / want,
                                  f"warm-up   {monitor.summary()}")

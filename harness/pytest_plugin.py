@@ -37,6 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaos", "chaos scenarios (scenarios/*.yaml)")
     group.addoption("--chaos-out", metavar="DIR",
                     help="folder for the run folders (default: a pytest temporary folder)")
+    group.addoption("--backend", choices=["netns", "docker"],
+                    help="run every scenario on this host backend (overrides cluster.backend)")
     group.addoption("--chaos-seed", type=int, metavar="N", help="override every scenario's seed")
     group.addoption("--chaos-ranks", type=int, metavar="N", help="override every scenario's cluster.ranks")
     group.addoption("--chaos-policy", action="append", metavar="NAME",
@@ -56,6 +58,8 @@ def scenario_overrides(config: pytest.Config) -> dict[str, Any]:
         overrides["seed"] = config.getoption("chaos_seed")
     if config.getoption("chaos_ranks", None) is not None:
         overrides["cluster.ranks"] = config.getoption("chaos_ranks")
+    if config.getoption("backend", None):
+        overrides["cluster.backend"] = config.getoption("backend")
     return overrides
 
 

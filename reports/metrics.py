@@ -491,7 +491,7 @@ def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
     spec = _spec(trial)
     return {
         "policy": trial.get("policy", spec.get("name", "")),
-        "policy_base": spec.get("name", trial.get("policy", "")),
+        "policy_base": spec.get("base") or spec.get("name") or trial.get("policy", ""),
         "timeout_s": seconds(spec.get("timeout")),
         "max_retries": spec.get("max_retries", NAN),
         "breaker": spec.get("breaker", NAN),

@@ -55,12 +55,16 @@ def test_elastic_goes_on_with_15_after_a_kill(tmp_path, leaves_nothing):
     assert done.returncode == 0, done.stdout + done.stderr
     row = table.loc["elastic"]
     assert row["outcome"] == "continued" and row["final_world"] == 15
-    # every survivor suspects rank 5 through its closed lease, within a fraction of a second
+    # every survivor learns within a fraction of a second: through rank 5's closed lease, or
+    # (its two ring neighbours, often first) through gloo's "connection closed by peer"
     suspects = {e["rank"]: e for e in rank_events(run_dir, "elastic", "suspect") if e["peer"] == 5}
-    assert set(suspects) == set(range(16)) - {5}
+    errors = {e["rank"]: e for e in rank_events(run_dir, "elastic", "collective_error")}
     assert {e["via"] for e in suspects.values()} == {"connection"}
+    first = {r: min(e["t"] for e in (suspects.get(r), errors.get(r)) if e) for r in
+             set(suspects) | set(errors)}
+    assert set(first) == set(range(16)) - {5}
     [kill] = [e for e in trial_events(run_dir, "elastic") if e["kind"] == "fault_applied"]
-    assert max(e["t"] for e in suspects.values()) - kill["t"] <= KILLED_TTD_S
+    assert max(first.values()) - kill["t"] <= KILLED_TTD_S
     assert row["ttr_s"] <= STEPPING_AGAIN_S
 
 
