@@ -135,7 +135,7 @@ def policy_spec(name: str, overrides: dict[str, Any] | None = None) -> PolicySpe
     policy is a label: its overrides say which policy it is (`base: retry`)."""
     overrides = dict(overrides or {})
     base = overrides.pop("base", name)
-    if base not in POLICY_DEFAULTS:
+    if not isinstance(base, str) or base not in POLICY_DEFAULTS:
         raise UsageError(f"unknown policy {base!r}; expected one of {', '.join(POLICY_NAMES)}"
                          + ("" if base != name else ", or a label with base: <one of those>"))
     try:
