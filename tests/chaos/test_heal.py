@@ -8,7 +8,6 @@ cluster, which stays up for the checks; the cluster is healed by its fixture aft
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
