@@ -162,7 +162,7 @@ def cli(argv: list[str] | None = None) -> int:
             import torch  # noqa: F401  (the seconds-long part of a start, before the barrier)
             import torch.distributed  # noqa: F401
             from harness.workload import Workload, WorkloadSpec
-            Workload(WorkloadSpec(), seed=0, rank=0)  # the optimizer's lazy imports
+            Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd
         # Only now: a `Terminated` raised inside an import leaves half-initialised modules
         # (numpy then fails with ImportError). Until here SIGTERM keeps the caller's
         # disposition (default: die; `harness.container`: exit 0 at once).

@@ -85,7 +85,7 @@ def main() -> None:
     import harness.control  # noqa: F401
     from harness.workload import Workload, WorkloadSpec
     torch.set_num_threads(1)
-    Workload(WorkloadSpec(), seed=0, rank=0)  # pulls in the optimizer's lazy imports (~0.8 s) once
+    Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd, once for all forks
     import threading
     if threading.active_count() != 1:
         raise RuntimeError("the rank launcher must fork from one Python thread")
