@@ -238,8 +238,13 @@ def run(args: argparse.Namespace) -> int:
                                   store_code], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         record_process(ledger, store.pid)
-        if b"store ready" not in store.stdout.readline():
-            raise RuntimeError("the rendezvous store did not start")
+        said = []
+        for raw in store.stdout:  # a c10d warning may come first
+            said.append(raw.decode(errors="replace").rstrip())
+            if "store ready" in said[-1]:
+                break
+        else:
+            raise RuntimeError(f"the rendezvous store did not start: {said[-5:]}")
         t_launch = time.monotonic()
         for n, host in enumerate(cluster.hosts):
             cmd = ["ip", "netns", "exec", Path(host.ns_path).name, sys.executable, "-m",

@@ -152,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"chaos: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `chaos schema | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (KeyboardInterrupt, Terminated):
         print("chaos: interrupted; everything the run made was removed", file=sys.stderr)
         return 130
