@@ -283,7 +283,8 @@ def _first_detections(events: pd.DataFrame, start: float, end: float) -> tuple[d
     if not len(found):
         return {}, ""
     first = found.groupby("rank")["t"].min()
-    cause = _field(found.iloc[0], "cause", "") or found.iloc[0]["kind"]
+    earliest = found.loc[found["t"].idxmin()]  # lines of concurrent writers are not in time order
+    cause = _field(earliest, "cause", "") or earliest["kind"]
     return {int(r): float(t) for r, t in first.items()}, str(cause)
 
 
