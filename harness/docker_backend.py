@@ -60,16 +60,17 @@ from chaos.inject import undo_outstanding
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, undo
 from harness.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
-from harness.control import LISTENING
-from harness.launcher import Launcher, wait_for_text
+from harness.launcher import Launcher
 from harness.netns import (
     BRIDGE,
     MAX_RANKS,
     NETWORK,
     SWITCH_ADDRESS,
+    build_switch,
     host_address,
     port_name,
     rank_name,
+    start_control,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -84,12 +85,10 @@ IMAGE_ENV = "CHAOS_DOCKER_IMAGE"        # force an image; "local" forces the loc
 DOCKER_HOST_ENV = "DOCKER_HOST"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 API_TIMEOUT_S = 60
-CONTROL_READY_TIMEOUT_S = 20.0
 EXIT_WAIT_S = 10.0
 LINK_TIMEOUT_S = 120.0                 # how long a rank waits for its eth0 (16 starts on 2 cores)
 BARRIER_TIMEOUT_S = 180.0              # how long a loaded rank waits for the others to load
 CREATE_THREADS = 4
-BRIDGE_MAC = "02:77:00:00:00:01"  # locally administered; fixed so that it never follows a port
 NOT_RUNNING = "/nonexistent/chaos-rank-not-running"  # the ns_path of a host whose rank is not running
 
 
@@ -494,18 +493,7 @@ class DockerCluster(Cluster):
 
     # bring-up
     def build_switch(self) -> None:
-        entry = self._ledger.record("netns", name=self.switch_ns)
-        netlink.create_namespace(self.switch_ns)
-        self._ledger.mark(entry, "done")
-        with netlink.translated("build switch"), netlink.route(self.switch_ns) as ipr:
-            ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
-            # A fixed MAC: a bridge without one takes its lowest port's, and changes it when
-            # that port goes; every host's ARP entry for the switch then points nowhere and
-            # its traffic to the control plane stalls for ~15 s until the entry is renewed.
-            ipr.link("add", ifname=BRIDGE, kind="bridge", address=BRIDGE_MAC)
-            bridge = netlink.link_index(ipr, BRIDGE)
-            ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=NETWORK.prefixlen)
-            ipr.link("set", index=bridge, state="up")
+        build_switch(self._ledger, self.switch_ns)
 
     def _create_kwargs(self, rank: int) -> dict[str, Any]:
         t = self.template
@@ -548,10 +536,7 @@ class DockerCluster(Cluster):
 
     def start_control(self) -> None:
         self._launcher = Launcher(self._ledger)
-        log = self.spec.run_dir / "logs" / "control.log"
-        self._launcher.spawn("control", "control", f"/run/netns/{self.switch_ns}", str(log),
-                             {"port": self.store_port})
-        wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)
+        start_control(self._launcher, self.switch_ns, self.spec.run_dir, self.store_port)
 
     # ranks
     def _config_path(self, rank: int) -> str:

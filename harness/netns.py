@@ -29,6 +29,7 @@ FIRST_HOST = 10
 BRIDGE = "br0"
 MAX_RANKS = NETWORK.num_addresses - FIRST_HOST - 2
 CONTROL_READY_TIMEOUT_S = 20.0
+BRIDGE_MAC = "02:77:00:00:00:01"  # locally administered; fixed so that it never follows a port
 
 
 def rank_name(rank: int) -> str:
@@ -43,6 +44,29 @@ def port_name(rank: int) -> str:
     return f"p{rank}"
 
 
+def build_switch(ledger: Ledger, switch_ns: str) -> None:
+    """The switch namespace with its bridge (the control plane's address); hosts plug in later."""
+    entry = ledger.record("netns", name=switch_ns)
+    netlink.create_namespace(switch_ns)
+    ledger.mark(entry, "done")
+    with netlink.translated("build switch"), netlink.route(switch_ns) as ipr:
+        ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
+        # A fixed MAC: a bridge without one takes its lowest port's, and changes it when
+        # that port goes; every host's ARP entry for the switch then points nowhere and
+        # its traffic to the control plane stalls for ~15 s until the entry is renewed.
+        ipr.link("add", ifname=BRIDGE, kind="bridge", address=BRIDGE_MAC)
+        bridge = netlink.link_index(ipr, BRIDGE)
+        ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=NETWORK.prefixlen)
+        ipr.link("set", index=bridge, state="up")
+
+
+def start_control(launcher: Launcher, switch_ns: str, run_dir: Path, port: int) -> None:
+    """The control plane (rendezvous store, detector) on the switch; returns once it listens."""
+    log = run_dir / "logs" / "control.log"
+    launcher.spawn("control", "control", f"/run/netns/{switch_ns}", str(log), {"port": port})
+    wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)
+
+
 class NetnsCluster(Cluster):
     def __init__(self, spec: ClusterSpec, ledger: Ledger) -> None:
         self.spec = spec
@@ -50,7 +74,6 @@ class NetnsCluster(Cluster):
         self.store_address = SWITCH_ADDRESS
         self.store_port = STORE_PORT
         self.switch_ns = namespace_name(spec.run_id, "sw")
-        self._namespaces: list[str] = []
         self._launcher: Launcher | None = None
         self.timings: dict[str, float] = {}  # bring-up phases, for benchmarks
         self.hosts = tuple(
@@ -60,21 +83,16 @@ class NetnsCluster(Cluster):
 
     def _make_namespace(self, name: str) -> None:
         entry = self._ledger.record("netns", name=name)
-        self._namespaces.append(name)
         netlink.create_namespace(name)
         self._ledger.mark(entry, "done")
 
     def build(self) -> None:
-        self._make_namespace(self.switch_ns)
+        build_switch(self._ledger, self.switch_ns)
         for host in self.hosts:
             self._make_namespace(Path(host.ns_path).name)
         prefix = NETWORK.prefixlen
-        with netlink.translated("build switch"), netlink.route(self.switch_ns) as ipr:
-            ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
-            ipr.link("add", ifname=BRIDGE, kind="bridge")
+        with netlink.translated("wire hosts"), netlink.route(self.switch_ns) as ipr:
             bridge = netlink.link_index(ipr, BRIDGE)
-            ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=prefix)
-            ipr.link("set", index=bridge, state="up")
             for host in self.hosts:
                 ipr.link("add", ifname=host.port, kind="veth",
                          peer={"ifname": host.ifname, "net_ns_fd": Path(host.ns_path).name})
@@ -91,11 +109,7 @@ class NetnsCluster(Cluster):
         self._launcher = Launcher(self._ledger)
 
     def start_control(self) -> None:
-        assert self._launcher is not None
-        log = self.spec.run_dir / "logs" / "control.log"
-        self._launcher.spawn("control", "control", f"/run/netns/{self.switch_ns}", str(log),
-                             {"port": self.store_port})
-        wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)
+        start_control(self.launcher, self.switch_ns, self.spec.run_dir, self.store_port)
 
     @property
     def launcher(self) -> Launcher:
