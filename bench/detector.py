@@ -2,8 +2,9 @@
 
     sudo flock /tmp/chaos-cpu.lock .venv/bin/python bench/detector.py \
         [--faults kill,blackhole,link_down,pause,loss] \
-        [--policies pytorch_default,timeout,retry,isolation,retry_fd,elastic] \
+        [--policies pytorch_default,timeout,retry,isolation,retry_fd,elastic,elastic_rejoin,torchrun] \
         [--control-runs 10] [--out DIR]
+    .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
 
 For the 16-rank job and each fault on rank 5 (kill; blackhole that never heals; link down
 10 s; freeze 10 s; 20% loss for 20 s), every policy runs on a fresh cluster:
@@ -12,6 +13,12 @@ For the 16-rank job and each fault on rank 5 (kill; blackhole that never heals; 
     timeout, retry, isolation   the document's policies with its 15 s timeout
     retry_fd         retry with the failure detector and short backoff
     elastic          the detector, and the survivors go on without an unreachable rank
+    elastic_rejoin   elastic, and the rank left out is let back in once it is reachable
+    torchrun         TorchElastic: one torchrun agent per namespace, --max-restarts=3, c10d
+                     rendezvous, workers with their own store (bench/torchrun_kill.py
+                     --no-share-store: with torchrun's defaults every restart fails here);
+                     the kill fault only (it restarts on a worker's exit; any other fault
+                     leaves its workers in gloo's 30 min timeout like pytorch_default)
 
 It prints, per fault and policy: outcome, time-to-detect (first rank and last rank),
 time-to-recover (from fault start, and from fault end for faults that heal), breaker
@@ -20,8 +27,6 @@ again, wasted rank-seconds, and ratios against the document's 15 s / 12 s / 30 s
 the fault-free control scenario `--control-runs` times, counting false trips (suspect
 events). Targets: TTD <= 1.0 s (silent) / 0.3 s (killed), TTR after heal <= 1.0 s,
 survivors stepping again <= 3 s after a permanent fault starts, zero false trips.
-
-torchrun (TorchElastic --max-restarts) is not part of this run: see the issue note.
 """
 from __future__ import annotations
 
@@ -32,12 +37,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torchrun_kill
 import yaml
 
 import reports
+from harness import signals
+from harness.backends import backend_named
 from harness.orchestrator import run_scenario
 from harness.progress import Progress
-from harness.backends import backend_named
 from harness.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,10 +66,15 @@ POLICIES = {
                  "max_retries": 100, "backoff_base": "20ms", "backoff_cap": "200ms",
                  "jitter": ["0s", "30ms"]},
     "elastic": {},
+    # a rank left out comes back once it is reachable (waits up to 15 s: the faults that
+    # never heal would otherwise keep the trial 60 s longer)
+    "elastic_rejoin": {"base": "elastic", "rejoin": True, "rejoin_within": "15s"},
 }
+EXTERNAL = {"torchrun": ("kill",)}  # not harness policies: the faults each is measured on
 
 
 def scenario_text(fault: str, policies: list[str]) -> str:
+    policies = [p for p in policies if p in POLICIES]
     spec = dict(FAULTS[fault])
     duration = spec.pop("duration", None)
     event = {**spec, "target": {"rank": 5}, "start": "1s"}
@@ -90,19 +102,59 @@ def fmt(value: float, unit: str = "s") -> str:
 
 
 def ratio(document: float, ours: float) -> str:
-    return "-" if not ours or math.isnan(ours) else f"{document / ours:.0f}x"
+    if not ours or math.isnan(ours):
+        return "-"
+    times = document / ours
+    return f"{times:.0f}x" if times >= 10 else f"{times:.1f}x"
 
 
-def run_fault(fault: str, policies: list[str], out: Path, progress: Progress) -> list[dict]:
-    path = out / f"bench_{fault}.yaml"
-    path.write_text(scenario_text(fault, policies))
-    scenario = load_scenario(path)
-    run_dir, _ = run_scenario(scenario, path, policies, out, backend_named("netns"), progress)
-    table = reports.analyze_run(run_dir)
+def measure_torchrun(out: Path) -> None:
+    """The kill fault under torchrun (its agents restart every worker, from step 0); the
+    figures land in out/torchrun/summary.json, an error too."""
+    try:
+        torchrun_kill.measure(16, out / "torchrun", no_share_store=True)
+    except (RuntimeError, TimeoutError) as exc:  # it did not start: say so, measure the rest
+        print(f"torchrun: {exc}", file=sys.stderr)
+        (out / "torchrun" / "summary.json").write_text(json.dumps({"outcome": f"error: {exc}"[:60]}))
+
+
+def torchrun_row(summary: dict) -> dict:
+    recovered = summary["outcome"] == "recovered"
+    return {"fault": "kill", "policy": "torchrun", "outcome":
+            "recovered (restarted, step 0)" if recovered else summary["outcome"],
+            "ttd": summary.get("ttd_first_s", math.nan), "ttd_last": summary.get("ttd_last_s", math.nan),
+            "ttr": summary["stepping_s"] if recovered else math.nan, "ttr_heal": math.nan,
+            "breaker": math.nan, "hung_cap": math.nan, "wasted": summary.get("wasted_rank_s", math.nan)}
+
+
+def measure_fault(fault: str, policies: list[str], out: Path, progress: Progress) -> None:
+    if any(fault in EXTERNAL.get(p, ()) for p in policies):
+        measure_torchrun(out)
+    policies = [p for p in policies if p in POLICIES]
+    if policies:
+        path = out / f"bench_{fault}.yaml"
+        path.write_text(scenario_text(fault, policies))
+        run_scenario(load_scenario(path), path, policies, out, backend_named("netns"), progress)
+
+
+def latest_run(out: Path, name: str) -> Path | None:
+    runs = sorted(out.glob(f"{name}-*/trials"))  # run folders are named <scenario>-<time>-<id>
+    return runs[-1].parent if runs else None
+
+
+def fault_rows(fault: str, policies: list[str], out: Path) -> list[dict]:
+    """The rows of one fault, from the run folders under `out` (measured now or before)."""
     rows = []
-    for _, row in table.iterrows():
-        trial_dir = run_dir / "trials" / row["policy"]
-        breaker = breaker_or_exclusion(trial_dir, row["fault_start_t"])
+    summary = out / "torchrun" / "summary.json"
+    if any(fault in EXTERNAL.get(p, ()) for p in policies) and summary.is_file():
+        rows.append(torchrun_row(json.loads(summary.read_text())))
+    run_dir = latest_run(out, f"bench_{fault}")
+    if run_dir is None:
+        return rows
+    for _, row in reports.analyze_run(run_dir).iterrows():
+        if row["policy"] not in policies:
+            continue
+        breaker = breaker_or_exclusion(run_dir / "trials" / row["policy"], row["fault_start_t"])
         rows.append({"fault": fault, "policy": row["policy"], "outcome": row["outcome"],
                      "ttd": row["ttd_s"], "ttd_last": row["ttd_max_s"], "ttr": row["ttr_s"],
                      "ttr_heal": row["ttr_after_end_s"], "breaker": breaker,
@@ -110,31 +162,29 @@ def run_fault(fault: str, policies: list[str], out: Path, progress: Progress) ->
     return rows
 
 
-def control_runs(count: int, out: Path, progress: Progress) -> list[int]:
-    """Suspect events (false trips) in each fault-free run of the control scenario."""
-    trips = []
-    path = REPO / "scenarios" / "detector_no_fault.yaml"
-    for _ in range(count):
-        run_dir, _ = run_scenario(load_scenario(path), path, ["elastic"], out, backend_named("netns"), progress)
-        events = _events(run_dir / "trials" / "elastic")
-        # at the end every rank rightly suspects the first rank the harness stopped
-        stops = [e["t"] for e in events if e["kind"] == "exit" and e.get("reason") == "terminated"]
-        end = min(stops, default=math.inf)
-        trips.append(sum(1 for e in events if e["kind"] == "suspect" and e["t"] < end))
-    return trips
+def false_trips(run_dir: Path) -> int:
+    """Suspect events of a fault-free run before the harness began stopping the ranks (then
+    every rank rightly suspects the first rank stopped)."""
+    events = _events(run_dir / "trials" / "elastic")
+    stops = [e["t"] for e in events if e["kind"] == "exit" and e.get("reason") == "terminated"]
+    end = min(stops, default=math.inf)
+    return sum(1 for e in events if e["kind"] == "suspect" and e["t"] < end)
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ("fault", "policy", "outcome", "TTD first", "TTD last", "TTR", "TTR-heal", "breaker",
-            "wasted r*s", "TTD 15s/x", "TTR 12s/x", "breaker 30s/x")
+    head = ("fault", "policy", "outcome", "TTD first", "TTD last", "survivors step again",
+            "after heal", "breaker", "wasted r*s", "TTD 15s/x", "TTR 12s/x", "breaker 30s/x")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         outcome = r["outcome"] + (f" >= {r['hung_cap']:g}s" if r["outcome"] == "hung" else "")
-        recover = r["ttr_heal"] if not math.isnan(r["ttr_heal"]) else r["ttr"]
+        # after a heal only a recovery counts from the heal; going on without the rank
+        # (continued) happens while the fault lasts and counts from its start
+        healed = r["ttr_heal"] if r["outcome"] == "recovered" else math.nan
+        recover = r["ttr"] if math.isnan(healed) else healed
         print("| " + " | ".join([
             r["fault"], r["policy"], outcome, fmt(r["ttd"]), fmt(r["ttd_last"]), fmt(r["ttr"]),
-            fmt(r["ttr_heal"]), fmt(r["breaker"]), fmt(r["wasted"], ""),
+            fmt(healed), fmt(r["breaker"]), fmt(r["wasted"], ""),
             ratio(DOCUMENT["ttd"], r["ttd"]), ratio(DOCUMENT["ttr"], recover),
             ratio(DOCUMENT["breaker"], r["breaker"])]) + " |")
 
@@ -142,21 +192,34 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--policies", default=",".join([*POLICIES, *EXTERNAL]))
     parser.add_argument("--control-runs", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
+    parser.add_argument("--analyze", type=Path, default=None, metavar="DIR",
+                        help="measure nothing: print the table of the run folders in DIR "
+                             "(the --out of an earlier run)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     faults, policies = args.faults.split(","), args.policies.split(",")
-    unknown = [f for f in faults if f not in FAULTS] + [p for p in policies if p not in POLICIES]
+    unknown = ([f for f in faults if f not in FAULTS]
+               + [p for p in policies if p not in POLICIES and p not in EXTERNAL])
     if unknown:
         parser.error(f"unknown fault or policy: {', '.join(unknown)}")
-    out = args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
-    out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(quiet=args.quiet)
-    rows = [row for fault in faults for row in run_fault(fault, policies, out, progress)]
-    trips = control_runs(args.control_runs, out, progress) if args.control_runs else []
-    print_table(rows)
+    if args.analyze is not None and not args.analyze.is_dir():
+        parser.error(f"--analyze {args.analyze}: no such folder")
+    out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
+    if args.analyze is None:
+        out.mkdir(parents=True, exist_ok=True)
+        progress = Progress(quiet=args.quiet)
+        signals.install()
+        for fault in faults:
+            measure_fault(fault, policies, out, progress)
+        control = REPO / "scenarios" / "detector_no_fault.yaml"
+        for _ in range(args.control_runs):
+            run_scenario(load_scenario(control), control, ["elastic"], out, backend_named("netns"),
+                         progress)
+    print_table([row for fault in faults for row in fault_rows(fault, policies, out)])
+    trips = [false_trips(d.parent) for d in sorted(out.glob("detector_no_fault-*/trials"))]
     if trips:
         print(f"\nfalse trips in {len(trips)} fault-free runs of ~60 s: {sum(trips)} "
               f"(per run: {trips})")

@@ -62,8 +62,6 @@ VICTIM = 5
 WARMUP_STEPS = 12
 SETTLE_STEPS = 8
 DOCUMENT = {"ttd": 15.0, "ttr": 12.0, "breaker": 30.0}
-# harness elastic policy, elastic_kill scenario (README / issue): SIGKILL rank 5
-HARNESS_ELASTIC = {"ttd_last": 0.1, "stepping": 0.36}
 
 
 # ----------------------------------------------------------------------------- worker
@@ -80,6 +78,7 @@ def worker_main(out: Path) -> None:
     emit("boot", t_boot=t_boot)
     import torch
     import torch.distributed as dist
+
     from harness.workload import Workload, WorkloadSpec
     torch.set_num_threads(1)
     emit("imported")
@@ -217,17 +216,19 @@ def fmt(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.2f} s"
 
 
-def run(args: argparse.Namespace) -> int:
-    from chaos.inject import record_owner
-    from chaos.mechanism import record_process
-    from chaos.heal import namespace_name
-    from chaos.ledger import Ledger
+def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = False,
+            rdzv_on_node0: bool = False, start_cap: float = 240.0,
+            recover_cap: float = 240.0) -> dict:
+    """One torchrun job, one SIGKILL: prints the phases and returns the figures."""
     from chaos import netlink
+    from chaos.inject import record_owner
+    from chaos.ledger import Ledger
+    from chaos.mechanism import record_process
     from harness.api import ClusterSpec
     from harness.netns import SWITCH_ADDRESS, NetnsCluster
 
-    nodes, run_id = args.nodes, secrets.token_hex(3)
-    out = args.out or Path(tempfile.mkdtemp(prefix="bench-torchrun-"))
+    run_id = secrets.token_hex(3)
+    out = out or Path(tempfile.mkdtemp(prefix="bench-torchrun-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     ledger = Ledger(run_id)
@@ -237,7 +238,6 @@ def run(args: argparse.Namespace) -> int:
     store: subprocess.Popen | None = None
     worker_pids: set[int] = set()
     namespaces = [cluster.switch_ns] + [Path(h.ns_path).name for h in cluster.hosts]
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"run {run_id}: {nodes} torchrun nodes"
           + ("" if nodes == 16 else f" (NOT 16: --nodes {nodes})") + f", files in {out}", flush=True)
     try:
@@ -246,18 +246,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"namespaces built in {time.monotonic() - t:.2f} s", flush=True)
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
                "LOGLEVEL": "INFO", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-        if args.no_share_store:
+        if no_share_store:
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-        rdzv_addr = cluster.hosts[0].address if args.rdzv_on_node0 else SWITCH_ADDRESS
+        rdzv_addr = cluster.hosts[0].address if rdzv_on_node0 else SWITCH_ADDRESS
         print(f"rendezvous endpoint {rdzv_addr}:{STORE_PORT} ("
-              + ("node 0's agent" if args.rdzv_on_node0 else "separate store on the switch")
+              + ("node 0's agent" if rdzv_on_node0 else "separate store on the switch")
               + "); workers " + ("get their own store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)"
-                                 if args.no_share_store else "share the agent's store"),
+                                 if no_share_store else "share the agent's store"),
               flush=True)
         store_code = ("import sys,time,torch.distributed as d;"
                       f"s=d.TCPStore('{SWITCH_ADDRESS}',{STORE_PORT},is_master=True,"
                       "wait_for_workers=False);print('store ready',flush=True);time.sleep(1e9)")
-        if not args.rdzv_on_node0:
+        if not rdzv_on_node0:
             store = subprocess.Popen(["ip", "netns", "exec", cluster.switch_ns, sys.executable,
                                       "-c", store_code], env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
                    "--max-restarts=3", "--rdzv-backend=c10d",
                    f"--rdzv-endpoint={rdzv_addr}:{STORE_PORT}", f"--rdzv-id={run_id}",
                    f"--local-addr={host.address}"]
-            if args.rdzv_on_node0:
+            if rdzv_on_node0:
                 cmd.append(f"--rdzv-conf=is_host={'true' if n == 0 else 'false'}")
             cmd += [str(Path(__file__).resolve()), "--worker", "--out", str(out)]
             p = subprocess.Popen(cmd, env={**env, "CHAOS_NODE": str(n)}, stdin=subprocess.DEVNULL,
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
             gone = [a.node for a in agents if a.popen.poll() is not None]
             return f"agents of nodes {gone} exited" if gone else ""
 
-        wait_until(lambda: all(ev.steps(n) for n in range(nodes)), args.start_cap,
+        wait_until(lambda: all(ev.steps(n) for n in range(nodes)), start_cap,
                    "all workers stepping", tick, dead_agents)
         t_all = time.monotonic()
         print(f"all {nodes} workers stepping {t_all - t_launch:.1f} s after the agents started",
@@ -328,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
                        for n in range(nodes))
 
         try:
-            wait_until(recovered, args.recover_cap, "all workers stepping again", tick_after,
+            wait_until(recovered, recover_cap, "all workers stepping again", tick_after,
                        dead_agents)
             outcome = "recovered"
         except (TimeoutError, RuntimeError) as exc:
@@ -388,31 +388,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"worker processes started per node after the kill: {sorted(set(restarts.values()))}; "
               f"training progress lost: {lost} steps (the new workers start from step 0; "
               "this worker keeps no checkpoint)")
-        print(f"\nSIGKILL of one worker (node {VICTIM}), {nodes} nodes"
-              + ("" if nodes == 16 else " -- NOT the 16-node job") + ":\n")
-        head = ("", "every survivor knows", f"all {nodes} / 15 ranks step again",
-                "wasted rank-s", "15s / 12s / 30s vs TTD, stepping")
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        ratio = lambda d, x: "-" if not x or math.isnan(x) else f"{d / x:.0f}x"
-        print(f"| torchrun --max-restarts=3 (c10d) | first {fmt(ttd_first)}, last {fmt(ttd_last)}"
-              f" | {fmt(stepping)} ({nodes} ranks, restarted) | {sum(wasted.values()):.1f} "
-              f"({sum(wasted[n] for n in survivors):.1f} survivors) | TTD "
-              f"{ratio(DOCUMENT['ttd'], ttd_last)}, stepping {ratio(DOCUMENT['ttr'], stepping)} |")
-        print(f"| harness elastic (elastic_kill, README) | within {HARNESS_ELASTIC['ttd_last']} s "
-              f"| {HARNESS_ELASTIC['stepping']} s (15 ranks, rank 5 left out) | see bench/detector.py"
-              f" | TTD {ratio(DOCUMENT['ttd'], HARNESS_ELASTIC['ttd_last'])}, stepping "
-              f"{ratio(DOCUMENT['ttr'], HARNESS_ELASTIC['stepping'])} |")
-        print("| the document | 15 s (timeout) | 12 s (retry) ; breaker 30 s | - | 1x |")
-        summary = {"nodes": nodes, "no_share_store": args.no_share_store,
-                   "rdzv_on_node0": args.rdzv_on_node0, "outcome": outcome, "ttd_first_s": ttd_first,
+        summary = {"nodes": nodes, "no_share_store": no_share_store,
+                   "rdzv_on_node0": rdzv_on_node0, "outcome": outcome, "ttd_first_s": ttd_first,
                    "ttd_last_s": ttd_last, "victim_agent_s": victim_agent,
                    "rdzv_last_s": rdzv_last, "stepping_s": stepping,
                    "wasted_rank_s": sum(wasted.values()),
                    "wasted_survivors_rank_s": sum(wasted[n] for n in survivors),
-                   "noticed_s": noticed, "startup_s": t_all - t_launch}
+                   "noticed_s": noticed, "startup_s": t_all - t_launch, "lost_steps": lost,
+                   "out": str(out)}
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        return 0 if outcome == "recovered" else 1
+        return summary
     finally:
         teardown(agents, store, worker_pids, namespaces, cluster, ledger, netlink)
 
@@ -475,7 +460,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.nodes <= VICTIM:
         parser.error(f"need more than {VICTIM} nodes")
-    return run(args)
+    from harness import signals
+    signals.install()  # SIGTERM tears the job down like Ctrl-C
+    summary = measure(args.nodes, args.out, args.no_share_store, args.rdzv_on_node0,
+                      args.start_cap, args.recover_cap)
+    nodes = summary["nodes"]
+    print(f"\nSIGKILL of one worker (node {VICTIM}), {nodes} nodes"
+          + ("" if nodes == 16 else " -- NOT the 16-node job") + ":\n")
+    head = ("", "every survivor knows", f"all {nodes} ranks step again", "wasted rank-s",
+            "15 s / x (TTD)", "12 s / x (stepping)")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    ratio = lambda d, x: "-" if not x or math.isnan(x) else f"{d / x:.0f}x"
+    print(f"| torchrun --max-restarts=3 (c10d) | first {fmt(summary['ttd_first_s'])}, last "
+          f"{fmt(summary['ttd_last_s'])} | {fmt(summary['stepping_s'])} (restarted from step 0) | "
+          f"{summary['wasted_rank_s']:.1f} ({summary['wasted_survivors_rank_s']:.1f} survivors) | "
+          f"{ratio(DOCUMENT['ttd'], summary['ttd_last_s'])} | "
+          f"{ratio(DOCUMENT['ttr'], summary['stepping_s'])} |")
+    print("\nthe harness's policies on the same fault, side by side: bench/detector.py "
+          "--faults kill --policies torchrun,timeout,elastic")
+    return 0 if summary["outcome"] == "recovered" else 1
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ the harness), pid, kind, and the fields of its kind:
     rank_start          policy, world
     rendezvous          gen, arrived, world              waiting for the others (every 5 s)
     group_ready         gen, world, group_rank, secs     a process group is formed
-    membership          gen, world, members, left_out    the agreed members changed (original
+    membership          gen, world, members, left_out, joined
+                                                         the agreed members changed (original
                                                          rank ids, in group-rank order)
     restored            step, gen, source[, peer, bytes] state loaded: source checkpoint (the
                                                          newest all have) | peer (in-memory
@@ -46,6 +47,18 @@ the harness), pid, kind, and the fields of its kind:
                                                          of the next proposal
     retry               attempt, after_gen               re-joining after generation after_gen
     breaker_open        reason
+    rejoin_request      gen                              rejoin: breaker open, this rank hears
+                                                         the control plane again and asks to
+                                                         be let back in (gen: its last)
+    rejoin_admitted     gen, waited_s                    generation gen includes it (waited_s
+                                                         since its breaker opened); it joins
+    rejoin_failed       error                            the store failed while it asked or
+                                                         waited: it asks again once heard
+    rejoin_gave_up      waited_s                         nobody let it in within rejoin_within:
+                                                         it leaves (exit isolated)
+    admit               peers, gen                       group rank 0 agreed generation gen with
+                                                         these ranks let back in; every member
+                                                         moves there after the same step
     resources_released  outcome, group, cuda_reserved_before, cuda_reserved_after,
                         cuda_free_before, cuda_free_after   (torch.cuda.mem_get_info; null
                                                          without CUDA)

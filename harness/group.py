@@ -17,9 +17,15 @@ generation on a fresh store prefix at once.
 Membership: generation N's members (original rank ids) are agreed under `gen<N>/members`
 by compare-and-set from the empty value: the first proposal wins and every rank reads it.
 Ranks are renumbered by their position in it.
+
+Rejoin: a rank left out asks under ``rejoin/<rank>`` and counts itself in under
+``rejoin/requests``; group rank 0 reads that counter once a step and, when it moved,
+agrees the next generation's members (the current ones and those asking) before the
+others move there; the rank asking watches for a generation whose members include it.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import re
@@ -27,7 +33,7 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 import torch.distributed as dist
@@ -39,6 +45,7 @@ WATCH_INTERVAL_S = 0.02
 RENDEZVOUS_SLICE_S = 0.5
 WATCHED_RENDEZVOUS_SLICE_S = 0.05
 RENDEZVOUS_REPORT_S = 5.0
+REJOIN_REQUESTS_KEY = "rejoin/requests"
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 
@@ -67,6 +74,14 @@ def classify(message: str) -> str:
     if "broken pipe" in text:
         return "closed"
     return "other"
+
+
+@contextlib.contextmanager
+def _store_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (RuntimeError, ValueError) as exc:  # DistStoreError derives from RuntimeError
+        raise CollectiveError(f"{what}: {_short(exc)}", "rendezvous", "rejoin") from exc
 
 
 def _short(exc: BaseException) -> str:
@@ -99,6 +114,10 @@ class Group(Protocol):
     def broadcast(self, tensor: torch.Tensor, src: int, watch: Watch | None = None) -> None: ...
     def leave(self) -> float: ...
     def health_check(self, timeout_s: float) -> tuple[bool, str]: ...
+    def ask_to_rejoin(self) -> None: ...
+    def admitted(self) -> tuple[int, tuple[int, ...]] | None: ...
+    def rejoin_requests(self) -> tuple[int, ...]: ...
+    def admit(self, ranks: tuple[int, ...]) -> tuple[int, ...]: ...
 
 
 class GlooGroup:
@@ -112,6 +131,7 @@ class GlooGroup:
         self.store_address = store_address
         self.member = rank
         self.members = tuple(range(world_size))
+        self.everyone = self.members  # the job's ranks: the only ones that may ask to rejoin
         self.rank = rank
         self.world_size = world_size
         self.timeout = timedelta(seconds=timeout_s)
@@ -121,6 +141,7 @@ class GlooGroup:
         self.generation = -1
         self._pg: Any = None        # the ProcessGroupGloo of `generation`
         self._pending: Any = None   # its work not yet completed, if a wait was abandoned
+        self._requests_seen = 0     # rejoin/requests when group rank 0 last found some
 
     def join(self, failed_generation: int | None, proposal: tuple[int, ...] | None = None,
              watch: Watch | None = None) -> int:
@@ -232,6 +253,45 @@ class GlooGroup:
         start = time.monotonic()
         lingering.clear()  # the destructor waits for the abandoned op to time out
         self.on_reaped(gen, time.monotonic() - start)
+
+    # -- rejoin ------------------------------------------------------------------------------
+
+    def ask_to_rejoin(self) -> None:
+        """Ask the members to let this rank (not one of them now) in at their next generation."""
+        with _store_errors("ask to rejoin"):
+            self.store.set(f"rejoin/{self.member}", "1")
+            self.store.add(REJOIN_REQUESTS_KEY, 1)  # after the key: whoever sees the count sees it
+
+    def admitted(self) -> tuple[int, tuple[int, ...]] | None:
+        """The generation whose agreed members include this rank (the current one, or the
+        next one group rank 0 agreed ahead), and those members; withdraws the request."""
+        with _store_errors("wait to rejoin"):
+            current = int(self.store.get(GENERATION_KEY))
+            for gen in (current, current + 1):
+                key = f"gen{gen}/members"
+                if self.store.check([key]):
+                    members = tuple(json.loads(self.store.get(key)))
+                    if self.member in members:
+                        self.store.delete_key(f"rejoin/{self.member}")
+                        return gen, members
+        return None
+
+    def rejoin_requests(self) -> tuple[int, ...]:
+        """Ranks outside the members that asked to rejoin; () at once (one store round trip)
+        while the request counter has not moved since requests were last found."""
+        with _store_errors("read rejoin requests"):
+            count = self.store.add(REJOIN_REQUESTS_KEY, 0)
+            if count == self._requests_seen:
+                return ()
+            self._requests_seen = count
+            return tuple(r for r in self.everyone
+                         if r not in self.members and self.store.check([f"rejoin/{r}"]))
+
+    def admit(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Agree the next generation's members ahead: the current ones and `ranks`. Returns
+        what was agreed (another rank's proposal wins if a failure got there first)."""
+        with _store_errors("admit"):
+            return self._agree(self.generation + 1, self.members + tuple(ranks))
 
     def health_check(self, timeout_s: float) -> tuple[bool, str]:
         """Can this host reach the control plane? A TCP connect within `timeout_s`."""

@@ -360,5 +360,9 @@ def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
                            for k, v in expect.model_dump(exclude_none=True).items()) if expect else "nothing"
         lines.append(f"  {name:10} timeout {spec.timeout:g} s, {spec.max_retries} retries "
                      f"(backoff {spec.backoff_base:g}..{spec.backoff_cap:g} s), "
-                     f"breaker {'on' if spec.breaker else 'off'}; expects {wanted}")
+                     f"breaker {'on' if spec.breaker else 'off'}"
+                     + (", failure detector" if spec.detector is not None else "")
+                     + (", elastic" if spec.elastic else "")
+                     + (f", rejoin within {spec.rejoin_within:g} s" if spec.rejoin else "")
+                     + f"; expects {wanted}")
     return "\n".join(lines)

@@ -11,11 +11,17 @@
                stuck collective within about a second; a rank that stays unreachable for
                `exclude_after` is left out, and the survivors agree on the smaller
                membership through the control plane, restore from a peer's in-memory
-               state, and go on; the rank cut off opens its breaker and leaves
+               state, and go on; the rank cut off opens its breaker and leaves (or, with
+               `rejoin: true`, waits to be let back in: see below)
 
 The document's four take the detector too where their parameters say so
 (`detector: {}` or `detector: true`): it ends the wait on a stuck collective early, and
 the health check becomes "digests arrive from the control plane".
+
+Rejoin (elastic only, off by default): a rank whose breaker opened releases its group and
+accelerator memory but stays; once the control plane hears it again it asks to rejoin,
+and the members let it in at the next generation, after the same step (group rank 0
+agrees the next membership and tells the others inside that step's all-reduce).
 
 Defaults are the document's runner (max_retries=3, initial_backoff_s=2.0,
 nccl_timeout_s=30, jitter uniform(0.1, 1.0) s); a scenario overrides any field. A
@@ -98,6 +104,11 @@ class PolicySpec(BaseModel):
     exclude_after: Seconds = Field(
         default=1.0, description="how long a silent member may stay suspect before it is left "
                                  "out (a rank whose process is gone is left out at once)")
+    rejoin: bool = Field(
+        default=False, description="a rank left out waits to be let back in at the next "
+                                   "generation once it is reachable again (elastic only)")
+    rejoin_within: Seconds = Field(
+        default=60.0, description="how long a rank left out waits to rejoin before it exits")
     restore: Literal["checkpoint", "peer"] = Field(
         default="checkpoint", description="after a new group forms: the newest checkpoint all "
                                           "ranks have, or the newest in-memory state of a peer")
@@ -119,6 +130,8 @@ class PolicySpec(BaseModel):
             raise ValueError("a breaker needs catch_errors: true")
         if self.elastic and (self.detector is None or not self.breaker):
             raise ValueError("elastic needs a detector and a breaker (detector: {}, breaker: true)")
+        if self.rejoin and not self.elastic:
+            raise ValueError("rejoin needs an elastic policy (base: elastic)")
         return self
 
     @property

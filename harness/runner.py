@@ -21,6 +21,15 @@ An elastic policy also decides the next membership:
        ─> the first proposal of the generation wins (control plane) ─> left out? open the
        breaker and leave : renumber, restore the newest in-memory state of a peer, go on
 
+With `rejoin`, a rank whose breaker opened frees what it holds but stays:
+
+    breaker open ─> release group and accelerator memory ─> digests arrive again?
+       ─> ask to rejoin ─> group rank 0 sees the request at its next step, agrees the
+       next generation's members (the current ones and this rank) and sets a flag in that
+       step's gradient all-reduce ─> after that same step every member moves there, the
+       rank joins it, and all take the newest in-memory state ─> the breaker closes
+       (nobody let it in within rejoin_within: it leaves as without rejoin)
+
 The runner depends only on the `Group` protocol, an event recorder, a sleep function, a
 clock, a seeded RNG and the detector's verdicts, so its retry/backoff/breaker/membership
 logic is unit-tested with fakes and the same code runs against real gloo groups in the job.
@@ -91,6 +100,7 @@ class FaultTolerantRunner:
         self._watch = self._consult if self.detector is not None else None
         self._reported: set[tuple[Any, ...]] = set()   # suspect / straggler events already written
         self._suspected_at: dict[int, float] = {}       # member -> when this rank first suspected it
+        self._regroup = False  # rejoin: every member moves to the next generation after this step
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -110,9 +120,11 @@ class FaultTolerantRunner:
         """One paced training step; returns (generation, error) if a collective failed."""
         started = self.clock()
         step, gen = self.workload.step, self.group.generation
+        reduce = functools.partial(self.group.all_reduce, watch=self._watch)
         try:
-            loss = self.workload.train_step(
-                functools.partial(self.group.all_reduce, watch=self._watch), self.group.world_size)
+            if self.policy.rejoin:
+                reduce = functools.partial(self._reduce_and_tell, reduce, self._admission())
+            loss = self.workload.train_step(reduce, self.group.world_size)
         except CollectiveError as exc:
             if not self.policy.catch_errors:
                 self._record_error(exc, step, gen)
@@ -124,7 +136,36 @@ class FaultTolerantRunner:
         if self.group.rank == 0 and self.workload.step % self.workload.spec.checkpoint_every == 0:
             self.checkpoints.save(self.workload.step, self.workload.state())
             self.recorder.emit("checkpoint", step=self.workload.step)
+        if self._regroup:
+            return self._move_on(gen)
         return self._pace(started + self.workload.spec.step_period)
+
+    def _admission(self) -> bool:
+        """Group rank 0: ranks asking to rejoin? Agree the next generation with them in."""
+        if self.group.rank != 0 or not (asking := self.group.rejoin_requests()):
+            return False
+        admitted = sorted(set(self.group.admit(asking)) & set(asking))
+        if admitted:
+            self.recorder.emit("admit", peers=admitted, gen=self.group.generation + 1)
+        return bool(admitted)
+
+    def _reduce_and_tell(self, reduce: Callable[[torch.Tensor], None], admitting: bool,
+                         flat: torch.Tensor) -> None:
+        """The gradient all-reduce with one more element, non-zero when group rank 0 admits
+        ranks: every member learns it from the same step, so all move on after it."""
+        buffer = torch.cat([flat, flat.new_tensor([1.0 if admitting else 0.0])])
+        reduce(buffer)
+        flat.copy_(buffer[:-1])
+        self._regroup = bool(buffer[-1].item() > 0)
+
+    def _move_on(self, gen: int) -> tuple[int, str] | None:
+        """To the next generation, whose members group rank 0 agreed (ranks rejoining)."""
+        self._regroup = False
+        self._release()
+        try:
+            return self._join(gen)
+        except NotAMember as exc:  # a failure's proposal won that generation: recover as after one
+            return exc.generation, str(exc)
 
     def _pace(self, until: float) -> tuple[int, str] | None:
         """Sleep until the next step is due; with a detector, in slices that consult it."""
@@ -179,30 +220,70 @@ class FaultTolerantRunner:
         while True:
             attempt += 1
             if attempt > self.policy.max_retries:
-                if self.policy.breaker:
-                    return self._shutdown(Outcome.ISOLATED, f"retries exhausted after: {error}")
-                outcome = Outcome.FAILED_FAST if self.policy.max_retries == 0 else Outcome.RETRIES_EXHAUSTED
-                return self._shutdown(outcome, error)
-            delay = self.policy.backoff(attempt) + self.rng.uniform(*self.policy.jitter)
-            self.recorder.emit("backoff", attempt=attempt, seconds=round(delay, 3))
-            self.sleep(delay)
-            ok, detail = self._health_check()
-            self.recorder.emit("health_check", attempt=attempt, ok=ok, detail=detail)
-            if not ok:
-                if self.policy.breaker:
-                    return self._shutdown(Outcome.ISOLATED, f"health check failed: {detail}")
-                error = detail
-                continue
-            proposal = self._reachable_members() if self.policy.elastic else None
-            self.recorder.emit("retry", attempt=attempt, after_gen=failed_gen)
-            try:
-                rejoin = self._join(failed_gen, proposal)
-            except NotAMember as exc:
-                return self._shutdown(Outcome.ISOLATED, f"left out: {exc}")
-            if rejoin is None:
-                return None
-            failed_gen, error = rejoin
+                if not self.policy.breaker:
+                    outcome = Outcome.FAILED_FAST if self.policy.max_retries == 0 else Outcome.RETRIES_EXHAUSTED
+                    return self._shutdown(outcome, error)
+                reason = f"retries exhausted after: {error}"
+            else:
+                delay = self.policy.backoff(attempt) + self.rng.uniform(*self.policy.jitter)
+                self.recorder.emit("backoff", attempt=attempt, seconds=round(delay, 3))
+                self.sleep(delay)
+                ok, detail = self._health_check()
+                self.recorder.emit("health_check", attempt=attempt, ok=ok, detail=detail)
+                if not ok and not self.policy.breaker:
+                    error = detail
+                    continue
+                reason = f"health check failed: {detail}"
+                if ok:
+                    proposal = self._reachable_members() if self.policy.elastic else None
+                    self.recorder.emit("retry", attempt=attempt, after_gen=failed_gen)
+                    try:
+                        again = self._join(failed_gen, proposal)
+                    except NotAMember as exc:
+                        reason = f"left out: {exc}"
+                    else:
+                        if again is None:
+                            return None
+                        failed_gen, error = again
+                        self._release()
+                        continue
+            # the breaker opens
+            if not self.policy.rejoin:
+                return self._shutdown(Outcome.ISOLATED, reason)
+            back = self._wait_to_rejoin(reason)
+            if back is None or isinstance(back, Outcome):
+                return back
+            (failed_gen, error), attempt = back, 0
             self._release()
+
+    def _wait_to_rejoin(self, reason: str) -> Outcome | tuple[int, str] | None:
+        """Breaker open with rejoin: free what the rank holds, ask to be let back in once the
+        control plane hears it, join the generation that admits it. Returns None when back
+        in a working group, the failure if that generation failed, or the outcome to exit
+        with when nobody let it in within rejoin_within."""
+        opened = self.clock()
+        self._open_breaker(reason)
+        deadline = opened + self.policy.rejoin_within
+        asked = False
+        while self.clock() < deadline:
+            try:
+                if not asked and self._health_check()[0]:
+                    self.group.ask_to_rejoin()
+                    asked = True
+                    self.recorder.emit("rejoin_request", gen=self.group.generation)
+                elif asked and (admission := self.group.admitted()) is not None:
+                    gen, members = admission
+                    self.recorder.emit("rejoin_admitted", gen=gen,
+                                       waited_s=round(self.clock() - opened, 3))
+                    return self._join(gen - 1, members)
+            except CollectiveError as exc:  # the store went away again: ask anew when back
+                self.recorder.emit("rejoin_failed", error=str(exc))
+                asked = False
+            except NotAMember:  # that generation went on without this rank: ask again
+                asked = False
+            self.sleep(MEMBERSHIP_POLL_S)
+        self.recorder.emit("rejoin_gave_up", waited_s=round(self.clock() - opened, 3))
+        return Outcome.ISOLATED
 
     def _health_check(self) -> tuple[bool, str]:
         if self.detector is None:
@@ -246,7 +327,8 @@ class FaultTolerantRunner:
             if self.group.members != before:
                 self.recorder.emit("membership", gen=gen, world=self.group.world_size,
                                    members=list(self.group.members),
-                                   left_out=sorted(set(before) - set(self.group.members)))
+                                   left_out=sorted(set(before) - set(self.group.members)),
+                                   joined=sorted(set(self.group.members) - set(before)))
             self._suspected_at.clear()
             self._restore()
         except CollectiveError as exc:
@@ -302,7 +384,15 @@ class FaultTolerantRunner:
     def _shutdown(self, outcome: Outcome, reason: str) -> Outcome:
         """Leave for good: breaker event if it opened, then free what the rank holds."""
         if outcome is Outcome.ISOLATED:
-            self.recorder.emit("breaker_open", reason=reason)
+            self._open_breaker(reason)
+        else:
+            self._free(outcome)
+        return outcome
+
+    def _open_breaker(self, reason: str) -> None:
+        self.recorder.emit("breaker_open", reason=reason)
+        self._free(Outcome.ISOLATED)
+
+    def _free(self, outcome: Outcome) -> None:
         self.recorder.emit("resources_released", outcome=outcome.value, group=True,
                            **self.free_accelerator())
-        return outcome

@@ -35,6 +35,8 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       steps (the last step before the window counts as the first mark, the
                       end of the rank's window as the last) that are longer than 3x the
                       median pre-fault step interval, clipped to the window.
+  rejoined            last rejoin_admitted (a rank left out let back in: policy option
+                      rejoin) minus fault start; rejoined ranks: how many were let back in.
   max stall           the longest such gap of any rank, clipped to the window.
   steps/s             median over ranks of the steps completed per second: before fault
                       start (from the rank's first step, not counted), during the fault
@@ -552,6 +554,11 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     left = [d.t for d in facts.departures.values() if d.how in POLICY_EXIT_REASONS]
     if left:
         times["released_s"] = max(left) - start
+    admitted = _of_kind(events, "rejoin_admitted")
+    admitted = admitted[admitted["t"] >= start]
+    if len(admitted):
+        times.update(rejoined_ranks=int(admitted["rank"].nunique()),
+                     rejoined_s=float(admitted["t"].max()) - start)
     if facts.hang is not None:
         times.update(hung_cap=facts.hang.cap, hung_since_s=facts.hang.idle_since - start)
     threshold = WASTE_GAP_FACTOR * normal_step_interval(facts.step_times, start)
@@ -590,7 +597,7 @@ METRIC_DEFAULTS: dict[str, Any] = {
     "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
     "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "generations": 0,
     "final_world": pd.NA, "steps_rolled_back": NAN, "departed": 0, "crashed_ranks": 0,
-    "cuda_reserved_after": NAN,
+    "cuda_reserved_after": NAN, "rejoined_ranks": 0, "rejoined_s": NAN,
 }
 
 

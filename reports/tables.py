@@ -90,7 +90,10 @@ def _outcome_text(row: Mapping[str, Any]) -> str:
         gone = f" -> resources released by {_s(released)}" if not math.isnan(released) else ""
         return f"{_retries(row)}breaker opens at {_s(_num(row, 'breaker_open_s'))}{gone}"
     if outcome == "recovered":
-        return f"{_retries(row)}all ranks step again at {_s(_num(row, 'ttr_s'))}"
+        rejoined = _num(row, "rejoined_ranks")
+        back = (f"{rejoined:.0f} left out, let back in at {_s(_num(row, 'rejoined_s'))} -> "
+                if rejoined > 0 else "")
+        return f"{_retries(row)}{back}all ranks step again at {_s(_num(row, 'ttr_s'))}"
     if outcome == "continued":
         return f"survivors go on as a world of {row.get('final_world')} at {_s(_num(row, 'ttr_s'))}"
     if outcome == "absorbed":

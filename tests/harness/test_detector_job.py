@@ -94,14 +94,42 @@ def test_detector_policies_after_a_10s_link_down(tmp_path, leaves_nothing):
 
 
 def test_detector_policies_after_a_10s_freeze(tmp_path, leaves_nothing):
-    done, run_dir, table = run(tmp_path, "detector_pause.yaml", "retry_fd", "elastic")
+    done, run_dir, table = run(tmp_path, "detector_pause.yaml", "retry_fd", "elastic",
+                               "elastic_rejoin")
     assert done.returncode == 0, done.stdout + done.stderr
     assert table.loc["retry_fd", "outcome"] == "recovered"
     assert table.loc["retry_fd", "ttr_after_end_s"] <= TTR_AFTER_HEAL_S
     assert table.loc["elastic", "outcome"] == "continued"
-    # thawed into a generation that left it out, rank 5 leaves by itself
+    # thawed into a generation that left it out, rank 5 leaves by itself...
     [breaker] = rank_events(run_dir, "elastic", "breaker_open")
     assert breaker["rank"] == 5 and "left out" in breaker["reason"]
+    # ...or, with rejoin, asks to be let back in
+    assert table.loc["elastic_rejoin", "outcome"] == "recovered"
+    assert table.loc["elastic_rejoin", "ttr_after_end_s"] <= TTR_AFTER_HEAL_S
+    [breaker] = rank_events(run_dir, "elastic_rejoin", "breaker_open")
+    assert breaker["rank"] == 5 and "left out" in breaker["reason"]
+    assert [e["rank"] for e in rank_events(run_dir, "elastic_rejoin", "rejoin_admitted")] == [5]
+
+
+def test_with_rejoin_the_rank_left_out_is_let_back_in_when_its_link_returns(tmp_path, leaves_nothing):
+    done, run_dir, table = run(tmp_path, "elastic_rejoin.yaml", "elastic_rejoin")
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = table.loc["elastic_rejoin"]
+    assert row["outcome"] == "recovered" and row["final_world"] == 16
+    assert row["rejoined_ranks"] == 1 and row["ttr_after_end_s"] <= TTR_AFTER_HEAL_S
+    events = trial_events(run_dir, "elastic_rejoin")
+    healed = next(e["t"] for e in events if e["kind"] == "fault_reverted")
+    mine = [e["kind"] for e in events if e["rank"] == 5 and e["kind"] in
+            ("breaker_open", "resources_released", "rejoin_request", "rejoin_admitted", "exit")]
+    assert mine[:4] == ["breaker_open", "resources_released", "rejoin_request", "rejoin_admitted"]
+    [request] = rank_events(run_dir, "elastic_rejoin", "rejoin_request")
+    assert request["t"] > healed  # it asked once it heard the control plane again, not before
+    [admit] = rank_events(run_dir, "elastic_rejoin", "admit")
+    assert admit["peers"] == [5] and admit["rank"] == 0
+    # every member moved to the new generation after the same step
+    first = {e["rank"]: e["step"] for e in reversed(rank_events(run_dir, "elastic_rejoin", "step"))
+             if e["gen"] == admit["gen"]}
+    assert len(first) == 16 and len(set(first.values())) == 1
 
 
 def test_a_lossy_rank_is_a_straggler_not_a_suspect(tmp_path, leaves_nothing):

@@ -6,12 +6,14 @@ test_job.py runs the same runner against real gloo ranks in real namespaces.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pytest
 import torch
 
+from chaos.errors import UsageError
 from harness.checkpoint import Checkpointer
 from harness.detector import Straggler, Suspicion
 from harness.events import EventRecorder
@@ -242,6 +244,10 @@ class ElasticGroup:
         self.proposals: list[tuple[int, ...] | None] = []
         self.joined_at: list[float] = []  # fake-clock times of the joins
         self.left = 0
+        self.requests: tuple[int, ...] = ()  # ranks asking to rejoin, for group rank 0 to find
+        self.asked_at: float | None = None   # when this rank asked to rejoin
+        self.admit_after = 0.3               # the members let an asking rank in this long after
+        self.flag_next_reduce = False        # another member admits ranks in the next all-reduce
 
     def join(self, failed_generation, proposal=None, watch=None):
         self.generation = 0 if failed_generation is None else failed_generation + 1
@@ -264,9 +270,28 @@ class ElasticGroup:
                 raise CollectiveError("Timed out waiting 60000ms", "timeout", "step")
         if op == "sum":
             tensor.mul_(self.world_size)
+        if self.flag_next_reduce:
+            self.flag_next_reduce = False
+            tensor[-1] += 1.0
 
     def broadcast(self, tensor, src, watch=None):
         pass
+
+    def ask_to_rejoin(self):
+        self.asked_at = self.clock.t
+
+    def admitted(self):
+        if self.asked_at is None or self.clock.t < self.asked_at + self.admit_after:
+            return None
+        return self.generation + 1, tuple(sorted({*self.members, self.member}))
+
+    def rejoin_requests(self):
+        asking, self.requests = self.requests, ()
+        return asking
+
+    def admit(self, ranks):
+        self.agreed_by_others = tuple(sorted(self.members + tuple(ranks)))
+        return self.agreed_by_others
 
     def leave(self):
         self.left += 1
@@ -463,3 +488,109 @@ def test_free_accelerator_memory_hands_cached_memory_back_to_the_device():
     got = free_accelerator_memory()
     assert got["cuda_reserved_after"] < got["cuda_reserved_before"]
     assert got["cuda_free_after"] - got["cuda_free_before"] >= 200 << 20
+
+
+# -- rejoin: a rank left out comes back at the next generation -----------------------------
+
+def test_a_rank_cut_off_frees_what_it_holds_and_rejoins_once_it_hears_the_control_plane(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=2), FakeDetector(clock, me=2)
+    runner, cuda = make_detector_runner(tmp_path, "elastic", group, clock, detector, rejoin=True)
+    original = runner.workload.train_step
+    cut = {}
+
+    def train_step(all_reduce, world_size):
+        if runner.workload.step == 3 and not cut:
+            group.stuck, detector.cut_off = True, True
+            cut["at"] = clock.t
+        if cut and clock.t - cut["at"] > 5.0:
+            detector.cut_off = False  # the link is back
+        return original(all_reduce, world_size)
+    runner.workload.train_step = train_step
+    original_sleep = runner.sleep
+
+    def sleep(seconds):
+        original_sleep(seconds)
+        if cut and clock.t - cut["at"] > 5.0:
+            detector.cut_off = False
+    runner.sleep = sleep
+    assert runner.run(max_steps=10) is Outcome.STOPPED
+    evs = events(tmp_path)
+    order = [e["kind"] for e in evs if e["kind"] in
+             ("breaker_open", "resources_released", "rejoin_request", "rejoin_admitted", "group_ready")]
+    assert order == ["group_ready", "breaker_open", "resources_released", "rejoin_request",
+                     "rejoin_admitted", "group_ready"]
+    assert cuda == [1]  # accelerator memory freed while it waited
+    assert group.asked_at - cut["at"] == pytest.approx(5.0, abs=0.1)  # once it heard digests
+    assert group.members == (0, 1, 2, 3)
+    assert [e["step"] for e in evs if e["kind"] == "step"][-1] == 9
+
+
+def test_a_rank_left_out_that_nobody_lets_in_leaves_after_rejoin_within(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=2), FakeDetector(clock, me=2)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector, rejoin=True,
+                                     rejoin_within="20s")
+    StopAt(group, detector, clock, step=4, peer=0)(runner)
+    group.agreed_by_others = (0, 1, 3)
+    group.admit_after = math.inf
+    assert runner.run(max_steps=10) is Outcome.ISOLATED
+    evs = events(tmp_path)
+    [opened] = [e for e in evs if e["kind"] == "breaker_open"]
+    [gave_up] = [e for e in evs if e["kind"] == "rejoin_gave_up"]
+    assert gave_up["waited_s"] == pytest.approx(20.0, abs=0.1)
+    assert "left out" in opened["reason"] and "rejoin_request" in kinds(tmp_path)
+
+
+def test_group_rank_0_admits_an_asking_rank_and_every_member_moves_on_after_that_step(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock), FakeDetector(clock)
+    group.members, group.world_size = (0, 1, 3), 3  # rank 2 was left out before
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector, rejoin=True)
+    sizes = []
+    original_reduce = group.all_reduce
+
+    def all_reduce(tensor, op="sum", watch=None):
+        sizes.append(tensor.numel())
+        return original_reduce(tensor, op, watch)
+    group.all_reduce = all_reduce
+    original = runner.workload.train_step
+
+    def train_step(all_reduce, world_size):
+        if runner.workload.step == 4 and not group.proposals[1:]:
+            group.requests = (2,)  # found by _admission before the step after this one
+        return original(all_reduce, world_size)
+    runner.workload.train_step = train_step
+    assert runner.run(max_steps=10) is Outcome.STOPPED
+    evs = events(tmp_path)
+    [admit] = [e for e in evs if e["kind"] == "admit"]
+    assert admit["peers"] == [2] and admit["gen"] == 1
+    membership = [e for e in evs if e["kind"] == "membership"]
+    assert membership[-1]["members"] == [0, 1, 2, 3] and membership[-1]["joined"] == [2]
+    steps = [(e["step"], e["gen"]) for e in evs if e["kind"] == "step"]
+    assert steps == [(s, 0) for s in range(6)] + [(s, 1) for s in range(6, 10)]
+    assert "collective_error" not in kinds(tmp_path) and "backoff" not in kinds(tmp_path)
+    n_params = sum(p.numel() for p in runner.workload.model.parameters())
+    assert n_params + 1 in sizes and n_params not in sizes  # the gradients and the flag, in one
+
+
+def test_a_member_moves_on_when_another_member_admits_a_rank(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=1), FakeDetector(clock, me=1)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector, rejoin=True)
+    original = runner.workload.train_step
+
+    def train_step(all_reduce, world_size):
+        if runner.workload.step == 3 and group.generation == 0:
+            group.flag_next_reduce = True
+        return original(all_reduce, world_size)
+    runner.workload.train_step = train_step
+    assert runner.run(max_steps=6) is Outcome.STOPPED
+    assert group.proposals == [None, None]  # moved on to what rank 0 agreed, not a proposal of its own
+    steps = [(e["step"], e["gen"]) for e in events(tmp_path) if e["kind"] == "step"]
+    assert steps == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1)]
+
+
+def test_rejoin_needs_an_elastic_policy():
+    with pytest.raises(UsageError, match="rejoin needs an elastic policy"):
+        policy_spec("isolation", {"rejoin": True})

@@ -191,6 +191,28 @@ def continued() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
+def rejoined() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Link down on r3 10-20 s; survivors go on as 3 at 11.2 s; r3 is let back in at 20.4 s
+    and all four step from 20.6 s."""
+    h = History(policy="elastic")
+    h.steps(0.0, FAULT_AT)
+    h.fault(targets=(3,), end=20.0)
+    survivors = [0, 1, 2]
+    h.each(None, 10.8, "suspect", peer=3, via="heartbeat", cause="heartbeat", silent_s=0.8, gen=0)
+    h.rank(3, 10.9, "breaker_open", reason="health check failed: cut off")
+    h.each(survivors, 11.0, "group_ready", gen=1, world=3, secs=0.1)
+    h.each(survivors, 11.1, "restored", step=40, gen=1, source="peer")
+    h.steps(11.2, 20.5, ranks=survivors, gen=1)
+    h.rank(3, 20.3, "rejoin_request", gen=0)
+    h.rank(3, 20.4, "rejoin_admitted", gen=2, waited_s=9.5)
+    h.each(None, 20.5, "group_ready", gen=2, world=4, secs=0.1)
+    h.each(None, 20.55, "restored", step=77, gen=2, source="peer")
+    h.next_step[3] = 77
+    h.steps(20.6, 25.0, gen=2)
+    h.end(25.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
 def retries_exhausted() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     h = History(policy="retry")
     h.steps(0.0, FAULT_AT)

@@ -26,6 +26,7 @@ def metrics_of(history) -> dict:
     (fakes.hung, "hung"),
     (fakes.crashed, "crashed"),
     (fakes.continued, "continued"),
+    (fakes.rejoined, "recovered"),
     (fakes.stalled_without_verdict, "inconclusive"),
     (fakes.no_fault, "no-fault"),
 ])
@@ -72,6 +73,14 @@ def test_continued_reports_the_smaller_world():
     assert row["departed"] == 1 and row["crashed_ranks"] == 0
     assert row["ttr_s"] == pytest.approx(1.202)
     assert math.isnan(row["ttr_after_end_s"])  # a kill does not heal
+
+
+def test_a_rank_let_back_in_makes_the_trial_recovered_with_its_rejoin_time():
+    row = metrics_of(fakes.rejoined())  # link down on r3 10-20 s, let back in at 20.4 s
+    assert row["final_world"] == 4 and row["departed"] == 0
+    assert row["rejoined_ranks"] == 1 and row["rejoined_s"] == pytest.approx(10.4)
+    assert row["ttr_after_end_s"] == pytest.approx(0.603)  # r3's first step at 20.603
+    assert metrics_of(fakes.continued())["rejoined_ranks"] == 0
 
 
 def test_breaker_open_time():

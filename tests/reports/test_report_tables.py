@@ -46,6 +46,12 @@ def test_retry_claim_held():
     assert "1 retries -> all ranks step again at 8.0 s" in what_happened(row)
 
 
+def test_a_rank_let_back_in_is_told():
+    row = metrics_of(fakes.rejoined())
+    assert what_happened(row).endswith(
+        "-> 1 left out, let back in at 10.4 s -> all ranks step again at 10.6 s")
+
+
 def test_isolation_claim_notes_unmeasured_gpu_release():
     verdict, why = judge_claim(metrics_of(fakes.isolated()))
     assert verdict == "yes" and "GPU memory release not measured" in why

@@ -1,0 +1,79 @@
+"""The rejoin protocol of `GlooGroup` against a real TCPStore on loopback (no gloo group is
+formed: these steps are store operations only; tests/harness/test_detector_job.py runs
+them in the 16-rank job)."""
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from harness.control import GENERATION_KEY
+from harness.group import CollectiveError, GlooGroup
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store():
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=5))
+    master.set(GENERATION_KEY, "3")
+    master.set("gen3/members", json.dumps([0, 1, 3]))  # rank 2 was left out
+    return master, port
+
+
+def group_of(port: int, member: int, members: tuple[int, ...]) -> GlooGroup:
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    group = GlooGroup(client, ("127.0.0.1", port), member, 4, 5.0, 5.0)
+    group.generation, group.members = 3, members
+    group.rank, group.world_size = (members.index(member) if member in members else 0), len(members)
+    return group
+
+
+def test_a_rank_asks_rank_0_admits_it_and_it_finds_the_generation_that_has_it(store):
+    _, port = store
+    leader, outsider = group_of(port, 0, (0, 1, 3)), group_of(port, 2, (0, 1, 2, 3))
+    assert leader.rejoin_requests() == () and outsider.admitted() is None
+    outsider.ask_to_rejoin()
+    assert leader.rejoin_requests() == (2,)
+    assert leader.rejoin_requests() == ()  # the counter has not moved since
+    assert leader.admit((2,)) == (0, 1, 2, 3)
+    assert outsider.admitted() == (4, (0, 1, 2, 3))
+    # the request is withdrawn: asking again later is a new request
+    outsider.ask_to_rejoin()
+    assert leader.rejoin_requests() == (2,)
+
+
+def test_admission_loses_to_a_proposal_that_came_first(store):
+    master, port = store
+    leader, outsider = group_of(port, 0, (0, 1, 3)), group_of(port, 2, (0, 1, 2, 3))
+    master.set("gen4/members", json.dumps([0, 3]))  # a failure's proposal won generation 4
+    outsider.ask_to_rejoin()
+    assert leader.admit(leader.rejoin_requests()) == (0, 3)
+    assert outsider.admitted() is None
+
+
+def test_members_are_not_asking(store):
+    _, port = store
+    leader, member = group_of(port, 0, (0, 1, 3)), group_of(port, 1, (0, 1, 3))
+    member.ask_to_rejoin()  # a member's stale request (it is in): nobody to admit
+    assert leader.rejoin_requests() == ()
+
+
+def test_a_store_that_is_gone_is_a_collective_error():
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=5))
+    outsider = group_of(port, 2, (0, 1, 2, 3))
+    del master  # the control plane goes away
+    with pytest.raises(CollectiveError, match="ask to rejoin") as caught:
+        outsider.ask_to_rejoin()
+    assert caught.value.phase == "rejoin"
