@@ -43,13 +43,19 @@ else
     say "starting dockerd (log: $log)"
     mkdir -p "$data_root" "$(dirname "$log")"
     # setsid: the engine outlives this script and is not in the CI job's process group.
-    setsid dockerd \
-        --host unix:///var/run/docker.sock \
-        --data-root "$data_root" \
-        --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
-        --bridge=none --userland-proxy=false \
-        --log-level=warn \
-        >>"$log" 2>&1 < /dev/null &
+    # It closes what it inherited beyond stdio first: a lock or pipe of the caller's would
+    # otherwise stay held for as long as the engine runs.
+    (
+        for fd in $(ls /proc/$BASHPID/fd); do
+            if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+        done
+        exec setsid dockerd \
+            --host unix:///var/run/docker.sock \
+            --data-root "$data_root" \
+            --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false \
+            --bridge=none --userland-proxy=false \
+            --log-level=warn
+    ) >>"$log" 2>&1 < /dev/null &
     end=$(( $(date +%s) + deadline_s ))
     until docker info >/dev/null 2>&1; do
         if [ "$(date +%s)" -ge "$end" ]; then

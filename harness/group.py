@@ -226,7 +226,10 @@ class GlooGroup:
                 time.sleep(POLL_INTERVAL_S)
                 if watch is not None and time.monotonic() >= next_watch:
                     next_watch = time.monotonic() + WATCH_INTERVAL_S
-                    if (reason := watch(time.monotonic() - started)) is not None:
+                    reason = watch(time.monotonic() - started)
+                    # a rank descheduled past its op's end would otherwise abandon a finished
+                    # op (a member that moved on after it reads as "a newer generation")
+                    if reason is not None and not work.is_completed():
                         raise CollectiveError(reason, "suspect", "step")
             work.wait()
             self._pending = None

@@ -77,3 +77,36 @@ def test_a_store_that_is_gone_is_a_collective_error():
     with pytest.raises(CollectiveError, match="ask to rejoin") as caught:
         outsider.ask_to_rejoin()
     assert caught.value.phase == "rejoin"
+
+
+class Work:
+    """A pending op that completes when `done` is set (by the watch, in these tests)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def wait(self) -> bool:
+        return True
+
+
+def test_an_op_that_completed_while_the_watch_spoke_is_not_abandoned(store):
+    _, port = store
+    group, work = group_of(port, 0, (0, 1, 3)), Work()
+    group._pg = object()
+
+    def watch(waited_s):  # the op ends while this rank reads a digest saying a peer moved on
+        work.done = True
+        return "rank 1 has moved to a newer generation"
+    group._wait(lambda: work, watch)  # returns: the op is done, nothing to leave
+
+
+def test_an_op_still_pending_when_the_watch_speaks_is_abandoned(store):
+    _, port = store
+    group, work = group_of(port, 0, (0, 1, 3)), Work()
+    group._pg = object()
+    with pytest.raises(CollectiveError, match="silent") as caught:
+        group._wait(lambda: work, lambda waited_s: "rank 1 silent for 0.80s")
+    assert caught.value.cause == "suspect" and group._pending is work  # left for the reaper
