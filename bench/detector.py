@@ -87,14 +87,10 @@ def scenario_text(fault: str, policies: list[str]) -> str:
         "policies": {p: POLICIES[p] for p in policies}}, sort_keys=False)
 
 
-def _events(trial_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (trial_dir / "events.jsonl").read_text().splitlines()]
-
-
-def breaker_or_exclusion(trial_dir: Path, fault_start: float) -> float:
+def breaker_or_exclusion(row) -> float:
     """When the breaker opened on any rank, or the survivors first left a rank out."""
-    marks = [e["t"] for e in _events(trial_dir) if e["kind"] in ("breaker_open", "exclude")]
-    return min(marks) - fault_start if marks else math.nan
+    marks = [t for t in (row["breaker_open_s"], row["excluded_s"]) if not math.isnan(t)]
+    return min(marks, default=math.nan)
 
 
 def fmt(value: float, unit: str = "s") -> str:
@@ -154,21 +150,11 @@ def fault_rows(fault: str, policies: list[str], out: Path) -> list[dict]:
     for _, row in reports.analyze_run(run_dir).iterrows():
         if row["policy"] not in policies:
             continue
-        breaker = breaker_or_exclusion(run_dir / "trials" / row["policy"], row["fault_start_t"])
         rows.append({"fault": fault, "policy": row["policy"], "outcome": row["outcome"],
                      "ttd": row["ttd_s"], "ttd_last": row["ttd_max_s"], "ttr": row["ttr_s"],
-                     "ttr_heal": row["ttr_after_end_s"], "breaker": breaker,
+                     "ttr_heal": row["ttr_after_end_s"], "breaker": breaker_or_exclusion(row),
                      "hung_cap": row["hung_cap"], "wasted": row["wasted_rank_s"]})
     return rows
-
-
-def false_trips(run_dir: Path) -> int:
-    """Suspect events of a fault-free run before the harness began stopping the ranks (then
-    every rank rightly suspects the first rank stopped)."""
-    events = _events(run_dir / "trials" / "elastic")
-    stops = [e["t"] for e in events if e["kind"] == "exit" and e.get("reason") == "terminated"]
-    end = min(stops, default=math.inf)
-    return sum(1 for e in events if e["kind"] == "suspect" and e["t"] < end)
 
 
 def print_table(rows: list[dict]) -> None:
@@ -219,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             run_scenario(load_scenario(control), control, ["elastic"], out, backend_named("netns"),
                          progress)
     print_table([row for fault in faults for row in fault_rows(fault, policies, out)])
-    trips = [false_trips(d.parent) for d in sorted(out.glob("detector_no_fault-*/trials"))]
+    # in a fault-free run every suspect event is a false trip
+    trips = [int(reports.analyze_run(d.parent)["suspect_events"].sum())
+             for d in sorted(out.glob("detector_no_fault-*/trials"))]
     if trips:
         print(f"\nfalse trips in {len(trips)} fault-free runs of ~60 s: {sum(trips)} "
               f"(per run: {trips})")

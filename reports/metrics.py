@@ -35,6 +35,11 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       steps (the last step before the window counts as the first mark, the
                       end of the rank's window as the last) that are longer than 3x the
                       median pre-fault step interval, clipped to the window.
+  excluded            first exclude (the survivors of an elastic policy leave a rank out of
+                      their next proposal) minus fault start.
+  suspect events      failure-detector suspicions before the observation end (at the end
+                      every rank rightly suspects the first rank the harness stopped); in
+                      a fault-free trial each one is a false trip.
   rejoined            last rejoin_admitted (a rank left out let back in: policy option
                       rejoin) minus fault start; rejoined ranks: how many were let back in.
   max stall           the longest such gap of any rank, clipped to the window.
@@ -532,7 +537,9 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     times: dict[str, Any] = {**METRIC_DEFAULTS, "generations": _count_generations(events),
                              "final_world": facts.final_world or pd.NA,
                              "departed": len(facts.departures), "crashed_ranks": len(facts.crashes),
-                             "breaker_ranks": len(facts.breaker_opens)}
+                             "breaker_ranks": len(facts.breaker_opens),
+                             "suspect_events": int((_of_kind(events, "suspect")["t"]
+                                                    < facts.observation_end).sum())}
     if fault is None:
         return times
     start = fault.start
@@ -554,6 +561,10 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     left = [d.t for d in facts.departures.values() if d.how in POLICY_EXIT_REASONS]
     if left:
         times["released_s"] = max(left) - start
+    excluded = _of_kind(events, "exclude")
+    excluded = excluded[excluded["t"] >= start]
+    if len(excluded):
+        times["excluded_s"] = float(excluded["t"].min()) - start
     admitted = _of_kind(events, "rejoin_admitted")
     admitted = admitted[admitted["t"] >= start]
     if len(admitted):
@@ -597,7 +608,8 @@ METRIC_DEFAULTS: dict[str, Any] = {
     "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
     "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "generations": 0,
     "final_world": pd.NA, "steps_rolled_back": NAN, "departed": 0, "crashed_ranks": 0,
-    "cuda_reserved_after": NAN, "rejoined_ranks": 0, "rejoined_s": NAN,
+    "cuda_reserved_after": NAN, "excluded_s": NAN, "suspect_events": 0, "rejoined_ranks": 0,
+    "rejoined_s": NAN,
 }
 
 

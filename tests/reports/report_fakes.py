@@ -200,6 +200,7 @@ def rejoined() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     survivors = [0, 1, 2]
     h.each(None, 10.8, "suspect", peer=3, via="heartbeat", cause="heartbeat", silent_s=0.8, gen=0)
     h.rank(3, 10.9, "breaker_open", reason="health check failed: cut off")
+    h.each(survivors, 10.95, "exclude", peers=[3], gen=0, reasons={"3": "rank 3 silent"})
     h.each(survivors, 11.0, "group_ready", gen=1, world=3, secs=0.1)
     h.each(survivors, 11.1, "restored", step=40, gen=1, source="peer")
     h.steps(11.2, 20.5, ranks=survivors, gen=1)

@@ -83,6 +83,19 @@ def test_a_rank_let_back_in_makes_the_trial_recovered_with_its_rejoin_time():
     assert metrics_of(fakes.continued())["rejoined_ranks"] == 0
 
 
+def test_exclusion_time_and_suspect_events():
+    row = metrics_of(fakes.rejoined())  # every rank suspects r3 at 10.8; survivors exclude at 10.95
+    assert row["excluded_s"] == pytest.approx(0.95) and row["suspect_events"] == 4
+    events, trial = fakes.no_fault()
+    # at the end every rank suspects the first rank stopped: not a false trip
+    late = [{**events[-1], "t": 20.05, "src": "rank", "rank": r, "kind": "suspect", "peer": 0}
+            for r in (1, 2)]
+    row = metrics_of((events + late, trial))
+    assert row["outcome"] == "no-fault" and row["suspect_events"] == 0
+    early = [{**late[0], "t": 15.0}]
+    assert metrics_of((events + early, trial))["suspect_events"] == 1
+
+
 def test_breaker_open_time():
     row = metrics_of(fakes.isolated())
     assert row["breaker_open_s"] == pytest.approx(8.2)
