@@ -22,12 +22,12 @@ from pathlib import Path
 
 from chaos.inject import record_owner
 from chaos.ledger import Ledger
-from harness.api import ClusterSpec
-from harness.events import EVENTS_FILE, read_events
-from harness.netns import NetnsBackend
-from harness.policies import policy_spec
-from harness.rank import RankConfig
-from harness.workload import WorkloadSpec
+from harness.cluster.api import ClusterSpec
+from runfolder.events import EVENTS_FILE, read_events
+from harness.cluster.netns import NetnsBackend
+from harness.job.policies import policy_spec
+from harness.job.rank import RankConfig
+from harness.job.workload import WorkloadSpec
 
 
 def pss_mb(pid: int) -> float:

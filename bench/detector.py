@@ -42,10 +42,10 @@ import yaml
 
 import reports
 from harness import signals
-from harness.backends import backend_named
-from harness.orchestrator import run_scenario
-from harness.progress import Progress
-from harness.scenario import load_scenario
+from harness.cluster.backends import backend_named
+from harness.run.orchestrator import run_scenario
+from harness.run.progress import Progress
+from harness.run.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENT = {"ttd": 15.0, "ttr": 12.0, "breaker": 30.0}  # the document's claims, seconds

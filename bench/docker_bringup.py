@@ -24,10 +24,10 @@ from pathlib import Path
 from chaos import netlink
 from chaos.inject import record_owner
 from chaos.ledger import Ledger
-from harness.api import ClusterSpec
-from harness.events import read_events
-from harness.policies import policy_spec
-from harness.workload import WorkloadSpec
+from harness.cluster.api import ClusterSpec
+from runfolder.events import read_events
+from harness.job.policies import policy_spec
+from harness.job.workload import WorkloadSpec
 
 
 def main() -> int:
@@ -39,10 +39,10 @@ def main() -> int:
     args = p.parse_args()
 
     if args.backend == "docker":
-        from harness.docker_backend import LABEL_RUN, DockerBackend, engine
+        from harness.cluster.docker_backend import LABEL_RUN, DockerBackend, engine
         backend = DockerBackend()
     else:
-        from harness.netns import NetnsBackend
+        from harness.cluster.netns import NetnsBackend
         backend = NetnsBackend()
     run_id = "b" + secrets.token_hex(3)
     run_dir = Path(tempfile.mkdtemp(prefix=f"chaos-bench-{run_id}-"))

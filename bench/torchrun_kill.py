@@ -2,11 +2,11 @@
 
     sudo flock /tmp/chaos-cpu.lock .venv/bin/python bench/torchrun_kill.py [--nodes 16] [--out DIR]
 
-Builds the harness's namespace topology (harness.netns: switch `chaos-<run>-sw` with br0
+Builds the harness's namespace topology (harness.cluster.netns: switch `chaos-<run>-sw` with br0
 10.77.0.1, one namespace per node with eth0 10.77.0.(10+n)), every namespace in the run's
 ledger. A c10d rendezvous store runs on the switch (10.77.0.1:29400); one torchrun agent per
 node namespace (`--nnodes=N --nproc-per-node=1 --max-restarts=3 --rdzv-backend=c10d`),
-each worker the harness's MLP (harness.workload) with a gloo all-reduce, paced to 4 steps/s,
+each worker the harness's MLP (harness.job.workload) with a gloo all-reduce, paced to 4 steps/s,
 writing one JSON line per event with time.monotonic() (one clock: one kernel).
 
 After warm-up (every worker stepping), the worker process of node 5 (not its agent) gets
@@ -79,7 +79,7 @@ def worker_main(out: Path) -> None:
     import torch
     import torch.distributed as dist
 
-    from harness.workload import Workload, WorkloadSpec
+    from harness.job.workload import Workload, WorkloadSpec
     torch.set_num_threads(1)
     emit("imported")
     dist.init_process_group("gloo")
@@ -224,8 +224,8 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
     from chaos.inject import record_owner
     from chaos.ledger import Ledger
     from chaos.mechanism import record_process
-    from harness.api import ClusterSpec
-    from harness.netns import SWITCH_ADDRESS, NetnsCluster
+    from harness.cluster.api import ClusterSpec
+    from harness.cluster.netns import SWITCH_ADDRESS, NetnsCluster
 
     run_id = secrets.token_hex(3)
     out = out or Path(tempfile.mkdtemp(prefix="bench-torchrun-"))

@@ -47,7 +47,7 @@ _STAMP = struct.Struct("=IId")  # stream tag, sequence number, monotonic send ti
 
 def build_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> list[Host]:
     """A switch namespace with bridge br0 and `hosts` host namespaces on 10.77.0.0/16,
-    laid out as harness.netns lays out a run; every namespace recorded before it is made."""
+    laid out as harness.cluster.netns lays out a run; every namespace recorded before it is made."""
     switch = namespace_name(run_id, "sw")
     cluster = [Host(name=f"r{r:03d}", address=f"10.77.0.{10 + r}", switch_ns=switch, port=f"p{r}",
                     ns_path=f"/run/netns/{namespace_name(run_id, f'r{r:03d}')}") for r in range(hosts)]

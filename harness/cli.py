@@ -39,10 +39,10 @@ def require_root(what: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.backends import backend_named
-    from harness.orchestrator import plan_text, run_scenario
-    from harness.progress import Progress
-    from harness.scenario import load_scenario
+    from harness.cluster.backends import backend_named
+    from harness.run.orchestrator import plan_text, run_scenario
+    from harness.run.progress import Progress
+    from harness.run.scenario import load_scenario
     import reports
 
     overrides = {}
@@ -89,7 +89,7 @@ def _mechanism_names() -> Callable[[object], str]:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
-    from harness.scenario import json_schema
+    from harness.run.scenario import json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -97,7 +97,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_heal(args: argparse.Namespace) -> int:
     require_root("chaos heal")
     from chaos.heal import heal_main
-    from harness.backends import load_undo_plugins
+    from harness.cluster.backends import load_undo_plugins
     load_undo_plugins()  # undos that backends (docker) register
     return heal_main(args.rest)
 

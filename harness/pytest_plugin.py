@@ -4,7 +4,7 @@
                                         analyzes it, and fails naming the expectation that
                                         broke, the measured value and `chaos run ... --seed N`
 
-A thin layer over `harness.check.check_policy`: options (the `chaos` group), the fixture
+A thin layer over `harness.run.check.check_policy`: options (the `chaos` group), the fixture
 `chaos_check` (run one policy of a scenario file; usable from Python tests too), markers
 (chaos_scenario, slow and requires_root always; requires_docker for the docker backend,
 requires_netem for kinds only netem injects), skips with the reason
@@ -24,9 +24,9 @@ import pytest
 from chaos.errors import ChaosError, UsageError
 from chaos.faults import Corrupt, Duplicate, Reorder
 from harness import signals
-from harness.check import PolicyCheck, check_policy
-from harness.progress import Progress
-from harness.scenario import Scenario, load_scenario
+from harness.run.check import PolicyCheck, check_policy
+from harness.run.progress import Progress
+from harness.run.scenario import Scenario, load_scenario
 from harness.signals import Terminated
 
 _RESULTS = pytest.StashKey[list[PolicyCheck]]()

@@ -12,7 +12,7 @@ re-running it. A run folder, as the orchestrator writes it:
                                 start, duration}], expect {outcome, detect_within,
                                 recover_within, breaker_within} or null
     RUN_DIR/trials/<policy>/events.jsonl
-                                one JSON event per line (schema: harness/events.py); t is
+                                one JSON event per line (schema: runfolder/events.py); t is
                                 monotonic seconds shared by every process of the trial
     RUN_DIR/trials/<policy>/logs/rNNN.log
 

@@ -20,17 +20,17 @@ from chaos.faults import Kill, LinkDown, Pause
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.ledger import Ledger
-from harness.api import ClusterSpec
-from harness.docker_backend import (
+from harness.cluster.api import ClusterSpec
+from harness.cluster.docker_backend import (
     LABEL_RUN,
     DockerBackend,
     DockerCluster,
     engine,
     heal_containers,
 )
-from harness.events import read_events
-from harness.policies import policy_spec
-from harness.workload import WorkloadSpec
+from runfolder.events import read_events
+from harness.job.policies import policy_spec
+from harness.job.workload import WorkloadSpec
 
 pytestmark = [pytest.mark.requires_docker, pytest.mark.requires_root]
 
@@ -171,8 +171,8 @@ _HARNESS = textwrap.dedent("""
     from pathlib import Path
     from chaos.inject import record_owner
     from chaos.ledger import Ledger
-    from harness.api import ClusterSpec
-    from harness.docker_backend import DockerBackend
+    from harness.cluster.api import ClusterSpec
+    from harness.cluster.docker_backend import DockerBackend
     sys.path.insert(0, {tests!r})
     from test_docker_backend import rank_config
     run_id, run_dir = sys.argv[1], Path(sys.argv[2])
@@ -229,7 +229,7 @@ def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
 def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
     client = engine()
     try:
-        from harness.docker_backend import ensure_local_image
+        from harness.cluster.docker_backend import ensure_local_image
         client.containers.create(ensure_local_image(client), name=f"chaos-{run_id}-orphan",
                                  labels={LABEL_RUN: run_id}, network_mode="none")
     finally:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.detector import (FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
+from harness.job.detector import (FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
                               PhiAccrual, View, parse_digest)
 
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from harness.control import GENERATION_KEY
-from harness.group import CollectiveError, GlooGroup
+from harness.job.control import GENERATION_KEY
+from harness.job.group import CollectiveError, GlooGroup
 
 
 def free_port() -> int:

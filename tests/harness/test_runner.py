@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from chaos.errors import UsageError
-from harness.checkpoint import Checkpointer
-from harness.detector import Straggler, Suspicion
-from harness.events import EventRecorder
-from harness.group import CollectiveError, NotAMember
-from harness.policies import policy_spec
-from harness.runner import FaultTolerantRunner, Outcome, free_accelerator_memory
-from harness.workload import Workload, WorkloadSpec
+from harness.job.checkpoint import Checkpointer
+from harness.job.detector import Straggler, Suspicion
+from runfolder.events import EventRecorder
+from harness.job.group import CollectiveError, NotAMember
+from harness.job.policies import policy_spec
+from harness.job.runner import FaultTolerantRunner, Outcome, free_accelerator_memory
+from harness.job.workload import Workload, WorkloadSpec
 
 
 class ScriptedGroup:

@@ -1,4 +1,4 @@
-"""Judging one policy of a scenario (harness.check) and the pytest plugin over it."""
+"""Judging one policy of a scenario (harness.run.check) and the pytest plugin over it."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.check import PolicyCheck, reproduce_command
-from harness.scenario import load_scenario
+from harness.run.check import PolicyCheck, reproduce_command
+from harness.run.scenario import load_scenario
 from tests.conftest import REPO, leftovers
 
 SCENARIO = REPO / "scenarios" / "pause_rank.yaml"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chaos.errors import UsageError
-from harness.scenario import Scenario, json_schema, load_scenario
+from harness.run.scenario import Scenario, json_schema, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))

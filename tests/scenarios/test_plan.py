@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.orchestrator import Action, plan_text, timeline
-from harness.scenario import load_scenario
+from harness.run.orchestrator import Action, plan_text, timeline
+from harness.run.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import reports
-from harness.backends import backend_named
-from harness.events import EVENTS_FILE, read_events
-from harness.orchestrator import run_scenario
-from harness.progress import Progress
-from harness.scenario import Scenario, load_scenario
+from harness.cluster.backends import backend_named
+from runfolder.events import EVENTS_FILE, read_events
+from harness.run.orchestrator import run_scenario
+from harness.run.progress import Progress
+from harness.run.scenario import Scenario, load_scenario
 
 LOG_TAIL_LINES = 8
 # Events worth a line in a failing test's timeline, besides the fault actions.

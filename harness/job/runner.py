@@ -12,7 +12,7 @@
 With a failure detector (policy `detector`), every wait (a collective, a rendezvous of an
 elastic policy, the pacing sleep between steps) asks it every few tens of milliseconds
 whether a member is suspect; if so the wait ends at once (the stuck collective is
-abandoned to a reaper: see harness.group) and recovery starts, without waiting for the
+abandoned to a reaper: see harness.job.group) and recovery starts, without waiting for the
 collective timeout. The health check is then "digests arrive from the control plane".
 An elastic policy also decides the next membership:
 
@@ -45,12 +45,12 @@ from typing import Any, Callable
 
 import torch
 
-from harness.checkpoint import Checkpointer
-from harness.detector import FailureDetector
-from harness.events import EventRecorder
-from harness.group import CollectiveError, Group, NotAMember
-from harness.policies import PolicySpec
-from harness.workload import Workload
+from harness.job.checkpoint import Checkpointer
+from harness.job.detector import FailureDetector
+from runfolder.events import EventRecorder
+from harness.job.group import CollectiveError, Group, NotAMember
+from harness.job.policies import PolicySpec
+from harness.job.workload import Workload
 
 PACE_SLICE_S = 0.02      # the pacing sleep asks the detector this often
 MEMBERSHIP_POLL_S = 0.05  # while waiting for a silent member to speak again

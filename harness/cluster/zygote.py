@@ -1,6 +1,6 @@
 """The rank launcher process: imports torch once, then forks one child per rank.
 
-Started by a cluster backend as ``python -m harness.zygote`` in a session of its own (so
+Started by a cluster backend as ``python -m harness.cluster.zygote`` in a session of its own (so
 a Ctrl-C at the terminal reaches only the harness). It reads commands as JSON lines on
 stdin and answers on stdout:
 
@@ -56,9 +56,9 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         from harness import signals
         signals.install()
         if cmd["entry"] == "rank":
-            from harness.rank import main as entry
+            from harness.job.rank import main as entry
         else:
-            from harness.control import main as entry
+            from harness.job.control import main as entry
         code = entry(cmd["config"])
     except BaseException:  # the child must never fall back into the launcher's loop
         import traceback
@@ -81,9 +81,9 @@ def main() -> None:
     # Import once here so that every fork shares the pages; nothing may start a thread.
     import torch
     import torch.distributed  # noqa: F401
-    import harness.rank  # noqa: F401
-    import harness.control  # noqa: F401
-    from harness.workload import Workload, WorkloadSpec
+    import harness.job.rank  # noqa: F401
+    import harness.job.control  # noqa: F401
+    from harness.job.workload import Workload, WorkloadSpec
     torch.set_num_threads(1)
     Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd, once for all forks
     import threading

@@ -3,7 +3,7 @@
 The network has the netns backend's shape, so every fault lands the same way:
 
     chaos-<run>-sw          the switch namespace: bridge br0 (10.77.0.1/16) with the control
-                            plane (TCPStore, `harness.control`, started by the rank launcher
+                            plane (TCPStore, `harness.job.control`, started by the rank launcher
                             with setns) and one port p<rank> per container
     chaos-<run>-r<NNN>      one container per rank, created from the rank template of
                             docker-compose.yml (`x-rank`), with network_mode "none"; once it
@@ -11,7 +11,7 @@ The network has the netns backend's shape, so every fault lands the same way:
                             /proc/PID/ns/net), pins it under this name (as `ip netns attach`
                             does: the host outlives the rank's process, as a netns host
                             does) and moves the other end of the veth in as eth0 with
-                            10.77.x.y/16. The rank (`python -m harness.container rank
+                            10.77.x.y/16. The rank (`python -m harness.cluster.container rank
                             --config --barrier`) loads torch, waits until eth0 is up with an
                             address and until every rank has loaded (ready files in the run
                             folder: containers start one by one, each importing torch for
@@ -59,9 +59,9 @@ from chaos.heal import SWEEPS, HealReport, namespace_name, owner_alive
 from chaos.inject import undo_outstanding
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, undo
-from harness.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
-from harness.launcher import Launcher
-from harness.netns import (
+from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
+from harness.cluster.launcher import Launcher
+from harness.cluster.netns import (
     BRIDGE,
     MAX_RANKS,
     NETWORK,
@@ -502,7 +502,7 @@ class DockerCluster(Cluster):
         volumes[run_dir] = {"bind": run_dir, "mode": "rw"}
         kwargs: dict[str, Any] = dict(
             image=self.image, name=self.container_name(rank), hostname=rank_name(rank),
-            command=[self._python, "-m", "harness.container", "rank", "--config", self._config_path(rank),
+            command=[self._python, "-m", "harness.cluster.container", "rank", "--config", self._config_path(rank),
                      "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S)],
             labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank"},
             network_mode="none", environment={**t.environment, "PYTHONUNBUFFERED": "1"},
@@ -781,11 +781,11 @@ class DockerBackend(Backend):
         return cluster
 
 
-# --- command line: `python -m harness.docker_backend image|heal|check` ---------------------
+# --- command line: `python -m harness.cluster.docker_backend image|heal|check` ---------------------
 
 def _main(argv: list[str] | None = None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m harness.docker_backend")
+    p = argparse.ArgumentParser(prog="python -m harness.cluster.docker_backend")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("image", help="import the local test image if the engine lacks it")
     sub.add_parser("check", help="exit 0 if an engine answers, else print why and exit 1")

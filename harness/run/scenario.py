@@ -41,8 +41,8 @@ from pydantic.json_schema import GenerateJsonSchema
 from chaos import units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
-from harness.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
-from harness.workload import WorkloadSpec
+from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
+from harness.job.workload import WorkloadSpec
 from reports.metrics import OUTCOMES
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")

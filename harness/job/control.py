@@ -10,7 +10,7 @@ not special and a fault on a rank's link also cuts that rank off from the store.
                    by compare_set from "": the first proposal wins.
 
 Beside the store, on the next port, the failure detector's heartbeat server
-(harness.detector): UDP heartbeats in, one digest of every rank's liveness out to all.
+(harness.job.detector): UDP heartbeats in, one digest of every rank's liveness out to all.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def heartbeat_port(store_port: int) -> int:
 def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
-    from harness.detector import HeartbeatServer
+    from harness.job.detector import HeartbeatServer
     from harness.signals import Terminated
 
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,

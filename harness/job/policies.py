@@ -7,7 +7,7 @@
                check, a re-created process group, restore from the latest checkpoint
     isolation  retry + circuit breaker: when retries run out or the health check fails,
                open the breaker, release the group and accelerator memory, and leave
-    elastic    beyond the document: a heartbeat failure detector (harness.detector) ends a
+    elastic    beyond the document: a heartbeat failure detector (harness.job.detector) ends a
                stuck collective within about a second; a rank that stays unreachable for
                `exclude_after` is left out, and the survivors agree on the smaller
                membership through the control plane, restore from a peer's in-memory
@@ -56,7 +56,7 @@ POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class DetectorSpec(BaseModel):
-    """The heartbeat failure detector a rank consults while it waits (harness.detector)."""
+    """The heartbeat failure detector a rank consults while it waits (harness.job.detector)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

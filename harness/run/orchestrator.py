@@ -32,12 +32,12 @@ from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms, record_owner
 from chaos.ledger import Ledger
-from harness.api import Backend, Cluster, ClusterSpec
-from harness.backends import load_undo_plugins
-from harness.events import EVENTS_FILE, EventRecorder, read_events
-from harness.progress import Progress
-from harness.rank import RankConfig
-from harness.scenario import Scenario
+from harness.cluster.api import Backend, Cluster, ClusterSpec
+from harness.cluster.backends import load_undo_plugins
+from runfolder.events import EVENTS_FILE, EventRecorder, read_events
+from harness.run.progress import Progress
+from harness.job.rank import RankConfig
+from harness.run.scenario import Scenario
 
 POLL_S = 0.05
 STOP_DEADLINE_S = 3.0

@@ -1,4 +1,4 @@
-"""The harness's side of the rank launcher (`harness.zygote`): spawn, reap, stop."""
+"""The harness's side of the rank launcher (`harness.cluster.zygote`): spawn, reap, stop."""
 from __future__ import annotations
 
 import json
@@ -15,18 +15,18 @@ from chaos import proc
 from chaos.errors import DeadlineExceeded, HarnessError
 from chaos.inject import record_process
 from chaos.ledger import Ledger
-from harness.api import RankExit
+from harness.cluster.api import RankExit
 
 LAUNCHER_READY_TIMEOUT_S = 60.0
 
 
 class Launcher:
-    """A running `harness.zygote` and the processes it forked, by name."""
+    """A running `harness.cluster.zygote` and the processes it forked, by name."""
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.zygote"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "harness.cluster.zygote"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
         record_process(ledger, self._proc.pid)
         self._buf = b""

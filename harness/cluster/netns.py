@@ -19,9 +19,9 @@ from chaos.errors import HarnessError
 from chaos.heal import namespace_name
 from chaos.inject import undo_outstanding
 from chaos.ledger import Ledger
-from harness.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
-from harness.control import LISTENING
-from harness.launcher import Launcher, exit_of, wait_for_text
+from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
+from harness.job.control import LISTENING
+from harness.cluster.launcher import Launcher, exit_of, wait_for_text
 
 NETWORK = ipaddress.ip_network("10.77.0.0/16")
 SWITCH_ADDRESS = str(NETWORK.network_address + 1)

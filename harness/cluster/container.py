@@ -1,10 +1,10 @@
 """Entry points of a process that is PID 1 of a container (docker backend, `docker compose up`).
 
-    python -m harness.container rank --config FILE [--link-timeout S] [--barrier S]
+    python -m harness.cluster.container rank --config FILE [--link-timeout S] [--barrier S]
                                           one rank, from a RankConfig file (the harness)
-    python -m harness.container rank      one rank, configured from the CHAOS_* environment
+    python -m harness.cluster.container rank      one rank, configured from the CHAOS_* environment
                                           (a plain `docker compose up`)
-    python -m harness.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT
+    python -m harness.cluster.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT
 
 A SIGTERM handler is installed before anything heavy is imported: the kernel drops
 signals that PID 1 of a namespace has no handler for, so a rank still importing torch
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness import signals
 
-STORE_PORT = 29400  # harness.api.STORE_PORT, without importing the harness's dependencies
+STORE_PORT = 29400  # harness.cluster.api.STORE_PORT, without importing the harness's dependencies
 
 
 def _get(env: Mapping[str, str], key: str, default: str | None = None) -> str | None:
@@ -45,9 +45,9 @@ def _get(env: Mapping[str, str], key: str, default: str | None = None) -> str | 
 
 def config_from_env(env: Mapping[str, str]) -> dict:
     """A RankConfig (as JSON-able dict) from the CHAOS_* environment of a compose service."""
-    from harness.policies import policy_spec
-    from harness.rank import RankConfig
-    from harness.workload import WorkloadSpec
+    from harness.job.policies import policy_spec
+    from harness.job.rank import RankConfig
+    from harness.job.workload import WorkloadSpec
 
     missing = [k for k in ("CHAOS_RANK", "CHAOS_WORLD_SIZE") if not _get(env, k)]
     if missing:
@@ -73,7 +73,7 @@ def config_from_env(env: Mapping[str, str]) -> dict:
 
 
 def _rank(argv: list[str]) -> int:
-    from harness import rank
+    from harness.job import rank
 
     if argv:  # --config FILE ...: the harness's rank
         return rank.cli(argv)
@@ -86,7 +86,7 @@ def _rank(argv: list[str]) -> int:
 
 
 def _control() -> int:
-    from harness import control
+    from harness.job import control
 
     return control.main({"port": int(_get(os.environ, "CHAOS_STORE_PORT", str(STORE_PORT)) or STORE_PORT)})
 
@@ -98,7 +98,7 @@ def _exit_now(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     # First thing: PID 1 ignores a SIGTERM it has no handler for. While the rank loads
     # (seconds of imports) a SIGTERM ends the process at once: raising inside an import
-    # would leave half-initialised modules behind. `harness.rank.cli` installs the
+    # would leave half-initialised modules behind. `harness.job.rank.cli` installs the
     # `Terminated` handler once loading is done; the control plane keeps this one.
     signal.signal(signal.SIGTERM, _exit_now)
     signal.signal(signal.SIGINT, _exit_now)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             return _control()
     except signals.Terminated:
         return 0
-    print("usage: python -m harness.container rank [--config FILE ...] | control", file=sys.stderr)
+    print("usage: python -m harness.cluster.container rank [--config FILE ...] | control", file=sys.stderr)
     return 2
 
 

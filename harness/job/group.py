@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 import torch.distributed as dist
 
-from harness.control import GENERATION_KEY
+from harness.job.control import GENERATION_KEY
 
 POLL_INTERVAL_S = 0.005
 WATCH_INTERVAL_S = 0.02

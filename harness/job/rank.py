@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.policies import PolicySpec
-from harness.workload import WorkloadSpec
+from harness.job.policies import PolicySpec
+from harness.job.workload import WorkloadSpec
 
 CRASH_EXIT_CODE = 70
 
@@ -43,14 +43,14 @@ def main(config: dict[str, Any]) -> int:
     import torch
     import torch.distributed as dist
 
-    from harness.checkpoint import Checkpointer
-    from harness.control import heartbeat_port
-    from harness.detector import FailureDetector, HeartbeatClient
-    from harness.events import EventRecorder
-    from harness.group import GlooGroup
-    from harness.runner import EXIT_CODES, FaultTolerantRunner
+    from harness.job.checkpoint import Checkpointer
+    from harness.job.control import heartbeat_port
+    from harness.job.detector import FailureDetector, HeartbeatClient
+    from runfolder.events import EventRecorder
+    from harness.job.group import GlooGroup
+    from harness.job.runner import EXIT_CODES, FaultTolerantRunner
     from harness.signals import Terminated
-    from harness.workload import Workload
+    from harness.job.workload import Workload
 
     cfg = RankConfig.model_validate(config)
     os.environ["GLOO_SOCKET_IFNAME"] = cfg.ifname
@@ -140,14 +140,14 @@ def start_barrier(directory: str, rank: int, world_size: int, timeout_s: float) 
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``python -m harness.rank --config FILE``: run one rank as this process, return its code."""
+    """``python -m harness.job.rank --config FILE``: run one rank as this process, return its code."""
     import argparse
     import json
     import traceback
 
     from harness import signals
 
-    parser = argparse.ArgumentParser(prog="python -m harness.rank")
+    parser = argparse.ArgumentParser(prog="python -m harness.job.rank")
     parser.add_argument("--config", required=True, help="a RankConfig as a JSON file")
     parser.add_argument("--link-timeout", type=float, default=60.0,
                         help="seconds to wait for the config's ifname to come up (default 60)")
@@ -161,11 +161,11 @@ def cli(argv: list[str] | None = None) -> int:
         if args.barrier is not None:
             import torch  # noqa: F401  (the seconds-long part of a start, before the barrier)
             import torch.distributed  # noqa: F401
-            from harness.workload import Workload, WorkloadSpec
+            from harness.job.workload import Workload, WorkloadSpec
             Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd
         # Only now: a `Terminated` raised inside an import leaves half-initialised modules
         # (numpy then fails with ImportError). Until here SIGTERM keeps the caller's
-        # disposition (default: die; `harness.container`: exit 0 at once).
+        # disposition (default: die; `harness.cluster.container`: exit 0 at once).
         signals.install()
         wait_for_link(config.get("ifname", "eth0"), args.link_timeout)
         if args.barrier is not None:

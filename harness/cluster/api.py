@@ -3,7 +3,7 @@
 Spec / instance / result are separate types (as in TorchElastic): a `ClusterSpec` says
 what to build, a `Backend` builds it and returns a `Cluster` (the live instance: hosts,
 control-plane address, rank processes), and a `RankExit` is what a rank left when it
-ended. `harness.netns` is the default backend (one Linux network namespace per rank);
+ended. `harness.cluster.netns` is the default backend (one Linux network namespace per rank);
 others (docker) implement the same interface.
 """
 from __future__ import annotations
