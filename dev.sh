@@ -3,7 +3,7 @@
 #
 #   ./dev.sh demo [chaos run options]   venv + the main job: a link-down on one rank of a
 #                                       16-rank job, under the four policies, with the table
-#   ./dev.sh test [pytest options]      venv + a Docker engine + the whole test suite
+#   ./dev.sh test [pytest options]      venv + a Docker engine + ruff + the whole test suite
 #
 # The venv (.venv) pins torch 2.13.0 (the CPU wheel) and is reused when it is current.
 set -euo pipefail
@@ -41,6 +41,7 @@ case "${1:-}" in
             fi
             echo "dev.sh: no Docker engine; docker tests will skip" >&2
         fi
+        .venv/bin/ruff check --quiet .
         # pytest exits 5 when it collected no test: that fails here like any other error.
         exec .venv/bin/python -m pytest "$@"
         ;;

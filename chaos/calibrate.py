@@ -277,10 +277,8 @@ def calibrate(run_id: str, ledger: Ledger) -> list[Figure]:
         return [_measure(injector, hosts, spec) for spec in CALIBRATIONS]
 
 
-def calibrate_main(argv: list[str] | None = None) -> int:
+def calibrate_command(args: argparse.Namespace) -> int:
     """`chaos calibrate`: configured vs measured for each mechanism; exit 1 if one misses."""
-    parser = argparse.ArgumentParser(prog="chaos calibrate", description=calibrate_main.__doc__)
-    parser.parse_args(argv)
     run_id = f"cal{os.getpid()}"
     try:
         figures = calibrate(run_id, Ledger(run_id))
@@ -291,6 +289,11 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         print(f"{'ok  ' if f.ok else 'MISS'} {f.fault}\n     configured {f.configured}; measured {f.measured}\n"
               f"     via {f.mechanism}")
     return 0 if all(f.ok for f in figures) else 1
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chaos calibrate", description=calibrate_command.__doc__)
+    return calibrate_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

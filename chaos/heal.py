@@ -104,14 +104,15 @@ Sweep = Callable[[Optional[str], bool, HealReport, Optional[Path]], object]
 SWEEPS: list[Sweep] = []
 
 
-def heal_main(argv: list[str] | None = None) -> int:
-    """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent."""
-    parser = argparse.ArgumentParser(prog="chaos heal", description=heal_main.__doc__)
+def add_heal_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--run-id", help="heal this run, even if its owner still lives")
     which.add_argument("--all", action="store_true",
                        help="heal every run, also those known only by their namespaces' names")
-    args = parser.parse_args(argv)
+
+
+def heal_command(args: argparse.Namespace) -> int:
+    """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent."""
     try:
         report = heal(args.run_id, everything=args.all)
     except ChaosError as exc:
@@ -121,3 +122,9 @@ def heal_main(argv: list[str] | None = None) -> int:
     for item in report.undone:
         print(f"  {item}")
     return 0
+
+
+def heal_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chaos heal", description=heal_command.__doc__)
+    add_heal_arguments(parser)
+    return heal_command(parser.parse_args(argv))

@@ -169,10 +169,8 @@ def capabilities() -> Capabilities:
     return probe()
 
 
-def doctor_main(argv: list[str] | None = None) -> int:
+def doctor_command(args: argparse.Namespace) -> int:
     """`chaos doctor`: print what this machine can do and which mechanism each fault kind uses."""
-    parser = argparse.ArgumentParser(prog="chaos doctor", description=doctor_main.__doc__)
-    parser.parse_args(argv)
     from chaos.inject import choose_mechanisms  # inject builds on this module
     caps = capabilities()
     print(f"capabilities (probed in {caps.seconds * 1000:.0f} ms):")
@@ -184,6 +182,11 @@ def doctor_main(argv: list[str] | None = None) -> int:
     for kind, mech in choose_mechanisms(caps).items():
         print(f"  {kind:10} {mech.name}")
     return 0
+
+
+def doctor_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chaos doctor", description=doctor_command.__doc__)
+    return doctor_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

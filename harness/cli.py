@@ -43,7 +43,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.run.orchestrator import plan_text, run_scenario
     from harness.run.progress import Progress
     from harness.run.scenario import load_scenario
-    import reports
 
     overrides = {}
     if args.ranks is not None:
@@ -58,13 +57,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--policy {unknown[0]}: not in {args.scenario}'s policies "
                          f"({', '.join(scenario.policies)}); add it under 'policies:' or pick one of those")
+    repeated = sorted({p for p in policies if policies.count(p) > 1})
+    if repeated:
+        raise UsageError(f"--policy {repeated[0]} given more than once: each policy runs once per "
+                         f"run (its trial folder and checkpoints are named after it); give it once")
     if args.dry_run:
         print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names()))
         return 0
     require_root("chaos run")
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write permission on {out}")
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write run folders there ({exc}); "
+                         f"pick a writable folder") from None
+    import reports
     backend = backend_named(scenario.cluster.backend)
     progress = Progress(quiet=args.quiet, scope=scenario.name)
-    run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, Path(args.out), backend, progress)
+    run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress)
     written = reports.write_reports(run_dir)
     table = reports.analyze_run(run_dir)
     print(reports.format_table(table))
@@ -96,24 +108,30 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_heal(args: argparse.Namespace) -> int:
     require_root("chaos heal")
-    from chaos.heal import heal_main
+    from chaos.heal import heal_command
     from harness.cluster.backends import load_undo_plugins
     load_undo_plugins()  # undos that backends (docker) register
-    return heal_main(args.rest)
+    return heal_command(args)
 
 
-def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        import importlib
-        return getattr(importlib.import_module(module), function)(args.rest)
-    return run
+def cmd_doctor(args: argparse.Namespace) -> int:
+    require_root("chaos doctor")  # the probe builds scratch namespaces and loads qdiscs
+    from chaos.probe import doctor_command
+    return doctor_command(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="chaos", description="Chaos tests for torch.distributed training jobs.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    require_root("chaos calibrate")
+    from chaos.calibrate import calibrate_command
+    return calibrate_command(args)
 
-    run = sub.add_parser("run", help="run a scenario under its policies and report")
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from reports.cli import report_command
+    return report_command(args)
+
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO),
                      help="scenario YAML file (default: the shipped link-down scenario)")
     run.add_argument("--policy", action="append", help="policy to run (repeatable; default: all in the file)")
@@ -124,30 +142,51 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument("--dry-run", action="store_true",
                      help="print the resolved plan (which ranks, which mechanism, when) and exit")
-    run.set_defaults(func=cmd_run)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of scenario files (for editors)")
-    schema.set_defaults(func=cmd_schema)
 
-    heal = sub.add_parser("heal", help="remove what crashed runs left on this host", add_help=False)
-    heal.add_argument("rest", nargs=argparse.REMAINDER)
-    heal.set_defaults(func=cmd_heal)
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
 
-    for name, module, function, text in [
-        ("report", "reports", "report_main", "re-analyze stored run folders"),
-        ("doctor", "chaos.probe", "doctor_main", "what this machine can inject, and how"),
-        ("calibrate", "chaos.calibrate", "calibrate_main", "measure each fault mechanism"),
-    ]:
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_delegate(module, function))
+
+def _arguments_of(module: str, function: str) -> Callable[[argparse.ArgumentParser], None]:
+    def add(parser: argparse.ArgumentParser) -> None:
+        import importlib
+        getattr(importlib.import_module(module), function)(parser)
+    return add
+
+
+# name -> (help, how to declare its arguments, what runs it). Arguments are declared only for
+# the command being run, so `chaos schema` never imports what `chaos report` needs (pandas).
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "run": ("run a scenario under its policies and report", _run_arguments, cmd_run),
+    "schema": ("print the JSON Schema of scenario files (for editors)", _no_arguments, cmd_schema),
+    "report": ("re-analyze stored run folders", _arguments_of("reports.cli", "add_report_arguments"),
+               cmd_report),
+    "heal": ("remove what crashed runs left on this host",
+             _arguments_of("chaos.heal", "add_heal_arguments"), cmd_heal),
+    "doctor": ("what this machine can inject, and how", _no_arguments, cmd_doctor),
+    "calibrate": ("measure each fault mechanism: configured vs measured", _no_arguments, cmd_calibrate),
+}
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The `chaos` parser; only the subcommand named in `argv` gets its arguments declared."""
+    parser = _Parser(prog="chaos", description="Chaos tests for torch.distributed training jobs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (text, add_arguments, func) in COMMANDS.items():
+        command = sub.add_parser(name, help=text, description=text)
+        if name == chosen:
+            add_arguments(command)
+        command.set_defaults(func=func)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     signals.install()
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(argv).parse_args(argv)
         return args.func(args)
     except UsageError as exc:
         print(f"chaos: error: {exc}", file=sys.stderr)

@@ -10,27 +10,29 @@ A thin layer over `harness.run.check.check_policy`: options (the `chaos` group),
 requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
 the tail of each rank's log on a failing test, and a runtime table at the end.
-Loaded by `scenarios/conftest.py`. Ctrl-C or SIGTERM tears the running trial down (the
-orchestrator's teardown runs on every path) and stops the session.
+Registered as a `pytest11` entry point, so `pytest path/to/scenarios/` works in any
+project where the harness is installed; it collects only YAML files that are scenarios (a
+top-level `faults:` or `policies:` key), and imports the harness only when it does. Ctrl-C,
+SIGTERM or SIGHUP tears the running trial down (the orchestrator's teardown runs on every
+path) and stops the session.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from chaos.errors import ChaosError, UsageError
-from chaos.faults import Corrupt, Duplicate, Reorder
-from harness import signals
-from harness.run.check import PolicyCheck, check_policy
-from harness.run.progress import Progress
-from harness.run.scenario import Scenario, load_scenario
-from harness.signals import Terminated
+from chaos.errors import ChaosError
 
-_RESULTS = pytest.StashKey[list[PolicyCheck]]()
-NETEM_ONLY = (Duplicate, Corrupt, Reorder)  # kinds only sch_netem injects (no fallback)
+if TYPE_CHECKING:
+    from harness.run.check import PolicyCheck
+    from harness.run.scenario import Scenario
+
+_RESULTS = pytest.StashKey[list["PolicyCheck"]]()
+_SCENARIO_KEY = re.compile(rb"^(faults|policies):", re.MULTILINE)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,8 +65,17 @@ def scenario_overrides(config: pytest.Config) -> dict[str, Any]:
     return overrides
 
 
+def is_scenario_file(path: Path) -> bool:
+    """A YAML file with a top-level `faults:` or `policies:` key (CI configs, compose files
+    and other YAML files beside the scenarios are not collected)."""
+    try:
+        return bool(_SCENARIO_KEY.search(path.read_bytes()))
+    except OSError:
+        return False
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix in (".yaml", ".yml"):
+    if file_path.suffix in (".yaml", ".yml") and is_scenario_file(file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
@@ -73,6 +84,8 @@ class ScenarioFile(pytest.File):
     """A scenario file: a bad file is one collection error that names file, line and field."""
 
     def collect(self) -> list[pytest.Item]:
+        from chaos.errors import UsageError
+        from harness.run.scenario import load_scenario
         try:
             scenario = load_scenario(self.path, scenario_overrides(self.config))
         except UsageError as exc:
@@ -86,6 +99,7 @@ class ScenarioTest(pytest.Function):
     """One policy of one scenario file, as a test function of the `chaos_check` fixture."""
 
     def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        from chaos.faults import Corrupt, Duplicate, Reorder  # only sch_netem injects these
         super().__init__(**kwargs)
         self.scenario = scenario
         self.add_marker("chaos_scenario")
@@ -93,7 +107,7 @@ class ScenarioTest(pytest.Function):
         self.add_marker("slow")
         if scenario.cluster.backend == "docker":
             self.add_marker("requires_docker")
-        if any(isinstance(event.fault, NETEM_ONLY) for event in scenario.faults):
+        if any(isinstance(event.fault, (Duplicate, Corrupt, Reorder)) for event in scenario.faults):
             self.add_marker("requires_netem")
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
@@ -156,12 +170,16 @@ def chaos_check(request: pytest.FixtureRequest, chaos_out: Path) -> Callable[[Pa
     config = request.config
 
     def run(scenario_file: Path, policy: str) -> PolicyCheck:
+        from harness import signals
+        from harness.run.check import check_policy
+        from harness.run.progress import Progress
+        from harness.signals import Terminated
         signals.install()  # SIGTERM raises Terminated: the trial tears down on the way out
         progress = Progress(quiet=not config.getoption("chaos_progress", False))
         try:
             result = check_policy(Path(scenario_file), policy, chaos_out, scenario_overrides(config), progress)
-        except Terminated:
-            pytest.exit("terminated (SIGTERM); the running trial was torn down", returncode=143)
+        except Terminated as exc:
+            pytest.exit(f"{exc}; the running trial was torn down", returncode=143)
         config.stash[_RESULTS].append(result)
         return result
     return run

@@ -1,5 +1,6 @@
-"""Signals become exceptions here, once: SIGTERM raises `Terminated`, SIGINT raises
-KeyboardInterrupt (Python's own). Both derive from BaseException so that `except
+"""Signals become exceptions here, once: SIGTERM and SIGHUP (an ssh session dropping) raise
+`Terminated`, SIGINT raises KeyboardInterrupt (Python's own), whatever dispositions the
+parent left (a background shell or CI runner may start us with SIGINT ignored). Both derive from BaseException so that `except
 Exception` in policy code never swallows a request to stop.
 
 Only the process that installed the handler raises: a child forked by a library
@@ -27,8 +28,9 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Turn SIGTERM into `Terminated` and restore the default SIGINT behaviour."""
+    """Turn SIGTERM and SIGHUP into `Terminated` and SIGINT into KeyboardInterrupt."""
     global _installed_by
     _installed_by = os.getpid()
     signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGHUP, _raise_terminated)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -26,13 +26,14 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)  # one line, not argparse's usage block
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Re-analyze stored runs: metrics.csv, report.md, "
-                     "report.html and timeline plots; print the comparison table.")
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="a run folder (has run.json)")
     parser.add_argument("--out", type=Path, help="write here instead of into each run folder "
                         "(one sub-folder per run when there are several)")
-    return parser
+
+
+DESCRIPTION = ("Re-analyze stored runs: metrics.csv, report.md, report.html and timeline plots; "
+               "print the comparison table.")
 
 
 def _out_dir(run: RunRecord, out: Path | None, several: bool) -> Path:
@@ -42,14 +43,24 @@ def _out_dir(run: RunRecord, out: Path | None, several: bool) -> Path:
 
 
 def report_main(argv: list[str]) -> int:
+    parser = _Parser(prog=PROG, description=DESCRIPTION)
+    add_report_arguments(parser)
     try:
-        args = _parser().parse_args(argv)
-        runs = [load_run(path) for path in args.runs]  # all checked before anything is written
-    except (_UsageError, RunFolderError) as exc:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    return report_command(args)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    try:
+        runs = [load_run(path) for path in args.runs]  # all checked before anything is written
+    except RunFolderError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     several = len(runs) > 1
     analyzed = [(run, run_frame(run)) for run in runs]
     try:

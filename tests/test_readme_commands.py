@@ -1,0 +1,68 @@
+"""Every `chaos` command line that README.md shows works as written, through the installed
+`chaos` entry point (the console script pip made), not by calling functions.
+
+A line with placeholders (`SCENARIO.yaml`, `RUN_DIR`, `[--seed N]`) is checked through its
+subcommand's `--help`: it exits 0 and knows every option the line spells. A line without
+placeholders is run as it is (a `chaos run` line with `--dry-run` only: a real run is the
+scenario tests' job) and must exit 0.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+CHAOS = shutil.which("chaos", path=str(Path(sys.executable).parent)) or shutil.which("chaos")
+PLACEHOLDER = re.compile(r"[A-Z]{2,}|\[|\.\.\.|\|")
+
+
+def readme_command_lines() -> list[str]:
+    lines, fenced = [], False
+    for raw in README.read_text().splitlines():
+        if raw.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        command = raw.split("#", 1)[0].strip()
+        if fenced and command.startswith("chaos "):
+            lines.append(command)
+    return lines
+
+
+LINES = readme_command_lines()
+
+
+def test_the_readme_shows_chaos_commands():
+    assert len(LINES) >= 5, LINES
+    assert CHAOS is not None, "the `chaos` entry point is not installed (pip install -e .)"
+
+
+def _chaos(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([CHAOS, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_readme_command_line_works(line):
+    words = shlex.split(line)
+    sub = words[1]
+    if PLACEHOLDER.search(line.split(" ", 2)[-1]):
+        helped = _chaos(sub, "--help")
+        assert helped.returncode == 0, helped.stderr
+        options = {w.strip("[]|.") for w in words if w.strip("[").startswith("--")}
+        unknown = sorted(o for o in options if o not in helped.stdout)
+        assert unknown == [], f"`chaos {sub} --help` does not know {unknown}"
+        return
+    if sub == "run" and "--dry-run" not in words:
+        pytest.skip("a real run of a scenario is what the scenario tests do")
+    needs_root = sub in ("heal", "doctor", "calibrate", "run") and "--dry-run" not in words
+    if needs_root and os.geteuid() != 0:
+        pytest.skip("needs root")
+    done = _chaos(*words[1:], timeout=600)
+    assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stderr[-2000:]}"
