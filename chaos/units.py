@@ -6,6 +6,7 @@ the accepted form; ambiguous units (``kbps``: bits or bytes?) are refused.
 """
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -45,6 +46,8 @@ def parse_duration(value: str | float | int) -> float:
         if unit not in _DURATION_UNITS:
             raise ValueError(f"{value!r}: unknown unit {unit!r}; expected {DURATION_FORM}")
         seconds = number * _DURATION_UNITS[unit]
+    if not math.isfinite(seconds):  # YAML's .inf / .nan, or "1e999s"
+        raise ValueError(f"{value!r} is not a finite time; expected {DURATION_FORM}")
     if seconds < 0:
         raise ValueError(f"{value!r} is negative; expected {DURATION_FORM}")
     return seconds
