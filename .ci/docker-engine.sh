@@ -70,4 +70,4 @@ fi
 
 # The offline test image (no registry here): a tiny imported root filesystem; the
 # project's Python environment is bind-mounted read-only at run time.
-"$python" -m harness.cluster.docker_backend image
+"$python" -m harness.cluster.docker image

@@ -1,97 +1,186 @@
-"""Bring-up, teardown and memory of a 16-rank job on the namespace backend.
+"""Bring-up, teardown and memory of a job on the namespace backend, per number of ranks.
 
-    sudo .venv/bin/python bench/bringup.py [--ranks 16] [--repeat 3]
+    sudo .venv/bin/python bench/bringup.py [--ranks 16 32 64] [--repeat 3] [--ready-within 60]
 
-Prints: namespaces built (switch + hosts + bridge + veths: hosts_s), the rank launcher
-ready (one interpreter importing torch, in parallel with the hosts: launcher_s), control
-plane listening (control_s), all ranks ready for their first step after they were forked
-(every rank's group formed: ready_after_spawn_s), the whole of it (ready_total_s),
-teardown (ranks stopped, hosts removed), and the proportional set size (PSS) of each rank
-process while training. Targets on 2 cores: ready <= 2 s, teardown <= 0.5 s, <= 40 MB PSS per rank.
+For each size, `--repeat` times on a fresh cluster: namespaces built (switch + hosts +
+bridge + veths + neighbour entries: hosts_s), the rank launcher ready (one interpreter
+importing torch, in parallel with the hosts: launcher_s), control plane listening
+(control_s), every rank forked (spawn_s), every rank's group formed after the last fork
+(group_s), the whole of it (ready_total_s), teardown (ranks stopped, hosts removed:
+teardown_s), and the proportional set size (PSS) of each rank process 3 s into training.
+Prints one row per size, the median of the repetitions (the worst in brackets). A size
+that fails prints why instead: how many ranks formed the group within `--ready-within`,
+what the others did last, and how often the kernel's neighbour table was full meanwhile
+(the cause past 16 ranks before `chaos.neighbours`).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from chaos.errors import ChaosError
 from chaos.inject import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
-from runfolder.events import EVENTS_FILE, read_events
-from harness.cluster.netns import NetnsBackend
+from harness.cluster.netns import NetnsBackend, NetnsCluster
+from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.policies import policy_spec
-from harness.job.rank import RankConfig
-from harness.job.workload import WorkloadSpec
+from runfolder.events import EVENTS_FILE, read_events
+
+TRAIN_S = 3.0  # a few steps in, so that the pages a rank touches while training count
+STOP_DEADLINE_S = 3.0
+POLL_S = 0.005
+FIGURES = ("hosts_s", "launcher_s", "control_s", "spawn_s", "group_s", "ready_total_s",
+           "teardown_s", "pss_mb_mean", "pss_mb_max")
+TARGETS = "targets (issue 16): ready_total_s <= 1.0 at 16 ranks and <= 3 at 64, teardown_s <= 0.5, pss_mb_max <= 40"
+
+
+class SizeFailed(Exception):
+    """A size that could not be brought up and measured; the message says why."""
 
 
 def pss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         if line.startswith("Pss:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no Pss for {pid}")
+    raise SizeFailed(f"no Pss in /proc/{pid}/smaps_rollup")
 
 
-def one(ranks: int, workdir: Path) -> dict[str, float]:
+def neighbour_table_fulls() -> int:
+    """How often, since boot, the kernel could not make an ARP entry because its one table
+    (shared by every namespace) was full: the last column of /proc/net/stat/arp_cache,
+    one row per CPU, in hex."""
+    rows = Path("/proc/net/stat/arp_cache").read_text().splitlines()[1:]
+    return sum(int(row.split()[-1], 16) for row in rows)
+
+
+def describe(event: dict[str, Any] | None) -> str:
+    if event is None:
+        return "nothing (never started)"
+    if event["kind"] == "rendezvous":  # reported on arrival, and every 5 s while waiting
+        return f"rendezvous of generation {event['gen']}"
+    detail = event.get("error") or event.get("reason")
+    return f"{event['kind']}: {detail}" if detail else event["kind"]
+
+
+def not_ready(ranks: int, ready: set[int], last: dict[int, dict[str, Any]], within_s: float,
+              fulls: int) -> str:
+    """Why the group did not form: the others' last events, the most common first."""
+    by_last = collections.defaultdict(list)
+    for rank in sorted(set(range(ranks)) - ready):
+        by_last[describe(last.get(rank))].append(rank)
+    others = "; ".join(f"{len(rs)} with last event {what} (ranks {rs[:8]}{' ...' if len(rs) > 8 else ''})"
+                       for what, rs in sorted(by_last.items(), key=lambda kv: -len(kv[1])))
+    reason = f"{len(ready)}/{ranks} ranks formed the group within {within_s:g} s; {others}"
+    if fulls:
+        reason += f"; the kernel's neighbour table was full {fulls} times meanwhile"
+    return reason
+
+
+def start_ranks(cluster: NetnsCluster, ranks: int, run_dir: Path) -> None:
+    for r in range(ranks):
+        cluster.start_rank(r, RankConfig(
+            rank=r, world_size=ranks, seed=0, store_address=cluster.store_address,
+            store_port=cluster.store_port, events_path=str(run_dir / EVENTS_FILE),
+            checkpoint_dir=str(run_dir / "ckpt"), policy=policy_spec("timeout", {"timeout": "30s"}),
+            workload=WorkloadSpec()).model_dump(mode="json"))
+
+
+def wait_for_group(cluster: NetnsCluster, ranks: int, run_dir: Path, within_s: float) -> None:
+    """Until every rank reported its group formed; SizeFailed at the deadline or when one exits."""
+    fulls_before = neighbour_table_fulls()
+    ready: set[int] = set()
+    last: dict[int, dict[str, Any]] = {}
+    offset = 0
+    deadline = time.monotonic() + within_s
+    while len(ready) < ranks:
+        events, offset = read_events(run_dir / EVENTS_FILE, offset)
+        for e in events:  # an error stays a rank's last word over what followed it
+            if "error" in e or "error" not in last.get(e["rank"], {}):
+                last[e["rank"]] = e
+        ready |= {e["rank"] for e in events if e["kind"] == "group_ready"}
+        exits = cluster.reap()
+        if exits or time.monotonic() > deadline:
+            reason = not_ready(ranks, ready, last, within_s, neighbour_table_fulls() - fulls_before)
+            if exits:
+                reason = f"rank(s) {sorted(x.rank for x in exits)} exited; " + reason
+            raise SizeFailed(reason)
+        time.sleep(POLL_S)
+
+
+def one(ranks: int, workdir: Path, within_s: float) -> dict[str, float]:
+    """Bring up `ranks` ranks, measure, tear down; SizeFailed (or a ChaosError) says why not."""
     run_id = "b" + secrets.token_hex(3)
     run_dir = workdir / run_id
     run_dir.mkdir()
     ledger = Ledger(run_id)
     record_owner(ledger)
-    t0 = time.monotonic()
-    cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger)
-    t_up = time.monotonic()
     try:
-        for r in range(ranks):
-            cluster.start_rank(r, RankConfig(
-                rank=r, world_size=ranks, seed=0, store_address=cluster.store_address,
-                store_port=cluster.store_port, events_path=str(run_dir / EVENTS_FILE),
-                checkpoint_dir=str(run_dir / "ckpt"), policy=policy_spec("timeout", {"timeout": "30s"}),
-                workload=WorkloadSpec()).model_dump(mode="json"))
-        ready: set[int] = set()
-        offset = 0
-        deadline = time.monotonic() + 60
-        while len(ready) < ranks:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {len(ready)}/{ranks} ranks ready within 60 s")
-            events, offset = read_events(run_dir / EVENTS_FILE, offset)
-            ready |= {e["rank"] for e in events if e["kind"] == "group_ready"}
-            time.sleep(0.005)
-        t_ready = time.monotonic()
-        time.sleep(3)  # a few steps in, so the pages a rank touches while training count
-        pss = [pss_mb(cluster.pid(r)) for r in range(ranks)]
-        t_stop = time.monotonic()
-        cluster.stop_ranks(3.0)
+        t0 = time.monotonic()
+        cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger)
+        t_up = time.monotonic()
+        try:
+            start_ranks(cluster, ranks, run_dir)
+            t_spawned = time.monotonic()
+            wait_for_group(cluster, ranks, run_dir, within_s)
+            t_ready = time.monotonic()
+            time.sleep(TRAIN_S)
+            if exits := cluster.reap():
+                raise SizeFailed(f"rank(s) {sorted(x.rank for x in exits)} exited while training")
+            pss = [pss_mb(pid) for r in range(ranks) if (pid := cluster.pid(r)) is not None]
+            t_stop = time.monotonic()
+            cluster.stop_ranks(STOP_DEADLINE_S)
+        finally:
+            cluster.close()
+        t_down = time.monotonic()
     finally:
-        cluster.close()
-    t_down = time.monotonic()
-    ledger.close_if_clean()
-    return {"hosts_s": cluster.timings["hosts_s"], "launcher_s": cluster.timings["launcher_s"],
-            "control_s": cluster.timings["control_s"], "hosts_and_control_s": t_up - t0, "ready_after_spawn_s": t_ready - t_up,
+        ledger.close_if_clean()
+    return {**cluster.timings, "spawn_s": t_spawned - t_up, "group_s": t_ready - t_spawned,
             "ready_total_s": t_ready - t0, "teardown_s": t_down - t_stop,
             "pss_mb_mean": statistics.mean(pss), "pss_mb_max": max(pss)}
 
 
+def measure(ranks: int, repeat: int, within_s: float) -> list[dict[str, float]]:
+    with tempfile.TemporaryDirectory(prefix="chaos-bench-") as tmp:
+        return [one(ranks, Path(tmp), within_s) for _ in range(repeat)]
+
+
+def row(ranks: int, rows: list[dict[str, float]]) -> str:
+    cells = [f"{statistics.median(r[k] for r in rows):7.2f} ({max(r[k] for r in rows):6.2f})" for k in FIGURES]
+    return f"{ranks:6d}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=16)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[16], help="one or more sizes")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--ready-within", type=float, default=60.0,
+                        help="seconds from the last fork for every rank to form the group")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="chaos-bench-") as tmp:
-        rows = [one(args.ranks, Path(tmp)) for _ in range(args.repeat)]
-    print(f"{args.ranks} ranks, netns backend, {args.repeat} repetitions")
-    for key in rows[0]:
-        values = [r[key] for r in rows]
-        print(f"  {key:22s} median {statistics.median(values):8.3f}   "
-              f"min {min(values):8.3f}   max {max(values):8.3f}")
-    print("targets: ready_total_s <= 2, teardown_s <= 0.5, pss_mb_max <= 40")
-    print(json.dumps(rows), file=sys.stderr)
-    return 0
+    print(f"netns backend, {os.cpu_count()} CPUs, median of {args.repeat} (worst in brackets)")
+    print(f"{'ranks':>6s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES), flush=True)
+    results: dict[int, Any] = {}
+    failed = False
+    for ranks in args.ranks:
+        try:
+            results[ranks] = rows = measure(ranks, args.repeat, args.ready_within)
+            print(row(ranks, rows), flush=True)
+        except (SizeFailed, ChaosError, OSError) as exc:  # a size that fails says why; the next one runs
+            failed = True
+            results[ranks] = {"failed": f"{type(exc).__name__}: {exc}"}
+            print(f"{ranks:6d}  failed: {exc}", flush=True)
+    print(TARGETS)
+    print(json.dumps(results), file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ survivors stepping again <= 3 s after a permanent fault starts, zero false trips
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from harness.cluster.backends import backend_named
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import load_scenario
+from runfolder.layout import RUN_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENT = {"ttd": 15.0, "ttr": 12.0, "breaker": 30.0}  # the document's claims, seconds
@@ -105,22 +105,12 @@ def ratio(document: float, ours: float) -> str:
 
 
 def measure_torchrun(out: Path) -> None:
-    """The kill fault under torchrun (its agents restart every worker, from step 0); the
-    figures land in out/torchrun/summary.json, an error too."""
+    """The kill fault under torchrun (its agents restart every worker, from step 0), as the
+    run folder out/torchrun; one that did not start says so in its trial_end."""
     try:
         torchrun_kill.measure(16, out / "torchrun", no_share_store=True)
     except (RuntimeError, TimeoutError) as exc:  # it did not start: say so, measure the rest
         print(f"torchrun: {exc}", file=sys.stderr)
-        (out / "torchrun" / "summary.json").write_text(json.dumps({"outcome": f"error: {exc}"[:60]}))
-
-
-def torchrun_row(summary: dict) -> dict:
-    recovered = summary["outcome"] == "recovered"
-    return {"fault": "kill", "policy": "torchrun", "outcome":
-            "recovered (restarted, step 0)" if recovered else summary["outcome"],
-            "ttd": summary.get("ttd_first_s", math.nan), "ttd_last": summary.get("ttd_last_s", math.nan),
-            "ttr": summary["stepping_s"] if recovered else math.nan, "ttr_heal": math.nan,
-            "breaker": math.nan, "hung_cap": math.nan, "wasted": summary.get("wasted_rank_s", math.nan)}
 
 
 def measure_fault(fault: str, policies: list[str], out: Path, progress: Progress) -> None:
@@ -140,20 +130,19 @@ def latest_run(out: Path, name: str) -> Path | None:
 
 def fault_rows(fault: str, policies: list[str], out: Path) -> list[dict]:
     """The rows of one fault, from the run folders under `out` (measured now or before)."""
+    torchrun = out / "torchrun"  # a run folder of its own (bench/torchrun_kill.py)
+    measured = [latest_run(out, f"bench_{fault}")]
+    if any(fault in EXTERNAL.get(p, ()) for p in policies) and (torchrun / RUN_FILE).is_file():
+        measured.insert(0, torchrun)
     rows = []
-    summary = out / "torchrun" / "summary.json"
-    if any(fault in EXTERNAL.get(p, ()) for p in policies) and summary.is_file():
-        rows.append(torchrun_row(json.loads(summary.read_text())))
-    run_dir = latest_run(out, f"bench_{fault}")
-    if run_dir is None:
-        return rows
-    for _, row in reports.analyze_run(run_dir).iterrows():
-        if row["policy"] not in policies:
-            continue
-        rows.append({"fault": fault, "policy": row["policy"], "outcome": row["outcome"],
-                     "ttd": row["ttd_s"], "ttd_last": row["ttd_max_s"], "ttr": row["ttr_s"],
-                     "ttr_heal": row["ttr_after_end_s"], "breaker": breaker_or_exclusion(row),
-                     "hung_cap": row["hung_cap"], "wasted": row["wasted_rank_s"]})
+    for run_dir in filter(None, measured):
+        for _, row in reports.analyze_run(run_dir).iterrows():
+            if row["policy"] not in policies:
+                continue
+            rows.append({"fault": fault, "policy": row["policy"], "outcome": row["outcome"],
+                         "ttd": row["ttd_s"], "ttd_last": row["ttd_max_s"], "ttr": row["ttr_s"],
+                         "ttr_heal": row["ttr_after_end_s"], "breaker": breaker_or_exclusion(row),
+                         "hung_cap": row["hung_cap"], "wasted": row["wasted_rank_s"]})
     return rows
 
 

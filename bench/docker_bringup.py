@@ -39,7 +39,8 @@ def main() -> int:
     args = p.parse_args()
 
     if args.backend == "docker":
-        from harness.cluster.docker_backend import LABEL_RUN, DockerBackend, engine
+        from harness.cluster.docker.cluster import DockerBackend
+        from harness.cluster.docker.engine import LABEL_RUN, engine
         backend = DockerBackend()
     else:
         from harness.cluster.netns import NetnsBackend

@@ -2,21 +2,24 @@
 
     sudo flock /tmp/chaos-cpu.lock .venv/bin/python bench/torchrun_kill.py [--nodes 16] [--out DIR]
 
-Builds the harness's namespace topology (harness.cluster.netns: switch `chaos-<run>-sw` with br0
+Builds the harness's namespace topology (chaos.topology: switch `chaos-<run>-sw` with br0
 10.77.0.1, one namespace per node with eth0 10.77.0.(10+n)), every namespace in the run's
 ledger. A c10d rendezvous store runs on the switch (10.77.0.1:29400); one torchrun agent per
 node namespace (`--nnodes=N --nproc-per-node=1 --max-restarts=3 --rdzv-backend=c10d`),
-each worker the harness's MLP (harness.job.workload) with a gloo all-reduce, paced to 4 steps/s,
-writing one JSON line per event with time.monotonic() (one clock: one kernel).
+each worker the harness's MLP (harness.job.workload) with a gloo all-reduce, paced to 4 steps/s.
 
-After warm-up (every worker stepping), the worker process of node 5 (not its agent) gets
-SIGKILL. Measured from the kill:
-  noticed   per survivor, the first of: its worker's gloo error, its old worker process
-            gone (polled every 20 ms), its agent logging the restart. First / last node.
-  restart   every node's agent joined the new rendezvous round; every new worker booted,
-            imported torch, formed the gloo group, and stepped (last node).
-  wasted    rank-seconds without step progress from the kill until the end of the window,
-            the harness's way (gaps > 3x the median pre-fault step interval).
+The job writes a normal run folder (runfolder) at --out: run.json, trials/torchrun/ with
+trial.json (the plan: SIGKILL node 5's worker after warm-up) and events.jsonl, as the
+harness's own trials do. Each worker writes rank events for its node (rank = node number):
+rank_start, group_ready, step, collective_error and exit crashed on a gloo error, and
+restored (source initial: a restarted worker begins again at step 0). The driver writes the
+harness events: trial_start, warmup_done, fault_applied, rank_exited when a worker process
+is gone, trial_end; and, for each survivor, a `suspect` (via agent) at the first line its
+torchrun agent logged about restarting the group: TorchElastic's failure detector. So
+`chaos report DIR` (reports.metrics) measures it like any trial: time to detect, first and
+last node; time to recover (every node stepping again, from the kill); wasted rank-seconds;
+steps rolled back. This bench prints the restart's phases from the same events and the
+agents' logs (trials/torchrun/logs/agentNNN.log).
 Options for the restart's rendezvous/store wiring (the default is the setup above):
   --no-share-store  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in the agents' environment: the
                     workers do not reuse the agent's rendezvous TCPStore; each round's rank-0
@@ -38,11 +41,12 @@ namespace through the ledger. With `--worker` this file is the worker torchrun s
 from __future__ import annotations
 
 import argparse
-import json
+import datetime
 import math
 import os
 import re
 import secrets
+import shlex
 import signal
 import statistics
 import subprocess
@@ -56,41 +60,52 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from runfolder import events as kinds  # noqa: E402  (standard library only: light in every worker)
+from runfolder.events import EVENTS_FILE, EventRecorder, read_events  # noqa: E402
+from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info  # noqa: E402
+from runfolder.layout import LOGS_DIR, trial_dir  # noqa: E402
+from runfolder.plan import APPLY, Action, PlannedFault, TrialPlan  # noqa: E402
+
 STORE_PORT = 29400
 STEP_PERIOD = 0.25
 VICTIM = 5
 WARMUP_STEPS = 12
 SETTLE_STEPS = 8
 DOCUMENT = {"ttd": 15.0, "ttr": 12.0, "breaker": 30.0}
+POLICY = "torchrun"  # the trial's name in the run folder
+KILL = {"kind": "kill", "signal": signal.SIGKILL.value}
+# an agent's first line about its worker group failing: TorchElastic noticed
+AGENT_NOTICED = r"will restart worker group|Stopping worker group"
 
 
 # ----------------------------------------------------------------------------- worker
-def worker_main(out: Path) -> None:
+def worker_main(events_path: Path) -> None:
     t_boot = time.monotonic()
     node = int(os.environ["CHAOS_NODE"])
     gen = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    log = open(out / f"node{node:03d}.jsonl", "a", buffering=1)
-
-    def emit(kind: str, **kw) -> None:
-        log.write(json.dumps({"e": kind, "node": node, "gen": gen, "pid": os.getpid(),
-                              "t": time.monotonic(), **kw}) + "\n")
-
-    emit("boot", t_boot=t_boot)
+    recorder = EventRecorder(events_path, kinds.RANK, node)
+    recorder.emit(kinds.RANK_START, t=t_boot, policy=POLICY, world=int(os.environ["WORLD_SIZE"]))
     import torch
     import torch.distributed as dist
 
-    from harness.job.workload import Workload, WorkloadSpec
+    from harness.job.config import WorkloadSpec
+    from harness.job.group import classify
+    from harness.job.workload import Workload
     torch.set_num_threads(1)
-    emit("imported")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    emit("pg", rank=rank, world=world)
+    recorder.emit(kinds.GROUP_READY, gen=gen, world=world, group_rank=rank,
+                  secs=round(time.monotonic() - t_boot, 3))  # most of it: importing torch
     work = Workload(WorkloadSpec(step_period=STEP_PERIOD), seed=1, rank=rank)
+    if gen:  # a restarted worker keeps no state: it begins again from the seeded weights
+        recorder.emit(kinds.RESTORED, step=0, gen=gen, source="initial")
     tick = time.monotonic()
+    step = work.step
     try:
         while True:
-            work.train_step(lambda t: dist.all_reduce(t), world)
-            emit("step", step=work.step, rank=rank)
+            step, started = work.step, time.monotonic()
+            loss = work.train_step(lambda t: dist.all_reduce(t), world)
+            recorder.emit(kinds.STEP, step=step, gen=gen, loss=round(loss, 5), dur=round(time.monotonic() - started, 4))
             tick += STEP_PERIOD
             now = time.monotonic()
             if tick > now:
@@ -98,8 +113,9 @@ def worker_main(out: Path) -> None:
             else:
                 tick = now
     except Exception as exc:  # a gloo error: say so, then fail like an unhandled error
-        emit("error", msg=str(exc)[:200])
-        log.flush()
+        error = str(exc)[:200]
+        recorder.emit(kinds.COLLECTIVE_ERROR, step=step, gen=gen, phase="step", cause=classify(error), error=error)
+        recorder.emit(kinds.EXIT, reason="crashed", code=1, error=error)
         os._exit(1)
 
 
@@ -155,37 +171,31 @@ class Agent:
 
 
 class Events:
-    """Tails the workers' JSON-lines files."""
+    """Tails the trial's events file: the workers' events, by node."""
 
-    def __init__(self, out: Path, nodes: int) -> None:
-        self.paths = [out / f"node{n:03d}.jsonl" for n in range(nodes)]
-        self.offsets = [0] * nodes
+    def __init__(self, path: Path, nodes: int) -> None:
+        self.path = path
+        self.offset = 0
         self.by_node: list[list[dict]] = [[] for _ in range(nodes)]
 
     def poll(self) -> None:
-        for n, path in enumerate(self.paths):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets[n])
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            end = data.rfind(b"\n") + 1
-            self.offsets[n] += end
-            for line in data[:end].splitlines():
-                try:
-                    self.by_node[n].append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
+        new, self.offset = read_events(self.path, self.offset)
+        for event in new:
+            if event["src"] == kinds.RANK:
+                self.by_node[event["rank"]].append(event)
 
-    def steps(self, n: int, pid: int | None = None, exclude_pid: int | None = None,
-              after: float = -math.inf) -> list[dict]:
-        return [e for e in self.by_node[n] if e["e"] == "step" and e["t"] >= after
-                and (pid is None or e["pid"] == pid) and e["pid"] != exclude_pid]
+    def of(self, n: int, kind: str, after: float = -math.inf, exclude_pid: int | None = None) -> list[dict]:
+        return [e for e in self.by_node[n] if e["kind"] == kind and e["t"] >= after and e["pid"] != exclude_pid]
 
     def current_pid(self, n: int) -> int | None:
-        boots = [e for e in self.by_node[n] if e["e"] == "boot"]
-        return boots[-1]["pid"] if boots else None
+        starts = self.of(n, kinds.RANK_START)
+        return starts[-1]["pid"] if starts else None
+
+    def last_node(self, kind: str, after: float, old: list[int | None]) -> float:
+        """When the last node had a new worker's first `kind` event after `after` (NaN if one never did)."""
+        firsts = [min((e["t"] for e in self.of(n, kind, after, old[n])), default=math.nan)
+                  for n in range(len(self.by_node))]
+        return max(firsts) - after if not any(math.isnan(t) for t in firsts) else math.nan
 
 
 def wait_until(cond, cap_s: float, what: str, tick, alive) -> float:
@@ -201,49 +211,63 @@ def wait_until(cond, cap_s: float, what: str, tick, alive) -> float:
     raise TimeoutError(f"{what}: not within {cap_s:.0f} s")
 
 
-def waste(step_times: list[float], lo: float, hi: float, threshold: float) -> float:
-    """Sum of gaps between consecutive steps longer than `threshold`, clipped to [lo, hi]."""
-    before = [t for t in step_times if t < lo]
-    marks = ([before[-1]] if before else [lo]) + [t for t in step_times if lo <= t <= hi] + [hi]
-    total = 0.0
-    for a, b in zip(marks, marks[1:]):
-        if b - a > threshold:
-            total += min(b, hi) - max(a, lo)
-    return total
-
-
 def fmt(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{x:.2f} s"
 
 
+def torchrun_plan(nodes: int, no_share_store: bool, rdzv_on_node0: bool, recover_cap: float) -> TrialPlan:
+    """The trial as a plan: SIGKILL the worker of node VICTIM right after warm-up."""
+    kill = PlannedFault(index=0, kind="kill", fault=KILL, description=f"kill(signal={KILL['signal']})",
+                        targets=(VICTIM,), start=0.0, duration=None)
+    spec = {"name": POLICY, "base": POLICY, "max_restarts": 3, "rdzv_backend": "c10d",
+            "no_share_store": no_share_store, "rdzv_on_node0": rdzv_on_node0}
+    return TrialPlan(policy=POLICY, policy_spec=spec, workload={"step_period": STEP_PERIOD}, ranks=nodes,
+                     seed=1, warmup_steps=WARMUP_STEPS, settle_steps=SETTLE_STEPS, hang_cap=recover_cap,
+                     faults=(kill,), actions=(Action(0.0, APPLY, 0),), expect=None)
+
+
 def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = False,
             rdzv_on_node0: bool = False, start_cap: float = 240.0,
-            recover_cap: float = 240.0) -> dict:
-    """One torchrun job, one SIGKILL: prints the phases and returns the figures."""
+            recover_cap: float = 240.0) -> Path:
+    """One torchrun job, one SIGKILL, written as a run folder at `out` (returned); prints
+    the phases of the restart."""
     from chaos import netlink
     from chaos.inject import record_owner
     from chaos.ledger import Ledger
     from chaos.mechanism import record_process
     from harness.cluster.api import ClusterSpec
-    from harness.cluster.netns import SWITCH_ADDRESS, NetnsCluster
+    from chaos.topology import SWITCH_ADDRESS
+    from harness.cluster.netns import NetnsCluster
 
     run_id = secrets.token_hex(3)
     out = out or Path(tempfile.mkdtemp(prefix="bench-torchrun-"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
+    trial = trial_dir(out, POLICY)
+    (trial / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+    write_run_info(out, RunInfo(
+        scenario="torchrun_kill", scenario_file=str(Path(__file__).resolve()), seed=1, backend="netns",
+        policies=(POLICY,), started_wall=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        command=shlex.join([sys.executable, *sys.argv]), clock="monotonic, one kernel shared by every rank"))
+    write_trial_info(trial, TrialInfo(plan=torchrun_plan(nodes, no_share_store, rdzv_on_node0, recover_cap),
+                                      run_id=run_id, backend="netns", mono_anchor=time.monotonic(),
+                                      wall_anchor=time.time()))
+    events_path = trial / EVENTS_FILE
+    recorder = EventRecorder(events_path, kinds.HARNESS)
+    t_started = recorder.emit(kinds.TRIAL_START, policy=POLICY, ranks=nodes, run_id=run_id, backend="netns",
+                              hang_cap=recover_cap)
     ledger = Ledger(run_id)
     record_owner(ledger)
-    cluster = NetnsCluster(ClusterSpec(run_id=run_id, ranks=nodes, run_dir=out), ledger)
+    cluster = NetnsCluster(ClusterSpec(run_id=run_id, ranks=nodes, run_dir=trial), ledger)
     agents: list[Agent] = []
     store: subprocess.Popen | None = None
     worker_pids: set[int] = set()
     namespaces = [cluster.switch_ns] + [Path(h.ns_path).name for h in cluster.hosts]
+    end, t_end = "error", None
     print(f"run {run_id}: {nodes} torchrun nodes"
-          + ("" if nodes == 16 else f" (NOT 16: --nodes {nodes})") + f", files in {out}", flush=True)
+          + ("" if nodes == 16 else f" (NOT 16: --nodes {nodes})") + f", run folder {out}", flush=True)
     try:
-        t = time.monotonic()
         cluster.build()
-        print(f"namespaces built in {time.monotonic() - t:.2f} s", flush=True)
+        up = recorder.emit(kinds.CLUSTER_UP, secs=round(time.monotonic() - t_started, 3))
+        print(f"namespaces built in {up - t_started:.2f} s", flush=True)
         env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
                "LOGLEVEL": "INFO", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
         if no_share_store:
@@ -278,13 +302,14 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
                    f"--local-addr={host.address}"]
             if rdzv_on_node0:
                 cmd.append(f"--rdzv-conf=is_host={'true' if n == 0 else 'false'}")
-            cmd += [str(Path(__file__).resolve()), "--worker", "--out", str(out)]
+            cmd += [str(Path(__file__).resolve()), "--worker", "--events", str(events_path)]
             p = subprocess.Popen(cmd, env={**env, "CHAOS_NODE": str(n)}, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  start_new_session=True)
             record_process(ledger, p.pid)
-            agents.append(Agent(n, p, out / "logs" / f"agent{n:03d}.log"))
-        ev = Events(out, nodes)
+            recorder.emit(kinds.RANK_SPAWNED, rank=n, pid=p.pid)  # the node's agent
+            agents.append(Agent(n, p, trial / LOGS_DIR / f"agent{n:03d}.log"))
+        ev = Events(events_path, nodes)
 
         def tick() -> None:
             ev.poll()
@@ -299,107 +324,83 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
             gone = [a.node for a in agents if a.popen.poll() is not None]
             return f"agents of nodes {gone} exited" if gone else ""
 
-        wait_until(lambda: all(ev.steps(n) for n in range(nodes)), start_cap,
+        wait_until(lambda: all(ev.of(n, kinds.STEP) for n in range(nodes)), start_cap,
                    "all workers stepping", tick, dead_agents)
         t_all = time.monotonic()
         print(f"all {nodes} workers stepping {t_all - t_launch:.1f} s after the agents started",
               flush=True)
-        wait_until(lambda: all(len(ev.steps(n)) >= WARMUP_STEPS for n in range(nodes)), 60,
+        wait_until(lambda: all(len(ev.of(n, kinds.STEP)) >= WARMUP_STEPS for n in range(nodes)), 60,
                    "warm-up", tick, dead_agents)
+        recorder.emit(kinds.WARMUP_DONE, step=min(ev.of(n, kinds.STEP)[-1]["step"] for n in range(nodes)))
         old = [ev.current_pid(n) for n in range(nodes)]
         victim = old[VICTIM]
-        assert ppid_of(victim) == agents[VICTIM].popen.pid, "victim is not the agent's worker"
+        assert victim is not None and ppid_of(victim) == agents[VICTIM].popen.pid, "victim is not the agent's worker"
+        t_requested = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        t0 = time.monotonic()
+        t0 = recorder.emit(kinds.FAULT_APPLIED, t_requested=round(t_requested, 6), index=0, fault_kind="kill",
+                           fault=KILL, targets=[VICTIM], mechanism="SIGKILL of the worker (its agent left alone)")
         print(f"SIGKILL worker pid {victim} of node {VICTIM} (agent pid "
               f"{agents[VICTIM].popen.pid} left alone)", flush=True)
 
-        exit_t: dict[int, float] = {}
+        gone: set[int] = set()
 
         def tick_after() -> None:
             tick()
-            now = time.monotonic()
             for n, pid in enumerate(old):
-                if n not in exit_t and proc_state(pid) in (None, "Z"):
-                    exit_t[n] = now
+                if n not in gone and proc_state(pid) in (None, "Z"):  # type: ignore[arg-type]
+                    gone.add(n)
+                    recorder.emit(kinds.RANK_EXITED, rank=n, pid=pid, exitcode=None,
+                                  signal=signal.SIGKILL.value if n == VICTIM else None)
 
         def recovered() -> bool:
-            return all(len(ev.steps(n, exclude_pid=old[n], after=t0)) >= SETTLE_STEPS
-                       for n in range(nodes))
+            return all(len(ev.of(n, kinds.STEP, t0, exclude_pid=old[n])) >= SETTLE_STEPS for n in range(nodes))
 
         try:
-            wait_until(recovered, recover_cap, "all workers stepping again", tick_after,
-                       dead_agents)
-            outcome = "recovered"
+            wait_until(recovered, recover_cap, "all workers stepping again", tick_after, dead_agents)
+            end = "settled"
         except (TimeoutError, RuntimeError) as exc:
-            outcome = f"NOT recovered: {exc}"
+            end = "deadline"
+            print(f"NOT recovered: {exc}", flush=True)
         t_end = time.monotonic()
         tick_after()
-
-        # ------------------------------------------------------------ figures
-        survivors = [n for n in range(nodes) if n != VICTIM]
-        noticed = {}
-        for n in survivors:
-            err = [e["t"] for e in ev.by_node[n] if e["e"] == "error" and e["pid"] == old[n]]
-            agent = agents[n].first(r"will restart worker group|Stopping worker group", t0)
-            noticed[n] = min([exit_t.get(n, math.nan), *err, agent],
-                             key=lambda x: math.inf if math.isnan(x) else x) - t0
-        gloo_err = sorted(n for n in survivors if any(e["e"] == "error" and e["pid"] == old[n]
-                                                      for e in ev.by_node[n]))
-        victim_agent = agents[VICTIM].first(r"Worker group FAILED", t0) - t0
-
-        def last_of(kind: str) -> float:
-            ts = []
-            for n in range(nodes):
-                new = [e["t"] for e in ev.by_node[n] if e["e"] == kind and e["pid"] != old[n]]
-                ts.append(min(new) if new else math.nan)
-            return max(ts) - t0 if not any(math.isnan(x) for x in ts) else math.nan
-
-        rdzv = [agents[n].first(r"joined round|restart_count=[1-9]", t0) for n in range(nodes)]
-        rdzv_last = max(rdzv) - t0 if not any(math.isnan(x) for x in rdzv) else math.nan
-        imports = []
-        for n in range(nodes):
-            b = [e["t"] for e in ev.by_node[n] if e["e"] == "boot" and e["pid"] != old[n]]
-            i = [e["t"] for e in ev.by_node[n] if e["e"] == "imported" and e["pid"] != old[n]]
-            if b and i:
-                imports.append(min(i) - min(b))
-        pre = [e["t"] for e in ev.steps(0, pid=old[0]) if e["t"] < t0]
-        median_dt = statistics.median(b - a for a, b in zip(pre, pre[1:]))
-        wasted = {n: waste([e["t"] for e in ev.steps(n)], t0, t_end, 3 * median_dt)
-                  for n in range(nodes)}
-        restarts = {n: len({e["pid"] for e in ev.by_node[n] if e["t"] >= t0} - {old[n]})
-                    for n in range(nodes)}
-        lost = max(e["step"] for e in ev.steps(0, pid=old[0]))
-        ttd_first = min(noticed.values())
-        ttd_last = max(noticed.values())
-        stepping = last_of("step")
-
-        print(f"\noutcome: {outcome}; observed until {t_end - t0:.1f} s after the kill")
-        print(f"pre-fault step interval (median) {median_dt * 1000:.0f} ms; "
-              f"gloo errors seen by nodes {gloo_err}; node {VICTIM}'s agent saw its worker "
-              f"fail at {fmt(victim_agent)}")
-        print(f"restart phases (last node): all survivors noticed {fmt(ttd_last)}, "
-              f"new rendezvous round joined {fmt(rdzv_last)}, new workers booted "
-              f"{fmt(last_of('boot'))}, torch imported {fmt(last_of('imported'))}, gloo group "
-              f"{fmt(last_of('pg'))}, first step {fmt(stepping)}")
-        if imports:
-            print(f"new workers' torch import: median {statistics.median(imports):.1f} s, max "
-                  f"{max(imports):.1f} s ({nodes} at once on {os.cpu_count()} cores)")
-        print(f"worker processes started per node after the kill: {sorted(set(restarts.values()))}; "
-              f"training progress lost: {lost} steps (the new workers start from step 0; "
-              "this worker keeps no checkpoint)")
-        summary = {"nodes": nodes, "no_share_store": no_share_store,
-                   "rdzv_on_node0": rdzv_on_node0, "outcome": outcome, "ttd_first_s": ttd_first,
-                   "ttd_last_s": ttd_last, "victim_agent_s": victim_agent,
-                   "rdzv_last_s": rdzv_last, "stepping_s": stepping,
-                   "wasted_rank_s": sum(wasted.values()),
-                   "wasted_survivors_rank_s": sum(wasted[n] for n in survivors),
-                   "noticed_s": noticed, "startup_s": t_all - t_launch, "lost_steps": lost,
-                   "out": str(out)}
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        return summary
+        for n, agent in enumerate(agents):  # TorchElastic's detector: the agent stops the group
+            noticed = agent.first(AGENT_NOTICED, t0)
+            if n != VICTIM and not math.isnan(noticed):
+                EventRecorder(events_path, kinds.RANK, n).emit(
+                    kinds.SUSPECT, t=noticed, peer=None, via="agent", cause="agent", silent_s=None,
+                    gen=old_generation(ev, n, old[n]), waited_s=None)
+        print_phases(ev, agents, t0, old)
+        return out
     finally:
+        recorder.emit(kinds.TRIAL_END, t=t_end, reason=end)  # t_end: when it stopped watching
+        recorder.close()
         teardown(agents, store, worker_pids, namespaces, cluster, ledger, netlink)
+
+
+def old_generation(ev: Events, node: int, pid: int | None) -> int:
+    ready = [e for e in ev.of(node, kinds.GROUP_READY) if e["pid"] == pid]
+    return ready[-1]["gen"] if ready else 0
+
+
+def print_phases(ev: Events, agents: list[Agent], t0: float, old: list[int | None]) -> None:
+    """The restart, phase by phase, from the events and the agents' logs (last node of each)."""
+    nodes = len(agents)
+    errors = sorted(n for n in range(nodes) if ev.of(n, kinds.COLLECTIVE_ERROR, t0))
+    victim_agent = agents[VICTIM].first(r"Worker group FAILED", t0) - t0
+    rdzv = [agent.first(r"joined round|restart_count=[1-9]", t0) for agent in agents]
+    rdzv_last = max(rdzv) - t0 if not any(math.isnan(x) for x in rdzv) else math.nan
+    print(f"gloo errors seen by nodes {errors}; node {VICTIM}'s agent saw its worker fail at {fmt(victim_agent)}")
+    print(f"restart phases (last node): new rendezvous round joined {fmt(rdzv_last)}, new workers "
+          f"booted {fmt(ev.last_node(kinds.RANK_START, t0, old))}, gloo group "
+          f"{fmt(ev.last_node(kinds.GROUP_READY, t0, old))}, first step {fmt(ev.last_node(kinds.STEP, t0, old))}")
+    boot_to_group = [e["secs"] for n in range(nodes) for e in ev.of(n, kinds.GROUP_READY, t0, old[n])]
+    if boot_to_group:
+        print(f"new workers from boot to gloo group (importing torch, most of it): median "
+              f"{statistics.median(boot_to_group):.1f} s, max {max(boot_to_group):.1f} s "
+              f"({nodes} at once on {os.cpu_count()} cores)")
+    restarts = {len({e["pid"] for e in ev.of(n, kinds.RANK_START, t0)}) for n in range(nodes)}
+    print(f"worker processes started per node after the kill: {sorted(restarts)} (the new workers "
+          "start from step 0: this worker keeps no checkpoint)")
 
 
 def teardown(agents, store, worker_pids, namespaces, cluster, ledger, netlink) -> None:
@@ -442,7 +443,7 @@ def teardown(agents, store, worker_pids, namespaces, cluster, ledger, netlink) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="the run folder (default: a temporary folder)")
     parser.add_argument("--start-cap", type=float, default=240.0,
                         help="seconds for every first worker to step")
     parser.add_argument("--recover-cap", type=float, default=240.0,
@@ -454,32 +455,33 @@ def main(argv: list[str] | None = None) -> int:
                         help="rendezvous endpoint on node 0 (10.77.0.10:29400), hosted by node "
                              "0's torchrun agent; no separate store on the switch")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--events", type=Path, help=argparse.SUPPRESS)  # a worker's events file
     args = parser.parse_args(argv)
     if args.worker:
-        worker_main(args.out)
+        worker_main(args.events)
         return 0
     if args.nodes <= VICTIM:
         parser.error(f"need more than {VICTIM} nodes")
+    import reports
     from harness import signals
     signals.install()  # SIGTERM tears the job down like Ctrl-C
-    summary = measure(args.nodes, args.out, args.no_share_store, args.rdzv_on_node0,
+    run_dir = measure(args.nodes, args.out, args.no_share_store, args.rdzv_on_node0,
                       args.start_cap, args.recover_cap)
-    nodes = summary["nodes"]
-    print(f"\nSIGKILL of one worker (node {VICTIM}), {nodes} nodes"
-          + ("" if nodes == 16 else " -- NOT the 16-node job") + ":\n")
-    head = ("", "every survivor knows", f"all {nodes} ranks step again", "wasted rank-s",
+    row = reports.analyze_run(run_dir).iloc[0]  # the harness's definitions (reports.metrics)
+    print(f"\noutcome {row['outcome']}: {row['outcome_reason']}")
+    print(f"\nSIGKILL of one worker (node {VICTIM}), {args.nodes} nodes"
+          + ("" if args.nodes == 16 else " -- NOT the 16-node job") + ":\n")
+    head = ("", "every survivor knows", f"all {args.nodes} ranks step again", "wasted rank-s",
             "15 s / x (TTD)", "12 s / x (stepping)")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     ratio = lambda d, x: "-" if not x or math.isnan(x) else f"{d / x:.0f}x"
-    print(f"| torchrun --max-restarts=3 (c10d) | first {fmt(summary['ttd_first_s'])}, last "
-          f"{fmt(summary['ttd_last_s'])} | {fmt(summary['stepping_s'])} (restarted from step 0) | "
-          f"{summary['wasted_rank_s']:.1f} ({summary['wasted_survivors_rank_s']:.1f} survivors) | "
-          f"{ratio(DOCUMENT['ttd'], summary['ttd_last_s'])} | "
-          f"{ratio(DOCUMENT['ttr'], summary['stepping_s'])} |")
-    print("\nthe harness's policies on the same fault, side by side: bench/detector.py "
-          "--faults kill --policies torchrun,timeout,elastic")
-    return 0 if summary["outcome"] == "recovered" else 1
+    print(f"| torchrun --max-restarts=3 (c10d) | first {fmt(row['ttd_s'])}, last {fmt(row['ttd_max_s'])} | "
+          f"{fmt(row['ttr_s'])} ({row['steps_rolled_back']:.0f} steps rolled back) | {row['wasted_rank_s']:.1f} | "
+          f"{ratio(DOCUMENT['ttd'], row['ttd_max_s'])} | {ratio(DOCUMENT['ttr'], row['ttr_s'])} |")
+    print(f"\nrun folder {run_dir} (`chaos report {run_dir}` writes its reports); the harness's policies "
+          "on the same fault, side by side: bench/detector.py --faults kill --policies torchrun,timeout,elastic")
+    return 0 if row["outcome"] == "recovered" else 1
 
 
 if __name__ == "__main__":

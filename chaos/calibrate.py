@@ -1,7 +1,7 @@
 """Fidelity of the fault mechanisms: configured against measured, between two real hosts.
 
-`chaos calibrate` builds a scratch cluster (switch namespace with a bridge, two host
-namespaces, named ``chaos-cal<pid>-*``, every namespace in a ledger so a heal removes
+`chaos calibrate` builds a scratch cluster (a switch and two hosts, laid out as a run's by
+`chaos.topology`, named ``chaos-cal<pid>-*``, every namespace in a ledger so a heal removes
 them), applies each fault with the mechanism this machine picks, measures it with small
 pure-Python UDP/TCP traffic between the two hosts only, and prints configured vs
 measured against the targets: loss within 2 points over >= 5,000 packets; median one-way
@@ -30,12 +30,11 @@ from typing import Callable, Iterator, Sequence
 
 from pyroute2 import netns
 
-from chaos import netlink
+from chaos import netlink, topology
 from chaos.api import Host, Injection
 from chaos.errors import ChaosError
 from chaos.faults import FaultBase, parse_fault
-from chaos.heal import namespace_name
-from chaos.inject import NetlinkInjector, undo_outstanding
+from chaos.inject import UNDOS, NetlinkInjector, undo_outstanding
 from chaos.ledger import Ledger
 
 PORT = 47000
@@ -45,40 +44,15 @@ _STAMP = struct.Struct("=IId")  # stream tag, sequence number, monotonic send ti
 
 # --- a scratch cluster -----------------------------------------------------------------------
 
-def build_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> list[Host]:
-    """A switch namespace with bridge br0 and `hosts` host namespaces on 10.77.0.0/16,
-    laid out as harness.cluster.netns lays out a run; every namespace recorded before it is made."""
-    switch = namespace_name(run_id, "sw")
-    cluster = [Host(name=f"r{r:03d}", address=f"10.77.0.{10 + r}", switch_ns=switch, port=f"p{r}",
-                    ns_path=f"/run/netns/{namespace_name(run_id, f'r{r:03d}')}") for r in range(hosts)]
-    for name in [switch] + [Path(h.ns_path).name for h in cluster]:
-        entry = ledger.record("netns", name=name)
-        netlink.create_namespace(name)
-        ledger.mark(entry, "done")
-    with netlink.translated("build switch"), netlink.route(switch) as ipr:
-        ipr.link("add", ifname="br0", kind="bridge")
-        bridge = netlink.link_index(ipr, "br0")
-        ipr.addr("add", index=bridge, address="10.77.0.1", prefixlen=16)
-        ipr.link("set", index=bridge, state="up")
-        for host in cluster:
-            ipr.link("add", ifname=host.port, kind="veth",
-                     peer={"ifname": host.ifname, "net_ns_fd": Path(host.ns_path).name})
-            ipr.link("set", index=netlink.link_index(ipr, host.port), master=bridge, state="up")
-    for host in cluster:
-        with netlink.translated(f"configure {host.name}"), netlink.route(Path(host.ns_path).name) as ipr:
-            eth = netlink.link_index(ipr, host.ifname)
-            ipr.addr("add", index=eth, address=host.address, prefixlen=16)
-            ipr.link("set", index=eth, state="up")
-            ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
-    return cluster
-
-
 @contextlib.contextmanager
-def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> Iterator[list[Host]]:
+def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> Iterator[tuple[Host, ...]]:
+    """`hosts` hosts on one switch, laid out as a run's (`chaos.topology`); removed on the way out."""
     try:
-        yield build_cluster(run_id, ledger, hosts)
+        cluster = topology.hosts_of(run_id, hosts)
+        topology.build(ledger, cluster)
+        yield cluster
     finally:
-        undo_outstanding(ledger)
+        undo_outstanding(ledger, UNDOS)
         ledger.close_if_clean()
 
 

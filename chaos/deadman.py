@@ -5,9 +5,11 @@ or partition, this process in its own session:
 
     python -m chaos.deadman --run-id R --state-dir D --at T --entries 3,4,5
 
-It sleeps until T on the machine's monotonic clock (S seconds after the apply), then undoes those ledger entries that are still outstanding, last
-first, through the same `UNDO` operations a revert or a heal runs. A normal revert kills
-it first (its own ledger entry is the fault's last), so it only acts when nobody else did.
+It sleeps until T on the machine's monotonic clock (S seconds after the apply), then
+undoes those ledger entries that are still outstanding, last first, through the same undo
+table a revert or a heal runs: the fault library's own (`chaos.inject.UNDOS`; the injector
+arms it only for entries of that table). A normal revert kills it first (its own ledger
+entry is the fault's last), so it only acts when nobody else did.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from chaos.inject import DEAD_MAN_READY, UNDO
+from chaos.inject import DEAD_MAN_READY, UNDOS
 from chaos.ledger import Ledger
 
 
@@ -26,8 +28,7 @@ def fire(ledger: Ledger, entry_ids: set[int]) -> int:
     undone = 0
     for entry in ledger.outstanding():
         if entry.id in entry_ids:
-            UNDO[entry.op](entry.args)
-            ledger.mark(entry, "undone")
+            UNDOS.revert(entry, ledger)
             undone += 1
     return undone
 

@@ -1,8 +1,11 @@
 """Heal: undo what runs left behind, from their ledgers and from the system itself.
 
-Everything a run makes is named after it (namespaces ``chaos-<run>-*``), so a heal finds
-leftovers even where a ledger was lost. A run whose owner process is still alive is left
-alone unless named explicitly. Idempotent: healing twice is the same as healing once.
+Everything a run makes is named after it (namespaces ``chaos-<run>-*``, see
+`chaos.topology`), so a heal finds leftovers even where a ledger was lost. A run whose owner
+process is still alive is left alone unless named explicitly. Idempotent: healing twice is
+the same as healing once. A heal runs the undo table it is given (`chaos.mechanism.UndoTable`):
+its ops undo the ledgers, its sweeps find what only a backend can see. This package knows
+only its own table (`chaos.inject.UNDOS`); whoever runs backends passes theirs with it.
 """
 from __future__ import annotations
 
@@ -11,18 +14,13 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from chaos import netlink, proc
 from chaos.errors import ChaosError
-from chaos.inject import STOP_GRACE_S, undo_outstanding
+from chaos.inject import STOP_GRACE_S, UNDOS, undo_outstanding
 from chaos.ledger import Ledger, ledger_run_ids
-
-NAMESPACE_PREFIX = "chaos-"
-
-
-def namespace_name(run_id: str, host: str) -> str:
-    return f"{NAMESPACE_PREFIX}{run_id}-{host}"
+from chaos.mechanism import UndoTable
+from chaos.topology import NAMESPACE_PREFIX, namespace_name
 
 
 @dataclass
@@ -55,13 +53,13 @@ def _namespaced_runs() -> set[str]:
     return runs
 
 
-def heal_run(run_id: str, report: HealReport, directory: Path | None = None) -> None:
+def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path | None = None) -> None:
     """Undo the run's ledger; then what the system itself shows: its helper processes (a
     delayer or dead-man switch can start before its ledger entry is written), processes
     left stopped in its namespaces, and the namespaces (with every qdisc, filter and rule
     in them)."""
     ledger = Ledger(run_id, directory)
-    report.undone += [f"{e.op} {e.args}" for e in undo_outstanding(ledger) if e.op != "owner"]
+    report.undone += [f"{e.op} {e.args}" for e in undo_outstanding(ledger, undos) if e.op != "owner"]
     for pid in proc.helpers_of_run(run_id):
         proc.stop(pid, proc.start_time(pid), STOP_GRACE_S)
         report.undone.append(f"helper process {pid}")
@@ -76,11 +74,12 @@ def heal_run(run_id: str, report: HealReport, directory: Path | None = None) -> 
     report.runs.append(run_id)
 
 
-def heal(run_id: str | None = None, everything: bool = False,
+def heal(undos: UndoTable, run_id: str | None = None, everything: bool = False,
          directory: Path | None = None) -> HealReport:
     """Heal one run (`run_id`); or every run with a ledger here whose owner is dead (the
     default, safe beside live runs and beside runs that keep their ledgers elsewhere); or
-    with `everything`, every run, also those found only by their namespaces' names."""
+    with `everything`, every run, also those found only by their namespaces' names. Then
+    each sweep of `undos` looks for the same runs' leftovers that no ledger names."""
     report = HealReport()
     if run_id:
         candidates = [run_id]
@@ -92,16 +91,10 @@ def heal(run_id: str | None = None, everything: bool = False,
         if run_id is None and not everything and owner_alive(Ledger(rid, directory)):
             report.skipped_live.append(rid)
             continue
-        heal_run(rid, report, directory)
-    for sweep in SWEEPS:
+        heal_run(rid, report, undos, directory)
+    for sweep in undos.sweeps.values():
         sweep(run_id, everything, report, directory)
     return report
-
-
-Sweep = Callable[[Optional[str], bool, HealReport, Optional[Path]], object]
-# Finders of leftovers that only a backend knows how to see (docker's labelled containers);
-# a backend registers one at import, as it registers its undos in chaos.mechanism.UNDO.
-SWEEPS: list[Sweep] = []
 
 
 def add_heal_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,10 +104,10 @@ def add_heal_arguments(parser: argparse.ArgumentParser) -> None:
                        help="heal every run, also those known only by their namespaces' names")
 
 
-def heal_command(args: argparse.Namespace) -> int:
+def heal_command(args: argparse.Namespace, undos: UndoTable) -> int:
     """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent."""
     try:
-        report = heal(args.run_id, everything=args.all)
+        report = heal(undos, args.run_id, everything=args.all)
     except ChaosError as exc:
         print(f"chaos heal: {exc}", file=sys.stderr)
         return 1
@@ -124,7 +117,9 @@ def heal_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def heal_main(argv: list[str] | None = None) -> int:
+def heal_main(argv: list[str] | None = None, undos: UndoTable = UNDOS) -> int:
+    """`chaos heal` with `undos`: by default the fault library's own (chaos imports no
+    backend); pass `harness.cluster.backends.undo_table()` to heal what backends made too."""
     parser = argparse.ArgumentParser(prog="chaos heal", description=heal_command.__doc__)
     add_heal_arguments(parser)
-    return heal_command(parser.parse_args(argv))
+    return heal_command(parser.parse_args(argv), undos)

@@ -1,10 +1,11 @@
 """The injector, the process-level mechanisms, and the undo operations heal replays.
 
 Every mechanism writes a ledger entry *before* acting; the entry's `op` names an undo in
-`UNDO` (see `chaos.mechanism`) and its `args` carry all that undo needs, so a revert from
-the live harness, the dead-man switch and a `chaos heal` after a SIGKILL run the same
-code. Undos tolerate only "already gone". Importing this module registers every undo of
-the fault library.
+`UNDOS`, the fault library's undo table (see `chaos.mechanism.UndoTable`), and its `args`
+carry all that undo needs, so a revert from the live harness, the dead-man switch and a
+`chaos heal` after a SIGKILL run the same code. Undos tolerate only "already gone". A
+backend whose mechanisms record ops of their own hands its table to the injector and heal
+(combined with this one); the dead-man switch, a process of its own, runs this one only.
 
 Which mechanism each kind uses on this machine comes from the capability probe
 (`chaos.probe.choose_mechanisms`): netem first where the kernel has it, else the
@@ -17,53 +18,57 @@ import signal
 import time
 from typing import Any, Sequence
 
-from chaos import netlink, probe, proc
+from chaos import netlink, nft, probe, proc, tc
 from chaos.api import AppliedFault, Host, Injection, Injector
-from chaos.errors import FaultConflict, InjectionError, UnsupportedFault
+from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import FaultBase, Kill
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import UNDO, ClusterMechanism, Mechanism, Unavailable, record_process, undo
+from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
 from chaos.nfq import NfqueueDelay
 from chaos.nft import NftPartition
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 
-__all__ = ["UNDO", "NetlinkInjector", "record_owner", "record_process", "undo_outstanding"]
+__all__ = ["UNDOS", "NetlinkInjector", "record_owner", "record_process", "undo_outstanding"]
 STOP_GRACE_S = 2.0
 HELPER_READY_S = 10.0
 DEAD_MAN_READY = "dead-man switch armed"  # printed by `python -m chaos.deadman`
 
 
-@undo("owner")
 def _undo_owner(args: dict[str, Any]) -> None:
     """The entry naming the process that owns a run; nothing to undo."""
 
 
-@undo("netns")
 def _undo_netns(args: dict[str, Any]) -> None:
     netlink.remove_namespace(args["name"])
 
 
-@undo("link_up")
 def _undo_link_down(args: dict[str, Any]) -> None:
     netlink.set_link_state(args["ns"], args["ifname"], up=True, gone_ok=True)
 
 
-@undo("sigcont")
 def _undo_pause(args: dict[str, Any]) -> None:
     proc.send_signal(args["pid"], signal.SIGCONT, args["started"], gone_ok=True)
 
 
-@undo("sigkill")
 def _undo_process(args: dict[str, Any]) -> None:
     """A process the harness started (rank, launcher, control plane, dead-man switch)."""
     proc.send_signal(args["pid"], signal.SIGKILL, args["started"], gone_ok=True)
     proc.reap(args["pid"])
 
 
-@undo("stop_process")
 def _undo_stop_process(args: dict[str, Any]) -> None:
     """A helper that must finish its work on the way out (a delayer releases what it holds)."""
     proc.stop(args["pid"], args["started"], STOP_GRACE_S)
+
+
+# The fault library's undo table: the ops of this module and of its mechanisms' modules.
+UNDOS = UndoTable.combine({
+    "chaos.inject": UndoTable({"owner": _undo_owner, "netns": _undo_netns, "link_up": _undo_link_down,
+                               "sigcont": _undo_pause, "sigkill": _undo_process,
+                               "stop_process": _undo_stop_process}),
+    "chaos.tc": tc.UNDOS,
+    "chaos.nft": nft.UNDOS,
+})
 
 
 class LinkStateDown(Mechanism):
@@ -132,17 +137,17 @@ def default_mechanisms() -> dict[str, Mechanism]:
 
 
 class LedgerInjection(Injection):
-    def __init__(self, applied: AppliedFault, entries: list[Entry], ledger: Ledger) -> None:
+    def __init__(self, applied: AppliedFault, entries: list[Entry], ledger: Ledger,
+                 undos: UndoTable) -> None:
         self.applied = applied
         self._pending = list(entries)
         self._ledger = ledger
+        self._undos = undos
         self._t_reverted: float | None = None
 
     def revert(self) -> float:
         while self._pending:
-            entry = self._pending.pop()  # last in, first out
-            UNDO[entry.op](entry.args)
-            self._ledger.mark(entry, "undone")
+            self._undos.revert(self._pending.pop(), self._ledger)  # last in, first out
         if self._t_reverted is None:
             self._t_reverted = time.monotonic()
         return self._t_reverted
@@ -154,13 +159,15 @@ class NetlinkInjector(Injector):
     `hosts` is every host of the cluster: a partition needs them to know who is on the
     other side. `apply(..., revert_after=S)` arms the dead-man switch of a disruptive
     fault (link down, blackhole, partition): it reverts the fault S seconds later even if
-    this process is dead by then."""
+    this process is dead by then. `undos` reverts what the mechanisms recorded: the fault
+    library's own table unless a backend's mechanisms (`mechanisms`) record ops of their own."""
 
     def __init__(self, ledger: Ledger, mechanisms: dict[str, Mechanism] | None = None,
-                 hosts: Sequence[Host] = ()) -> None:
+                 hosts: Sequence[Host] = (), undos: UndoTable = UNDOS) -> None:
         self.ledger = ledger
         self.mechanisms = mechanisms or default_mechanisms()
         self.hosts = tuple(hosts)
+        self.undos = undos
 
     def mechanism(self, fault: FaultBase) -> str:
         return self._mechanism(fault).name
@@ -192,15 +199,21 @@ class NetlinkInjector(Injector):
             if revert_after is not None and fault.dead_man:
                 entries.append(arm_dead_man(self.ledger, entries, t_applied + revert_after))
         except BaseException:
-            LedgerInjection(AppliedFault(fault, (), mech.name, 0.0), entries, self.ledger).revert()
+            LedgerInjection(AppliedFault(fault, (), mech.name, 0.0), entries, self.ledger,
+                            self.undos).revert()
             raise
         applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, t_applied, t_requested)
-        return LedgerInjection(applied, entries, self.ledger)
+        return LedgerInjection(applied, entries, self.ledger, self.undos)
 
 
 def arm_dead_man(ledger: Ledger, entries: Sequence[Entry], at: float) -> Entry:
     """Start the dead-man switch that undoes `entries` at monotonic time `at`; returns its
-    own (process) entry."""
+    own (process) entry. It runs `UNDOS` only: an entry of another table is refused here,
+    before the fault is left to it."""
+    foreign = sorted({e.op for e in entries} - set(UNDOS.ops))
+    if foreign:
+        raise UnsupportedFault(f"the dead-man switch cannot undo {', '.join(foreign)}: "
+                               "only the fault library's own ops (chaos.inject.UNDOS)")
     ids = ",".join(str(e.id) for e in entries)
     helper = proc.spawn_helper("chaos.deadman", "--run-id", ledger.run_id, "--state-dir",
                                str(ledger.path.parent), "--at", repr(at), "--entries", ids)
@@ -208,16 +221,11 @@ def arm_dead_man(ledger: Ledger, entries: Sequence[Entry], at: float) -> Entry:
     return record_process(ledger, helper.pid)
 
 
-def undo_outstanding(ledger: Ledger) -> list[Entry]:
+def undo_outstanding(ledger: Ledger, undos: UndoTable) -> list[Entry]:
     """Undo every entry of `ledger` not yet undone, last in first out; returns them."""
     done = []
     for entry in ledger.outstanding():
-        if entry.op not in UNDO:
-            raise InjectionError(
-                f"{ledger.path}: no undo for {entry.op!r} (registered by a backend that is not "
-                "loaded here); run `chaos heal`, which loads every backend")
-        UNDO[entry.op](entry.args)
-        ledger.mark(entry, "undone")
+        undos.revert(entry, ledger)
         done.append(entry)
     return done
 

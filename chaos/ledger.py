@@ -26,7 +26,7 @@ def state_dir() -> Path:
 
 @dataclass(frozen=True)
 class Entry:
-    """One recorded side effect: `op` names the undo (see `chaos.heal.UNDO`), `args` feed it."""
+    """One recorded side effect: `op` names the undo (see `chaos.mechanism.UndoTable`), `args` feed it."""
 
     id: int
     run_id: str

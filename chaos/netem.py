@@ -70,7 +70,7 @@ def distribution_table(name: str) -> tuple[int, ...]:
     if name == "paretonormal":  # iproute2's mix: a quarter normal, three quarters pareto
         shuffled = pareto[:]
         random.Random(0).shuffle(shuffled)
-        mixed = sorted(0.25 * n + 0.75 * p for n, p in zip(normal, shuffled))
+        mixed = sorted(0.25 * n + 0.75 * p for n, p in zip(normal, shuffled, strict=True))
         return tuple(_standardized([mixed[int(q * len(mixed))] for q in quantiles]))
     raise ValueError(f"no table for distribution {name!r}; expected one of {DISTRIBUTIONS}")
 

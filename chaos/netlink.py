@@ -67,6 +67,12 @@ def create_namespace(name: str) -> float:
     return time.monotonic()
 
 
+def attach_namespace(name: str, pid: int) -> None:
+    """Name the network namespace of process `pid` (/run/netns/`name`, as `ip netns attach`)."""
+    with translated(f"pin the namespace of pid {pid} as {name}"):
+        netns.attach(name, pid)
+
+
 def remove_namespace(name: str) -> None:
     with translated(f"remove namespace {name}", gone_ok=True):
         netns.remove(name)

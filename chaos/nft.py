@@ -19,7 +19,7 @@ from chaos.api import Host
 from chaos.errors import UnsupportedFault, UsageError
 from chaos.faults import FaultBase, Partition
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import ClusterMechanism, undo
+from chaos.mechanism import ClusterMechanism, UndoTable
 
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN = 0x10
@@ -152,9 +152,11 @@ def tables(ns: str, family: int = NFPROTO_BRIDGE) -> list[str]:
     return names
 
 
-@undo("nft_table")
 def _undo_nft_table(args: dict[str, Any]) -> None:
     remove_table(args["ns"], args["table"], args["family"])
+
+
+UNDOS = UndoTable({"nft_table": _undo_nft_table})  # part of `chaos.inject.UNDOS`
 
 
 def free_table_name(ns: str, prefix: str, family: int) -> str:

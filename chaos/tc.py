@@ -20,7 +20,7 @@ from chaos.api import Host
 from chaos.bpf import DropChain
 from chaos.faults import Bandwidth, Blackhole, FaultBase, LinkFault, Loss
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, undo
+from chaos.mechanism import Mechanism, UndoTable
 
 RTM_NEWQDISC = 36
 TCA_KIND, TCA_OPTIONS = 1, 2
@@ -62,12 +62,18 @@ def qdisc_message(ifindex: int, kind: str, options: bytes) -> bytes:
     return netlink.nlmsg(RTM_NEWQDISC, flags, body)
 
 
+def tbf_sizes(rate_bits: float, burst: int | None) -> tuple[int, int, int]:
+    """(rate in bytes/s, burst in bytes, queue limit in bytes) of the tbf that caps at
+    `rate_bits`: the burst given or DEFAULT_BURST_S at the rate, a queue of TBF_QUEUE_S."""
+    rate = int(rate_bits / 8)
+    burst = burst or max(MIN_BURST, int(rate * DEFAULT_BURST_S))
+    return rate, burst, int(rate * TBF_QUEUE_S) + burst
+
+
 def tbf_options(rate_bits: float, burst: int | None) -> bytes:
     """tbf with a 64-bit rate where needed, the burst in bytes (TCA_TBF_BURST) and a queue
     of TBF_QUEUE_S at the rate; no rate table (the kernel computes it)."""
-    rate = int(rate_bits / 8)
-    burst = burst or max(MIN_BURST, int(rate * DEFAULT_BURST_S))
-    limit = int(rate * TBF_QUEUE_S) + burst
+    rate, burst, limit = tbf_sizes(rate_bits, burst)
     buffer_ticks = min(int(burst / rate * 1e9) >> 6, 0xFFFFFFFF)
     ratespec = struct.pack("=BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(rate, 0xFFFFFFFF))
     qopt = ratespec + struct.pack("=BBHhHI", 0, 0, 0, 0, 0, 0) + struct.pack("=III", limit, buffer_ticks, 0)
@@ -77,7 +83,6 @@ def tbf_options(rate_bits: float, burst: int | None) -> bytes:
     return attrs
 
 
-@undo("root_qdisc")
 def _undo_root_qdisc(args: dict[str, Any]) -> None:
     netlink.remove_root_qdisc(args["ns"], args["ifname"], args["kind"])
 
@@ -129,14 +134,16 @@ class TbfBandwidth(RootQdisc):
 
 # --- cls_bpf drop filters -------------------------------------------------------------------
 
-@undo("clsact")
 def _undo_clsact(args: dict[str, Any]) -> None:
     netlink.remove_clsact_if_unused(args["ns"], args["ifname"])
 
 
-@undo("bpf_filter")
 def _undo_bpf_filter(args: dict[str, Any]) -> None:
     netlink.remove_filter(args["ns"], args["ifname"], args["hook"], args["prio"])
+
+
+# The ledger ops of this module's mechanisms (part of `chaos.inject.UNDOS`).
+UNDOS = UndoTable({"root_qdisc": _undo_root_qdisc, "clsact": _undo_clsact, "bpf_filter": _undo_bpf_filter})
 
 
 class BpfDrop(Mechanism):

@@ -8,6 +8,8 @@
     chaos heal [--run-id ID | --all]         remove what crashed runs left behind
     chaos doctor                             what this machine can inject, and how
     chaos calibrate                          configured vs measured, per fault mechanism
+    chaos export k8s SCENARIO.yaml --policy NAME ...   manifests for Kubernetes (docs/kubernetes.md)
+    chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -39,9 +41,7 @@ def require_root(what: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cluster.backends import backend_named
-    from harness.run.orchestrator import plan_text, run_scenario
-    from harness.run.progress import Progress
+    from harness.run.plan import plan_text
     from harness.run.scenario import load_scenario
 
     overrides = {}
@@ -74,6 +74,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: cannot write run folders there ({exc}); "
                          f"pick a writable folder") from None
     import reports
+    from harness.cluster.backends import backend_named
+    from harness.run.orchestrator import run_scenario
+    from harness.run.progress import Progress
     backend = backend_named(scenario.cluster.backend)
     progress = Progress(quiet=args.quiet, scope=scenario.name)
     run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress)
@@ -109,9 +112,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_heal(args: argparse.Namespace) -> int:
     require_root("chaos heal")
     from chaos.heal import heal_command
-    from harness.cluster.backends import load_undo_plugins
-    load_undo_plugins()  # undos that backends (docker) register
-    return heal_command(args)
+    from harness.cluster.backends import undo_table
+    return heal_command(args, undo_table())  # every backend's undos and sweeps
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -129,6 +131,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from reports.cli import report_command
     return report_command(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from harness.k8s.cli import export_main
+    return export_main(args)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from harness.k8s.cli import collect_main
+    return collect_main(args)
+
+
+def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
+    """`chaos export k8s ...`: the target platform is a sub-subcommand (Kubernetes only, today)."""
+    def add(parser: argparse.ArgumentParser) -> None:
+        targets = parser.add_subparsers(dest="target", required=True, parser_class=_Parser)
+        k8s = targets.add_parser("k8s", help="Kubernetes: Kubeflow Trainer (or PyTorchJob) and Chaos Mesh",
+                                 description="Kubernetes: Kubeflow Trainer (or PyTorchJob) and Chaos Mesh")
+        _arguments_of("harness.k8s.cli", function)(k8s)
+    return add
 
 
 def _run_arguments(run: argparse.ArgumentParser) -> None:
@@ -166,6 +188,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
              _arguments_of("chaos.heal", "add_heal_arguments"), cmd_heal),
     "doctor": ("what this machine can inject, and how", _no_arguments, cmd_doctor),
     "calibrate": ("measure each fault mechanism: configured vs measured", _no_arguments, cmd_calibrate),
+    "export": ("write one trial of a scenario as manifests for a cluster (export k8s ...)",
+               _k8s_arguments("add_export_arguments"), cmd_export),
+    "collect": ("read a trial run on a cluster back into a run folder (collect k8s ...)",
+                _k8s_arguments("add_collect_arguments"), cmd_collect),
 }
 
 

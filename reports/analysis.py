@@ -1,29 +1,27 @@
-"""A stored run -> one metrics row per trial, with its expectation verdicts."""
+"""A stored run -> one metrics row per trial, with the verdict on its plan's expectation."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reports.expect import FAILURE_SEPARATOR, check_expectations
+from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
 
 
 def run_label(run: RunRecord) -> str:
-    seed = run.info.get("seed")
-    return f"{run.path.name} (seed {seed})" if seed is not None else run.path.name
+    return f"{run.path.name} (seed {run.info.seed})"
 
 
 def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics = trial_metrics(trial.events, trial.info)
-    expect = trial.info.get("expect") or None
+    expect = trial.info.plan.expect
     failures = check_expectations(metrics, expect)
-    return {"run": run.path.name, "scenario": run.info.get("scenario", ""), "seed": run.info.get("seed"),
+    return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,
             "trial": trial.name, **metrics,
-            "expect": json.dumps(expect, sort_keys=True) if expect else "",
+            "expect": expectation_json(expect) if expect else "",
             # None (an empty CSV cell) when the scenario set no expectation for this policy
             "expect_ok": (not failures) if expect else None,
             "expect_failures": FAILURE_SEPARATOR.join(failures)}

@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 from reports.analysis import run_frame, run_label
-from reports.history import RunFolderError, RunRecord, load_run
+from reports.history import RunRecord, load_run
 from reports.tables import format_table
 from reports.writer import compare_markdown, write_run_reports
+from runfolder.info import RunFolderError
+from runfolder.layout import COMPARE_FILE, REPORT_HTML
 
 PROG = "chaos report"
 
@@ -68,12 +70,12 @@ def report_command(args: argparse.Namespace) -> int:
             out = _out_dir(run, args.out, several)
             out.mkdir(parents=True, exist_ok=True)
             written = write_run_reports(run, frame, out)
-            print(f"## {run_label(run)}\n\n{format_table(frame)}\n\nwrote {written['report.html']}\n")
+            print(f"## {run_label(run)}\n\n{format_table(frame)}\n\nwrote {written[REPORT_HTML]}\n")
         if several:
             comparison = compare_markdown(analyzed)
             print(comparison)
             if args.out is not None:
-                (args.out / "compare.md").write_text(comparison)
+                (args.out / COMPARE_FILE).write_text(comparison)
     except OSError as exc:
         print(f"{PROG}: error: cannot write reports: {exc} (use --out DIR)", file=sys.stderr)
         return 1

@@ -1,19 +1,23 @@
-"""A trial's measured metrics against the scenario's expectations for its policy."""
+"""A trial's measured metrics against the expectation its plan stored (runfolder.plan):
+the one verdict, used by the reports, `chaos run` and `pytest scenarios/`."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from typing import Any, Mapping
 
 import pandas as pd
 
-from reports.metrics import seconds
+from runfolder.plan import Expectation
 
-# expectation key -> (metric column, what the bound is about)
+# expectation bound -> (metric column, what the bound is about)
 TIME_BOUNDS = {
     "detect_within": ("ttd_s", "time to detect"),
     "recover_within": ("ttr_s", "time to recover"),
     "breaker_within": ("breaker_open_s", "breaker open"),
 }
+FAILURE_SEPARATOR = "; "  # joins a trial's failures in its expect_failures column; no message has it
 
 
 def _number(value: Any) -> float:
@@ -35,36 +39,32 @@ def measured_text(metrics: Mapping[str, Any], column: str) -> str:
     return f"nothing measured (outcome {metrics.get('outcome', '?')})"
 
 
-def check_expectations(metrics: Mapping[str, Any], expect: Mapping[str, Any] | None) -> list[str]:
-    """One message per unmet expectation, naming it, its bound and the measured value.
-
-    `expect` keys: outcome (a name or a list of acceptable names), detect_within,
-    recover_within, breaker_within (seconds, or strings such as "15s")."""
-    if not expect:
+def check_expectations(metrics: Mapping[str, Any], expect: Expectation | None) -> list[str]:
+    """One message per unmet expectation, naming it, its bound and the measured value."""
+    if expect is None:
         return []
     failures = []
-    wanted = expect.get("outcome")
-    if wanted is not None:
-        allowed = [str(w) for w in wanted] if isinstance(wanted, (list, tuple)) else [str(wanted)]
-        if metrics.get("outcome") not in allowed:
-            failures.append(f"outcome: expected {' or '.join(allowed)}, measured {metrics.get('outcome')}")
-    for key, (column, meaning) in TIME_BOUNDS.items():
-        if expect.get(key) is None:
-            continue
-        bound = seconds(expect[key])
-        if math.isnan(bound):
-            failures.append(f"{key}: unreadable bound {expect[key]!r} (expected seconds such as \"15s\")")
-            continue
+    if expect.outcome and metrics.get("outcome") not in expect.outcome:
+        failures.append(f"outcome: expected {' or '.join(expect.outcome)}, measured {metrics.get('outcome')}")
+    for key, bound in expect.bounds().items():
+        column, meaning = TIME_BOUNDS[key]
         value = _number(metrics.get(column))
         if math.isnan(value) or value > bound:
             failures.append(f"{key} {bound:g} s: {meaning} {measured_text(metrics, column)}")
     return failures
 
 
-FAILURE_SEPARATOR = "; "  # joins a trial's failures in its expect_failures column; no message has it
+def expectation_json(expect: Expectation) -> str:
+    """The expectation as set (no empty field), for the `expect` column."""
+    return json.dumps({k: v for k, v in dataclasses.asdict(expect).items() if v not in (None, ())},
+                      sort_keys=True)
+
+
+def trial_failures(row: Mapping[str, Any]) -> list[str]:
+    """The unmet expectations of one analyzed trial (a row of `analyze_run`)."""
+    return [failure for failure in str(row.get("expect_failures") or "").split(FAILURE_SEPARATOR) if failure]
 
 
 def expectation_failures(table: pd.DataFrame) -> list[str]:
     """Every unmet expectation of an analyzed run, one line each: "<trial>: <failure>"."""
-    return [f"{row['trial']}: {failure}" for _, row in table.iterrows()
-            for failure in str(row.get("expect_failures") or "").split(FAILURE_SEPARATOR) if failure]
+    return [f"{row['trial']}: {failure}" for _, row in table.iterrows() for failure in trial_failures(row)]

@@ -1,46 +1,40 @@
-"""Loading stored runs: a run folder's files -> plain dicts and pandas DataFrames.
+"""Loading stored runs through the run-folder contract (runfolder): a run folder's files ->
+typed run and trial info, and each trial's events as a pandas DataFrame.
 
-Nothing here imports the harness: the event format is read as the flat JSON lines it is
-(see the package docstring), so any stored run can be re-analyzed without re-running it.
+A folder the contract cannot read (not a run folder, no format_version, a newer format) is
+refused with `RunFolderError`, one line naming the file, the problem and the fix.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-RUN_FILE = "run.json"
-SCENARIO_FILE = "scenario.yaml"
-TRIALS_DIR = "trials"
-TRIAL_FILE = "trial.json"
-EVENTS_FILE = "events.jsonl"
-# Columns every events frame has, even when the file is empty or lacks a kind.
-EVENT_COLUMNS = ("t", "src", "rank", "pid", "kind")
+from runfolder.events import COMMON_FIELDS, EVENTS_FILE, read_events as read_records
+from runfolder.info import RunFolderError, RunInfo, TrialInfo, read_run_info, read_trial_info
+from runfolder.layout import SCENARIO_FILE, TRIALS_DIR, trial_dirs
 
-
-class RunFolderError(ValueError):
-    """A folder that is not a readable run folder; the message is one line for the user."""
+EVENT_COLUMNS = COMMON_FIELDS  # every events frame has them, even when the file is empty
 
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One stored trial: its metadata (trial.json) and its events."""
+    """One stored trial: its info (trial.json, with its plan) and its events."""
 
     name: str
     path: Path
-    info: dict[str, Any]
+    info: TrialInfo
     events: pd.DataFrame
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One stored run: its metadata (run.json) and its trials in policy order."""
+    """One stored run: its info (run.json) and its trials in the order they ran."""
 
     path: Path
-    info: dict[str, Any]
+    info: RunInfo
     trials: tuple[TrialRecord, ...]
     scenario_text: str  # the copy of the scenario YAML ("" when the folder lacks it)
 
@@ -59,49 +53,13 @@ def events_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 def read_events(path: Path) -> pd.DataFrame:
     """The events of one file; a line torn by a SIGKILL mid-write is skipped."""
-    records = []
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        lines = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return events_frame(records)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RunFolderError(f"{path}: missing") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RunFolderError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict):
-        raise RunFolderError(f"{path}: expected a JSON object")
-    return data
+    return events_frame(read_records(path)[0])
 
 
 def load_trial(path: Path) -> TrialRecord:
-    """One trial folder. Without trial.json the metadata comes from the trial_start event."""
-    events = read_events(path / EVENTS_FILE)
-    if (path / TRIAL_FILE).exists():
-        info = _read_json(path / TRIAL_FILE)
-    else:
-        # An orchestrator that died mid-trial may leave only events: keep what they say.
-        starts = events[events["kind"] == "trial_start"]
-        info = {k: v for k, v in starts.iloc[0].items() if pd.notna(v)} if len(starts) else {}
-    info.setdefault("policy", path.name)
-    return TrialRecord(name=path.name, path=path, info=info, events=events)
-
-
-def policy_name(entry: Any) -> str:
-    """A run.json policies entry: a name, or a mapping with a name."""
-    return str(entry.get("name")) if isinstance(entry, dict) else str(entry)
+    """One trial folder: trial.json and events.jsonl."""
+    return TrialRecord(name=path.name, path=path, info=read_trial_info(path),
+                       events=read_events(path / EVENTS_FILE))
 
 
 def load_run(run_dir: Path) -> RunRecord:
@@ -109,12 +67,11 @@ def load_run(run_dir: Path) -> RunRecord:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunFolderError(f"{run_dir}: no such run folder")
-    info = _read_json(run_dir / RUN_FILE)
-    trials_dir = run_dir / TRIALS_DIR
-    folders = sorted(p for p in trials_dir.iterdir() if p.is_dir()) if trials_dir.is_dir() else []
+    info = read_run_info(run_dir)
+    folders = trial_dirs(run_dir)
     if not folders:
         raise RunFolderError(f"{run_dir}: no trials ({TRIALS_DIR}/<policy>/ folders)")
-    order = {policy_name(entry): i for i, entry in enumerate(info.get("policies") or [])}
+    order = {policy: i for i, policy in enumerate(info.policies)}
     folders.sort(key=lambda p: (order.get(p.name, len(order)), p.name))
     scenario = run_dir / SCENARIO_FILE
     return RunRecord(path=run_dir, info=info, trials=tuple(load_trial(p) for p in folders),

@@ -51,12 +51,13 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
 
 Outcome: the first rule of OUTCOME_RULES that applies, in this order: no-fault, hung,
 crashed, continued, recovered, isolated, retries-exhausted, failed-fast, absorbed;
-inconclusive when none does. A new policy's outcome is one more rule in that tuple.
+inconclusive when none does. A new policy's outcome is one more rule in that tuple, and its
+name in runfolder.plan.OUTCOMES (the names a scenario may expect).
 """
 from __future__ import annotations
 
+import itertools
 import math
-import re
 import signal as signals
 import statistics
 from dataclasses import dataclass, field
@@ -64,27 +65,19 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from runfolder.events import (BREAKER_OPEN, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED, FAULT_REVERTED,
+                              GROUP_READY, HANG_DETECTED, RANK_EXITED, RANK_START, REJOIN_ADMITTED,
+                              RESOURCES_RELEASED, RESTORED, RETRY, STEP, SUSPECT, TRIAL_END)
+from runfolder.info import TrialInfo
+from runfolder.plan import PlannedFault
+
 NAN = float("nan")
-DETECTION_KINDS = ("collective_error", "suspect")
+DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT)
 POLICY_EXIT_REASONS = ("failed-fast", "retries-exhausted", "isolated")
 NORMAL_EXIT_REASONS = ("stopped", "terminated")
 WASTE_GAP_FACTOR = 3.0
 # Used only when no two steps were ever seen, so no interval can be measured.
 FALLBACK_STEP_INTERVAL_S = 1.0
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
-
-
-def seconds(value: Any) -> float:
-    """A duration as stored in trial.json (a number, or a string such as "250ms", "30s", "6h")."""
-    if value is None or isinstance(value, bool):
-        return NAN
-    if isinstance(value, (int, float)):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        return NAN
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -163,46 +156,20 @@ def _field(row: pd.Series, name: str, default: Any = None) -> Any:
     return default if value is None or value is pd.NA else value
 
 
-def _rank_list(value: Any) -> tuple[int, ...]:
-    if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
-    return () if value is None else (int(value),)
-
-
-def fault_windows(events: pd.DataFrame, trial: dict[str, Any]) -> tuple[FaultWindow, ...]:
+def fault_windows(events: pd.DataFrame) -> tuple[FaultWindow, ...]:
     """Applied faults in index order, each with the time it was reverted (NaN if never)."""
-    planned = {int(f.get("index", i)): f for i, f in enumerate(trial.get("faults") or [])}
     # A revert at teardown ends the harness's cleanup, not the fault: it never healed in view.
-    healed = _of_kind(events, "fault_reverted")
+    healed = _of_kind(events, FAULT_REVERTED)
     healed = healed[~_flagged(healed, "teardown")]
-    reverted = {int(_field(r, "index", 0)): r["t"] for _, r in healed.iterrows()}
+    reverted = {int(r["index"]): r["t"] for _, r in healed.iterrows()}
     windows = []
-    for _, row in _of_kind(events, "fault_applied").iterrows():
-        index = int(_field(row, "index", 0))
-        plan = planned.get(index, {})
-        targets = _field(row, "targets") or plan.get("targets")
-        windows.append(FaultWindow(index=index, kind=_fault_kind(row, plan), targets=_rank_list(targets),
-                                   start=float(row["t"]), end=float(reverted.get(index, NAN)),
-                                   requested=float(_field(row, "t_requested", row["t"]))))
+    for _, row in _of_kind(events, FAULT_APPLIED).iterrows():
+        # the event's `kind` is the event kind: the fault's kind is `fault_kind`
+        windows.append(FaultWindow(index=int(row["index"]), kind=str(row["fault_kind"]),
+                                   targets=tuple(int(r) for r in row["targets"]), start=float(row["t"]),
+                                   end=float(reverted.get(int(row["index"]), NAN)),
+                                   requested=float(row["t_requested"])))
     return tuple(sorted(windows, key=lambda w: (w.index, w.start)))
-
-
-def _fault_kind(row: pd.Series, plan: dict[str, Any]) -> str:
-    # An event's `kind` column is the event kind, so the fault's kind cannot share that name:
-    # take it from `fault_kind`, the `fault` mapping, or the plan in trial.json.
-    fault = _field(row, "fault")
-    return str(_field(row, "fault_kind") or (fault.get("kind") if isinstance(fault, dict) else None)
-               or plan.get("kind") or "fault")
-
-
-def _rank_ids(events: pd.DataFrame, trial: dict[str, Any]) -> tuple[int, ...]:
-    count = trial.get("ranks")
-    if count is None:
-        starts = _of_kind(events, "trial_start")
-        count = int(starts.iloc[0]["ranks"]) if len(starts) and "ranks" in starts else None
-    if count is not None:
-        return tuple(range(int(count)))
-    return tuple(sorted(int(r) for r in events["rank"].dropna().unique()))
 
 
 def _flagged(events: pd.DataFrame, column: str) -> pd.Series:
@@ -214,11 +181,11 @@ def _flagged(events: pd.DataFrame, column: str) -> pd.Series:
 
 def _observation_end(events: pd.DataFrame) -> float:
     """The first sign that the harness stopped watching and began to tear the trial down."""
-    stops = (events["kind"].isin(["hang_detected", "trial_end"])
-             | ((events["kind"] == "fault_reverted") & _flagged(events, "teardown"))
-             | ((events["kind"] == "rank_exited") & _flagged(events, "stopped")))
+    stops = (events["kind"].isin([HANG_DETECTED, TRIAL_END])
+             | ((events["kind"] == FAULT_REVERTED) & _flagged(events, "teardown"))
+             | ((events["kind"] == RANK_EXITED) & _flagged(events, "stopped")))
     if "reason" in events:  # a rank that exits "terminated" was asked to stop by the harness
-        stops |= (events["kind"] == "exit") & (events["reason"] == "terminated")
+        stops |= (events["kind"] == EXIT) & (events["reason"] == "terminated")
     marks = events[stops]["t"]
     if len(marks):
         return float(min(marks))
@@ -226,18 +193,16 @@ def _observation_end(events: pd.DataFrame) -> float:
 
 
 def _end_reason(events: pd.DataFrame) -> str:
-    ends = _of_kind(events, "trial_end")
+    ends = _of_kind(events, TRIAL_END)
     return str(_field(ends.iloc[0], "reason", "")) if len(ends) else ""
 
 
-def _hang(events: pd.DataFrame, trial: dict[str, Any]) -> Hang | None:
-    hangs = _of_kind(events, "hang_detected")
+def _hang(events: pd.DataFrame) -> Hang | None:
+    hangs = _of_kind(events, HANG_DETECTED)
     if not len(hangs):
         return None
     row = hangs.iloc[0]
-    cap = _field(row, "cap")
-    cap = seconds(cap) if cap is not None else seconds(trial.get("hang_cap"))
-    return Hang(t=float(row["t"]), cap=cap, idle_since=float(_field(row, "idle_since", NAN)))
+    return Hang(t=float(row["t"]), cap=float(row["cap"]), idle_since=float(row["idle_since"]))
 
 
 def _signal_name(number: int) -> str:
@@ -255,14 +220,14 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
                observation_end: float) -> dict[int, Departure]:
     """Ranks whose process ended before the observation end and was not started again."""
     gone: dict[int, Departure] = {}
-    lifecycle = _of_kind(events, "rank_start", "exit", "rank_exited")
+    lifecycle = _of_kind(events, RANK_START, EXIT, RANK_EXITED)
     lifecycle = lifecycle[lifecycle["t"] < observation_end]
     for rank in ranks:
         own = lifecycle[lifecycle["rank"] == rank]
-        starts = own[own["kind"] == "rank_start"]
+        starts = own[own["kind"] == RANK_START]
         if len(starts):
             own = own[own["t"] >= starts["t"].max()]
-        exits, reaped = own[own["kind"] == "exit"], own[own["kind"] == "rank_exited"]
+        exits, reaped = own[own["kind"] == EXIT], own[own["kind"] == RANK_EXITED]
         if not len(exits) and not len(reaped):
             continue
         t = float(max(exits["t"].max() if len(exits) else -math.inf,
@@ -298,7 +263,7 @@ def _first_detections(events: pd.DataFrame, start: float, end: float) -> tuple[d
 def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
              detections: dict[int, float], step_times: dict[int, tuple[float, ...]],
              end: float) -> dict[int, float]:
-    restores = _of_kind(events, "restored")
+    restores = _of_kind(events, RESTORED)
     restores = restores[restores["t"] >= fault.start]
     errors = _of_kind(events, *DETECTION_KINDS)
     errors = errors[(errors["t"] >= fault.start) & (errors["t"] < end)]
@@ -316,19 +281,19 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
 
 
 def _final_world(events: pd.DataFrame, start: float) -> int | None:
-    groups = _of_kind(events, "group_ready")
+    groups = _of_kind(events, GROUP_READY)
     groups = groups[groups["t"] >= start]
     return int(groups.iloc[-1]["world"]) if len(groups) and "world" in groups else None
 
 
 def _step_times(events: pd.DataFrame) -> dict[int, tuple[float, ...]]:
-    steps = _of_kind(events, "step")
+    steps = _of_kind(events, STEP)
     return {int(r): tuple(float(t) for t in g["t"]) for r, g in steps.groupby("rank")}
 
 
-def trial_facts(events: pd.DataFrame, trial: dict[str, Any]) -> TrialFacts:
-    ranks = _rank_ids(events, trial)
-    faults = fault_windows(events, trial)
+def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
+    ranks = tuple(range(trial.plan.ranks))
+    faults = fault_windows(events)
     end = _observation_end(events)
     steps = _step_times(events)
     gone = departures(events, ranks, faults, end)
@@ -339,10 +304,10 @@ def trial_facts(events: pd.DataFrame, trial: dict[str, Any]) -> TrialFacts:
         survivors = tuple(r for r in ranks if r not in gone)
         resumed = _resumed(events, survivors, fault, detections, steps, end)
         world = _final_world(events, fault.start)
-        breakers = _of_kind(events, "breaker_open")
+        breakers = _of_kind(events, BREAKER_OPEN)
         breakers = breakers[breakers["t"] >= fault.start]
         opens = {int(r): float(t) for r, t in breakers.groupby("rank")["t"].min().items()}
-    return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events, trial),
+    return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events),
                       detections=detections, detection_cause=cause, departures=gone,
                       resumed=resumed, final_world=world, breaker_opens=opens,
                       end_reason=_end_reason(events), step_times=steps)
@@ -419,7 +384,6 @@ OUTCOME_RULES: tuple[tuple[str, Callable[[TrialFacts], str | None]], ...] = (
     ("failed-fast", _left_by("failed-fast")),
     ("absorbed", _absorbed),
 )
-OUTCOMES = tuple(name for name, _ in OUTCOME_RULES) + ("inconclusive",)
 
 
 def classify(facts: TrialFacts) -> tuple[str, str]:
@@ -454,7 +418,7 @@ def normal_step_interval(step_times: dict[int, tuple[float, ...]], before: float
         out = []
         for times in step_times.values():
             kept = [t for t in times if t < limit]
-            out += [b - a for a, b in zip(kept, kept[1:])]
+            out += [b - a for a, b in itertools.pairwise(kept)]
         return out
     gaps = intervals(before) or intervals(math.inf)
     return statistics.median(gaps) if gaps else FALLBACK_STEP_INTERVAL_S
@@ -468,7 +432,7 @@ def progress_gaps(step_times: tuple[float, ...], lo: float, hi: float, threshold
         return []
     before = [t for t in step_times if t <= lo]
     marks = [before[-1] if before else lo] + [t for t in step_times if lo < t < hi] + [hi]
-    return [min(b, hi) - max(a, lo) for a, b in zip(marks, marks[1:]) if b - a > threshold]
+    return [min(b, hi) - max(a, lo) for a, b in itertools.pairwise(marks) if b - a > threshold]
 
 
 def _alive_window(events: pd.DataFrame, facts: TrialFacts, rank: int, start: float) -> tuple[float, float]:
@@ -490,29 +454,23 @@ def waste(events: pd.DataFrame, facts: TrialFacts, threshold: float) -> tuple[fl
     return total, longest
 
 
-def _spec(trial: dict[str, Any]) -> dict[str, Any]:
-    spec = trial.get("policy_spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
-    spec = _spec(trial)
+def _trial_columns(trial: TrialInfo) -> dict[str, Any]:
+    spec = trial.plan.policy_spec  # harness.job.policies.PolicySpec, as JSON
     return {
-        "policy": trial.get("policy", spec.get("name", "")),
-        "policy_base": spec.get("base") or spec.get("name") or trial.get("policy", ""),
-        "timeout_s": seconds(spec.get("timeout")),
+        "policy": trial.policy,
+        "policy_base": spec.get("base", trial.policy),
+        "timeout_s": float(spec.get("timeout", NAN)),
         "max_retries": spec.get("max_retries", NAN),
         "breaker": spec.get("breaker", NAN),
-        "backend": trial.get("backend", ""),
-        "run_id": trial.get("run_id", ""),
-        "hang_cap_s": seconds(trial.get("hang_cap")),
+        "backend": trial.backend,
+        "run_id": trial.run_id,
+        "hang_cap_s": trial.plan.hang_cap,
     }
 
 
-def _fault_columns(facts: TrialFacts, trial: dict[str, Any]) -> dict[str, Any]:
+def _fault_columns(facts: TrialFacts, planned: tuple[PlannedFault, ...]) -> dict[str, Any]:
     fault = facts.fault
-    planned = trial.get("faults") or []
-    kinds = [f.kind for f in facts.faults] or [str(p.get("kind", "")) for p in planned]
+    kinds = [f.kind for f in facts.faults] or [f.kind for f in planned]
     return {
         "fault": fault.kind if fault else (kinds[0] if kinds else ""),
         "fault_targets": " ".join(str(r) for r in fault.targets) if fault else "",
@@ -522,11 +480,11 @@ def _fault_columns(facts: TrialFacts, trial: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def trial_metrics(events: pd.DataFrame, trial: dict[str, Any]) -> dict[str, Any]:
+def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     """Every metric of one trial as a flat row (NaN where a metric does not apply)."""
     facts = trial_facts(events, trial)
     outcome, reason = classify(facts)
-    row: dict[str, Any] = {**_trial_columns(trial), **_fault_columns(facts, trial),
+    row: dict[str, Any] = {**_trial_columns(trial), **_fault_columns(facts, trial.plan.faults),
                            "ranks": len(facts.ranks), "outcome": outcome, "outcome_reason": reason}
     row.update(_outcome_times(events, facts, outcome))
     return row
@@ -538,7 +496,7 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
                              "final_world": facts.final_world or pd.NA,
                              "departed": len(facts.departures), "crashed_ranks": len(facts.crashes),
                              "breaker_ranks": len(facts.breaker_opens),
-                             "suspect_events": int((_of_kind(events, "suspect")["t"]
+                             "suspect_events": int((_of_kind(events, SUSPECT)["t"]
                                                     < facts.observation_end).sum())}
     if fault is None:
         return times
@@ -561,11 +519,11 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     left = [d.t for d in facts.departures.values() if d.how in POLICY_EXIT_REASONS]
     if left:
         times["released_s"] = max(left) - start
-    excluded = _of_kind(events, "exclude")
+    excluded = _of_kind(events, EXCLUDE)
     excluded = excluded[excluded["t"] >= start]
     if len(excluded):
         times["excluded_s"] = float(excluded["t"].min()) - start
-    admitted = _of_kind(events, "rejoin_admitted")
+    admitted = _of_kind(events, REJOIN_ADMITTED)
     admitted = admitted[admitted["t"] >= start]
     if len(admitted):
         times.update(rejoined_ranks=int(admitted["rank"].nunique()),
@@ -614,30 +572,30 @@ METRIC_DEFAULTS: dict[str, Any] = {
 
 
 def _count_retries(events: pd.DataFrame, start: float) -> int:
-    retries = _of_kind(events, "retry")
+    retries = _of_kind(events, RETRY)
     retries = retries[retries["t"] >= start]
     return int(retries.groupby("rank").size().max()) if len(retries) else 0
 
 
 def _count_generations(events: pd.DataFrame) -> int:
-    groups = _of_kind(events, "group_ready")
+    groups = _of_kind(events, GROUP_READY)
     return int(groups["gen"].nunique()) if len(groups) and "gen" in groups else 0
 
 
 def _rolled_back(events: pd.DataFrame, start: float) -> float:
     """Steps done before the first restore after the fault that the restore threw away."""
-    restores = _of_kind(events, "restored")
+    restores = _of_kind(events, RESTORED)
     restores = restores[restores["t"] >= start]
     if not len(restores):
         return NAN
-    steps = _of_kind(events, "step")
+    steps = _of_kind(events, STEP)
     steps = steps[steps["t"] < restores["t"].min()]
     done = int(steps["step"].max()) + 1 if len(steps) else 0
     return float(max(0, done - int(restores["step"].min())))
 
 
 def _cuda_after(events: pd.DataFrame) -> float:
-    released = _of_kind(events, "resources_released")
+    released = _of_kind(events, RESOURCES_RELEASED)
     if not len(released) or "cuda_reserved_after" not in released:
         return NAN
     values = pd.to_numeric(released["cuda_reserved_after"], errors="coerce").dropna()

@@ -10,16 +10,19 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure  # a bare Figure renders with Agg: no pyplot, no GUI state
 
+from runfolder.events import (BACKOFF, BREAKER_OPEN, COLLECTIVE_ERROR, EXIT, FAULT_APPLIED, FAULT_REVERTED,
+                              HANG_DETECTED, RANK_EXITED, RESTORED, RETRY, STEP, SUSPECT)
+
 # event kind -> (marker, colour, legend label); drawn at the rank's step index at that time
 MARKERS: dict[str, tuple[str, str, str]] = {
-    "collective_error": ("x", "red", "detection (collective error)"),
-    "suspect": ("x", "darkorange", "detection (suspect)"),
-    "backoff": ("|", "grey", "backoff"),
-    "retry": ("^", "tab:blue", "retry"),
-    "restored": ("o", "tab:green", "restored"),
-    "breaker_open": ("X", "purple", "breaker open"),
-    "exit": ("s", "black", "rank exit"),
-    "rank_exited": ("v", "saddlebrown", "process gone"),
+    COLLECTIVE_ERROR: ("x", "red", "detection (collective error)"),
+    SUSPECT: ("x", "darkorange", "detection (suspect)"),
+    BACKOFF: ("|", "grey", "backoff"),
+    RETRY: ("^", "tab:blue", "retry"),
+    RESTORED: ("o", "tab:green", "restored"),
+    BREAKER_OPEN: ("X", "purple", "breaker open"),
+    EXIT: ("s", "black", "rank exit"),
+    RANK_EXITED: ("v", "saddlebrown", "process gone"),
 }
 
 
@@ -36,7 +39,7 @@ def timeline_figure(events: pd.DataFrame, title: str, metrics: Mapping[str, Any]
     fig = Figure(figsize=(11, 5.5), layout="constrained")
     ax = fig.subplots()
     ranked = events[events["rank"].notna()]
-    steps = ranked[ranked["kind"] == "step"]
+    steps = ranked[ranked["kind"] == STEP]
     ranks = sorted(int(r) for r in ranked["rank"].unique())
     colours = {r: colormaps["viridis"](i / max(1, len(ranks) - 1)) for i, r in enumerate(ranks)}
     steps_by_rank = {int(r): g for r, g in steps.groupby("rank")}
@@ -51,7 +54,7 @@ def timeline_figure(events: pd.DataFrame, title: str, metrics: Mapping[str, Any]
         if not len(found):
             continue
         ys = [_step_at(steps_by_rank[int(r)], t) if int(r) in steps_by_rank else 0.0
-              for r, t in zip(found["rank"], found["t"])]
+              for r, t in zip(found["rank"], found["t"], strict=True)]
         ax.scatter(found["t"] - origin, ys, marker=marker, color=colour, label=label, s=40, zorder=3)
     _mark_harness(ax, events, origin, metrics)
     ax.set_xlabel("seconds since fault start" if not math.isnan(start) else "seconds since first event")
@@ -68,9 +71,9 @@ def _fault_spans(events: pd.DataFrame) -> list[tuple[float, float, bool]]:
     def index(row: pd.Series) -> Any:
         return row.get("index", 0)
     reverted = {index(r): (float(r["t"]), r.get("teardown") is True)
-                for _, r in events[events["kind"] == "fault_reverted"].iterrows()}
+                for _, r in events[events["kind"] == FAULT_REVERTED].iterrows()}
     return [(float(r["t"]), *reverted.get(index(r), (math.nan, False)))
-            for _, r in events[events["kind"] == "fault_applied"].iterrows()]
+            for _, r in events[events["kind"] == FAULT_APPLIED].iterrows()]
 
 
 def _mark_harness(ax: Any, events: pd.DataFrame, origin: float, metrics: Mapping[str, Any]) -> None:
@@ -85,7 +88,7 @@ def _mark_harness(ax: Any, events: pd.DataFrame, origin: float, metrics: Mapping
             ax.axvline(applied - origin, color="red", lw=1.5, label=label)
         else:  # still applied when the trial ended
             ax.axvspan(applied - origin, last, color="red", alpha=0.06, label=label)
-    for _, hang in events[events["kind"] == "hang_detected"].iterrows():
+    for _, hang in events[events["kind"] == HANG_DETECTED].iterrows():
         ax.axvline(float(hang["t"]) - origin, color="black", ls="--", lw=1,
                    label=f"hang detected (cap {hang.get('cap', '?')} s)")
 

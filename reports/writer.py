@@ -15,8 +15,7 @@ from reports.analysis import run_frame, run_label
 from reports.history import RunRecord, load_run
 from reports.plots import timeline_png
 from reports.tables import TABLE_COLUMNS, compare_table, format_table, markdown_table, table_rows
-
-PLOTS_DIR = "plots"
+from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, plot_file
 # (column, label) of the per-trial summary; every column is in metrics.csv
 KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
@@ -59,7 +58,7 @@ def _summary_rows(row: Mapping[str, Any]) -> list[list[str]]:
 
 def _meta_lines(run: RunRecord) -> list[tuple[str, str]]:
     keys = ("scenario", "seed", "backend", "started_wall", "clock", "command")
-    return [(k, str(run.info[k])) for k in keys if k in run.info] + [("run folder", str(run.path))]
+    return [(k, str(getattr(run.info, k))) for k in keys] + [("run folder", str(run.path))]
 
 
 def _definitions() -> str:
@@ -69,7 +68,7 @@ def _definitions() -> str:
 
 def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str]) -> str:
     """report.md; `plots` maps a trial to its PNG path relative to the report."""
-    out = [f"# Chaos run: {run.info.get('scenario', run.path.name)}", ""]
+    out = [f"# Chaos run: {run.info.scenario}", ""]
     out += [f"- {key}: {value}" for key, value in _meta_lines(run)]
     out += ["", "## Measured against the source document", "", format_table(df), "", "## Trials", ""]
     for _, row in df.iterrows():
@@ -94,7 +93,7 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}"
 
 def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes]) -> str:
     """report.html: self-contained, the timelines embedded as base64 PNG."""
-    title = html.escape(f"Chaos run: {run.info.get('scenario', run.path.name)}")
+    title = html.escape(f"Chaos run: {run.info.scenario}")
     out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
            f"<style>{_STYLE}</style></head><body><h1>{title}</h1>",
            _html_table(("", ""), [[k, v] for k, v in _meta_lines(run)]),
@@ -118,12 +117,12 @@ def write_run_reports(run: RunRecord, df: pd.DataFrame, out_dir: Path) -> dict[s
     files: dict[str, bytes | str] = {}
     pngs: dict[str, bytes] = {}
     plots: dict[str, str] = {}
-    for trial, (_, row) in zip(run.trials, df.iterrows()):
-        plots[trial.name] = f"{PLOTS_DIR}/timeline-{trial.name}.png"
+    for trial, (_, row) in zip(run.trials, df.iterrows(), strict=True):
+        plots[trial.name] = plot_file(trial.name)
         pngs[trial.name] = files[plots[trial.name]] = timeline_png(trial.events, f"{trial.name}: {row['outcome']}", row)
-    files["metrics.csv"] = df.to_csv(index=False, na_rep="NaN", float_format="%.6g")
-    files["report.md"] = markdown_report(run, df, plots)
-    files["report.html"] = html_report(run, df, pngs)
+    files[METRICS_FILE] = df.to_csv(index=False, na_rep="NaN", float_format="%.6g")
+    files[REPORT_MARKDOWN] = markdown_report(run, df, plots)
+    files[REPORT_HTML] = html_report(run, df, pngs)
     written = {}
     for name, content in files.items():
         written[name] = out_dir / name

@@ -1,104 +1,155 @@
-"""The event recorder: flat JSON lines, one `os.write` per event, into the run folder.
+"""Events: flat JSON lines, one `os.write` per event, into a trial's ``events.jsonl``.
 
-Every process of a trial (the harness and each rank) appends to the same
-``events.jsonl`` with O_APPEND, so lines never interleave and a rank that dies leaves
-everything it wrote. Times are ``time.monotonic()``: one clock domain for all processes
-that share a kernel (the run metadata records the wall-clock anchor).
+Every process of a trial (the harness and each rank) appends to the same file with
+O_APPEND, so lines never interleave and a rank that dies leaves everything it wrote. Times
+are ``time.monotonic()``: one clock domain for all processes that share a kernel (the trial
+info records the wall-clock anchor).
 
-Every event has: t (monotonic seconds), src ("rank" | "harness"), rank (int, or null for
-the harness), pid, kind, and the fields of its kind:
-
-  rank events
-    rank_start          policy, world
-    rendezvous          gen, arrived, world              waiting for the others (every 5 s)
-    group_ready         gen, world, group_rank, secs     a process group is formed
-    membership          gen, world, members, left_out, joined
-                                                         the agreed members changed (original
-                                                         rank ids, in group-rank order)
-    restored            step, gen, source[, peer, bytes] state loaded: source checkpoint (the
-                                                         newest all have) | peer (in-memory
-                                                         state sent by original rank `peer`)
-    step                step, gen, loss, dur             a training step completed
-    checkpoint          step                             written atomically (group rank 0)
-    suspect             peer, via, cause, silent_s, gen, waited_s
-                                                         the failure detector suspects `peer`
-                                                         (via = cause: connection: its process
-                                                         is gone | heartbeat: silent for
-                                                         silent_s | cut-off: this rank hears
-                                                         no digest (peer = itself) |
-                                                         generation: the peer moved on);
-                                                         once per (gen, peer, via)
-    straggler           peer, loss, silent_s, waited_s, gen, step
-                                                         a collective pending waited_s with
-                                                         every member alive; peer: one whose
-                                                         heartbeats arrive degraded (null
-                                                         when none does)
-    collective_error    step, gen, phase, cause, error   phase: step | join; cause: timeout |
-                                                         closed | reset | rendezvous |
-                                                         suspect (the detector ended the
-                                                         wait) | other
-    group_released      secs                             the failed group let go (its stuck
-                                                         op, if any, left to a reaper)
-    group_reaped        gen, secs                        an abandoned group's threads ended and
-                                                         its sockets closed (at its timeout)
-    backoff             attempt, seconds                 sleeping before retry `attempt`
-    health_check        attempt, ok, detail
-    exclude             peers, gen, reasons              elastic: these members are left out
-                                                         of the next proposal
-    retry               attempt, after_gen               re-joining after generation after_gen
-    breaker_open        reason
-    rejoin_request      gen                              rejoin: breaker open, this rank hears
-                                                         the control plane again and asks to
-                                                         be let back in (gen: its last)
-    rejoin_admitted     gen, waited_s                    generation gen includes it (waited_s
-                                                         since its breaker opened); it joins
-    rejoin_failed       error                            the store failed while it asked or
-                                                         waited: it asks again once heard
-    rejoin_gave_up      waited_s                         nobody let it in within rejoin_within:
-                                                         it leaves (exit isolated)
-    admit               peers, gen                       group rank 0 agreed generation gen with
-                                                         these ranks let back in; every member
-                                                         moves there after the same step
-    resources_released  outcome, group, cuda_reserved_before, cuda_reserved_after,
-                        cuda_free_before, cuda_free_after   (torch.cuda.mem_get_info; null
-                                                         without CUDA)
-    exit                reason, code[, error]            reason: stopped | failed-fast |
-                                                         retries-exhausted | isolated |
-                                                         terminated | crashed
-  harness events
-    trial_start         policy, ranks, run_id, backend, hang_cap
-    cluster_up          secs
-    rank_spawned        rank (field), pid
-    ranks_ready         secs
-    warmup_done         step
-    fault_applied       index, fault_kind, fault, targets, mechanism, t_requested
-                                                     t = kernel acknowledgement
-    fault_reverted      index, fault_kind, targets[, teardown]    t = kernel acknowledgement
-    rank_exited         rank (field), pid, exitcode, signal
-    hang_detected       cap, idle_since              no step and no policy action for `cap`
-    trial_end           reason
+Every event has `t` (monotonic seconds), `src` ("rank" | "harness"), `rank` (int, or null
+for the harness; the rank an event is about for `rank_spawned` and `rank_exited`), `pid`,
+`kind`, and the fields of its kind: `SCHEMA` below, one constant per kind.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-EVENTS_FILE = "events.jsonl"
+EVENTS_FILE = "events.jsonl"  # in each trial's folder (runfolder.layout)
+RANK = "rank"
+HARNESS = "harness"
+COMMON_FIELDS = ("t", "src", "rank", "pid", "kind")
+
+
+@dataclass(frozen=True)
+class EventKind:
+    """One kind of event: who writes it, the fields it always has, those it may have."""
+
+    name: str
+    src: str                          # RANK | HARNESS
+    fields: tuple[str, ...]
+    meaning: str
+    optional: tuple[str, ...] = ()
+
+
+SCHEMA: dict[str, EventKind] = {}  # kind name -> its definition, filled by the constants below
+
+
+def _kind(name: str, src: str, fields: tuple[str, ...], meaning: str, optional: tuple[str, ...] = ()) -> str:
+    """Define a kind in SCHEMA; its constant is the plain name, as events carry it."""
+    if name in SCHEMA:
+        raise ValueError(f"event kind {name!r} defined twice")
+    SCHEMA[name] = EventKind(name, src, fields, meaning, optional)
+    return name
+
+
+# -- written by a rank --------------------------------------------------------------------
+RANK_START = _kind("rank_start", RANK, ("policy", "world"), "the rank process began")
+RENDEZVOUS = _kind("rendezvous", RANK, ("gen", "arrived", "world"),
+                   "still waiting for the others to join generation gen (every 5 s)")
+GROUP_READY = _kind("group_ready", RANK, ("gen", "world", "group_rank", "secs"),
+                    "a process group is formed, after secs")
+MEMBERSHIP = _kind("membership", RANK, ("gen", "world", "members", "left_out", "joined"),
+                   "the agreed members changed (original rank ids, in group-rank order)")
+RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
+                 "state loaded: source checkpoint (the newest every member has) | peer "
+                 "(in-memory state sent by original rank `peer`, `bytes` long) | initial (a new "
+                 "process that starts again from the seeded weights: bench/torchrun_kill.py)",
+                 optional=("peer", "bytes"))
+STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"), "a training step completed")
+CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
+SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
+                "the failure detector suspects `peer`; via = cause: connection (its process is "
+                "gone) | heartbeat (silent for silent_s) | cut-off (this rank hears no digest: "
+                "peer is itself) | generation (the peer moved on); once per (gen, peer, via); "
+                "agent: a torchrun agent stops its worker group (bench/torchrun_kill.py; peer, "
+                "silent_s and waited_s null)")
+STRAGGLER = _kind("straggler", RANK, ("peer", "loss", "silent_s", "waited_s", "gen", "step"),
+                  "a collective pending waited_s with every member alive; peer: one whose "
+                  "heartbeats arrive degraded (null when none does)")
+COLLECTIVE_ERROR = _kind("collective_error", RANK, ("step", "gen", "phase", "cause", "error"),
+                         "phase: step | join; cause: timeout | closed | reset | rendezvous | "
+                         "suspect (the detector ended the wait) | other")
+GROUP_RELEASED = _kind("group_released", RANK, ("secs",),
+                       "the failed group let go (its stuck op, if any, left to a reaper)")
+GROUP_REAPED = _kind("group_reaped", RANK, ("gen", "secs"),
+                     "an abandoned group's threads ended and its sockets closed (at its timeout)")
+BACKOFF = _kind("backoff", RANK, ("attempt", "seconds"), "sleeping before retry `attempt`")
+HEALTH_CHECK = _kind("health_check", RANK, ("attempt", "ok", "detail"), "the check before a retry")
+EXCLUDE = _kind("exclude", RANK, ("peers", "gen", "reasons"),
+                "elastic: these members are left out of the next proposal")
+RETRY = _kind("retry", RANK, ("attempt", "after_gen"), "re-joining after generation after_gen")
+BREAKER_OPEN = _kind("breaker_open", RANK, ("reason",), "the circuit breaker opened")
+REJOIN_REQUEST = _kind("rejoin_request", RANK, ("gen",),
+                       "breaker open, this rank hears the control plane again and asks to be "
+                       "let back in (gen: its last)")
+REJOIN_ADMITTED = _kind("rejoin_admitted", RANK, ("gen", "waited_s"),
+                        "generation gen includes it (waited_s since its breaker opened)")
+REJOIN_FAILED = _kind("rejoin_failed", RANK, ("error",),
+                      "the store failed while it asked or waited: it asks again once heard")
+REJOIN_GAVE_UP = _kind("rejoin_gave_up", RANK, ("waited_s",),
+                       "nobody let it in within rejoin_within: it leaves (exit isolated)")
+ADMIT = _kind("admit", RANK, ("peers", "gen"),
+              "group rank 0 agreed generation gen with these ranks let back in; every member "
+              "moves there after the same step")
+RESOURCES_RELEASED = _kind("resources_released", RANK,
+                           ("outcome", "group", "cuda_reserved_before", "cuda_reserved_after",
+                            "cuda_free_before", "cuda_free_after"),
+                           "the rank let go of its group and accelerator memory "
+                           "(torch.cuda.mem_get_info; null without CUDA)")
+EXIT = _kind("exit", RANK, ("reason", "code"),
+             "reason: stopped | failed-fast | retries-exhausted | isolated | terminated | crashed",
+             optional=("error",))
+# -- written by the harness ---------------------------------------------------------------
+TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backend", "hang_cap"),
+                    "the trial began")
+CLUSTER_UP = _kind("cluster_up", HARNESS, ("secs",), "every host and the control plane are up")
+RANK_SPAWNED = _kind("rank_spawned", HARNESS, ("pid",), "rank `rank`'s process started")
+WARMUP_DONE = _kind("warmup_done", HARNESS, ("step",),
+                    "every rank made the warm-up steps; fault offsets count from here")
+FAULT_APPLIED = _kind("fault_applied", HARNESS,
+                      ("index", "fault_kind", "fault", "targets", "mechanism", "t_requested"),
+                      "t: the kernel acknowledged the apply; t_requested: just before it")
+FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
+                       "t: the kernel acknowledged the revert; teardown: true when it was the "
+                       "harness cleaning up, not the fault healing", optional=("teardown",))
+RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
+                    "the harness reaped rank `rank`'s process; stopped: true when the harness "
+                    "stopped it", optional=("stopped",))
+HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
+                      "no step and no policy action for `cap` seconds")
+TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
+                  "reason: all-exited | settled | hung | deadline | error")
+
+
+def schema_problems(event: dict[str, Any]) -> list[str]:
+    """How one event differs from SCHEMA: an unknown kind, a wrong source, a missing or an
+    unknown field. Empty when it conforms."""
+    kind = SCHEMA.get(event.get("kind"))  # type: ignore[arg-type]
+    if kind is None:
+        return [f"unknown kind {event.get('kind')!r}"]
+    problems = [f"{kind.name}: missing {name}" for name in (*COMMON_FIELDS, *kind.fields) if name not in event]
+    if event.get("src") != kind.src:
+        problems.append(f"{kind.name}: src {event.get('src')!r}, expected {kind.src!r}")
+    unknown = set(event) - {*COMMON_FIELDS, *kind.fields, *kind.optional}
+    return problems + [f"{kind.name}: unknown field {name}" for name in sorted(unknown)]
 
 
 class EventRecorder:
-    def __init__(self, path: Path | str, source: str, rank: int | None = None) -> None:
+    def __init__(self, path: Path | str, source: str, rank: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
         self.source = source
         self.rank = rank
+        self.clock = clock
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(self, kind: str, t: float | None = None, **fields: Any) -> float:
         """Write one event now (or at the given monotonic time); returns its time."""
-        t = time.monotonic() if t is None else t
+        t = self.clock() if t is None else t
         record = {"t": round(t, 6), "src": self.source, "rank": self.rank, "pid": os.getpid(),
                   "kind": kind, **fields}
         os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
@@ -122,7 +173,9 @@ def read_events(path: Path | str, offset: int = 0) -> tuple[list[dict[str, Any]]
     events = []
     for line in data[:end].splitlines():
         try:
-            events.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line torn by a SIGKILL mid-write
+        if isinstance(record, dict):
+            events.append(record)
     return events, offset + end

@@ -1,4 +1,5 @@
 """The launch edge: host backends (network namespaces, containers), the rank launcher
 (zygote) and the container entry point that start the job's processes on their hosts.
 Runs in the harness process, except `zygote` and `container`, which are the parents of
-rank processes. Imports `harness.job` (what it launches), never `harness.run`."""
+rank processes; `fake` is a cluster without hosts, for root-free tests of the orchestrator.
+Imports `harness.job` (what it launches), never `harness.run`."""

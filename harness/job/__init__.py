@@ -1,4 +1,4 @@
 """What runs inside a rank (or the control-plane process): its config, the fault-tolerant
-runner and policies, process groups, failure detector, control plane, workload and
-checkpoints. Imports neither `harness.cluster` nor `harness.run`: a rank knows nothing
-of how it was started or judged."""
+runner (with its restore strategies, suspicion bookkeeping and exit reasons) and policies,
+process groups, failure detector, control plane, workload and checkpoints. Imports neither
+`harness.cluster` nor `harness.run`: a rank knows nothing of how it was started or judged."""

@@ -12,31 +12,8 @@ import random
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from harness.job.policies import PolicySpec
-from harness.job.workload import WorkloadSpec
-
-CRASH_EXIT_CODE = 70
-
-
-class RankConfig(BaseModel):
-    """Everything a rank needs, passed as JSON from the harness (any backend)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rank: int
-    world_size: int
-    seed: int
-    store_address: str
-    store_port: int
-    events_path: str
-    checkpoint_dir: str
-    policy: PolicySpec
-    workload: WorkloadSpec
-    max_steps: int | None = None
-    store_timeout_s: float = 60.0
-    ifname: str = "eth0"  # the host's link: gloo binds here, not to whatever the hostname resolves to
+from harness.job.config import RankConfig
+from harness.job.outcome import EXIT_CODES, ExitReason
 
 
 def main(config: dict[str, Any]) -> int:
@@ -46,9 +23,10 @@ def main(config: dict[str, Any]) -> int:
     from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
     from harness.job.detector import FailureDetector, HeartbeatClient
+    from runfolder import events as kinds
     from runfolder.events import EventRecorder
     from harness.job.group import GlooGroup
-    from harness.job.runner import EXIT_CODES, FaultTolerantRunner
+    from harness.job.runner import FaultTolerantRunner
     from harness.signals import Terminated
     from harness.job.workload import Workload
 
@@ -59,16 +37,21 @@ def main(config: dict[str, Any]) -> int:
     # of 0.2-0.9 s that would hold the GIL and silence the heartbeat thread.
     gc.freeze()
     recorder = EventRecorder(cfg.events_path, "rank", cfg.rank)
-    recorder.emit("rank_start", policy=cfg.policy.name, world=cfg.world_size)
+    recorder.emit(kinds.RANK_START, policy=cfg.policy.name, world=cfg.world_size)
+
+    def leave(reason: ExitReason, **detail: Any) -> int:
+        recorder.emit(kinds.EXIT, reason=reason.value, code=EXIT_CODES[reason], **detail)
+        return EXIT_CODES[reason]
+
     try:
         store = dist.TCPStore(cfg.store_address, cfg.store_port, is_master=False,
                               timeout=timedelta(seconds=cfg.store_timeout_s))
         group = GlooGroup(store, (cfg.store_address, cfg.store_port), cfg.rank,
                           cfg.world_size, cfg.policy.timeout, cfg.policy.rendezvous_s,
                           on_wait=lambda gen, arrived: recorder.emit(
-                              "rendezvous", gen=gen, arrived=arrived, world=group.world_size),
+                              kinds.RENDEZVOUS, gen=gen, arrived=arrived, world=group.world_size),
                           on_reaped=lambda gen, secs: recorder.emit(
-                              "group_reaped", gen=gen, secs=round(secs, 3)))
+                              kinds.GROUP_REAPED, gen=gen, secs=round(secs, 3)))
         detector = None
         if (spec := cfg.policy.detector) is not None:
             heartbeats = HeartbeatClient(
@@ -82,14 +65,11 @@ def main(config: dict[str, Any]) -> int:
             random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
         outcome = runner.run(cfg.max_steps)
     except Terminated:
-        recorder.emit("exit", reason="terminated", code=0)
-        return 0
+        return leave(ExitReason.TERMINATED)
     except BaseException as exc:
-        recorder.emit("exit", reason="crashed", code=CRASH_EXIT_CODE, error=str(exc)[:300])
+        leave(ExitReason.CRASHED, error=str(exc)[:300])
         raise
-    code = EXIT_CODES[outcome]
-    recorder.emit("exit", reason=outcome.value, code=code)
-    return code
+    return leave(outcome)
 
 
 # --- entry for a rank in its own container (the docker backend, `docker compose up`) ---
@@ -161,7 +141,8 @@ def cli(argv: list[str] | None = None) -> int:
         if args.barrier is not None:
             import torch  # noqa: F401  (the seconds-long part of a start, before the barrier)
             import torch.distributed  # noqa: F401
-            from harness.job.workload import Workload, WorkloadSpec
+            from harness.job.config import WorkloadSpec
+            from harness.job.workload import Workload
             Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd
         # Only now: a `Terminated` raised inside an import leaves half-initialised modules
         # (numpy then fails with ImportError). Until here SIGTERM keeps the caller's
@@ -176,7 +157,7 @@ def cli(argv: list[str] | None = None) -> int:
         return 0
     except BaseException:
         traceback.print_exc()
-        return CRASH_EXIT_CODE
+        return EXIT_CODES[ExitReason.CRASHED]
 
 
 if __name__ == "__main__":

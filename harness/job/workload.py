@@ -3,32 +3,19 @@
 Data is synthetic and deterministic in (seed, step, rank), so a restore from a checkpoint
 replays exactly the same batches. The update is SGD with momentum written out (three tensor
 ops per parameter): torch.optim's first use imports torch._dynamo, ~0.8 s of a launch. Every rank starts from the same weights (seeded). The
-step is paced to `step_period` so that 16 ranks share two cores without starving.
+step is paced to `step_period` so that 16 ranks share two cores without starving. Its
+parameters, `WorkloadSpec`, are in harness.job.config (no torch there).
 """
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any, Callable
+from typing import Any, Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from chaos.faults import Seconds
+from harness.job.config import WorkloadSpec
 
 AllReduce = Callable[[torch.Tensor], None]
-
-
-class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    step_period: Seconds = 0.25
-    batch: Annotated[int, Field(ge=1)] = 32
-    features: Annotated[int, Field(ge=1)] = 64
-    hidden: Annotated[int, Field(ge=1)] = 256
-    classes: Annotated[int, Field(ge=2)] = 10
-    checkpoint_every: Annotated[int, Field(ge=1)] = 10
-    lr: Annotated[float, Field(gt=0)] = 0.05
-    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
 
 
 class Workload:
@@ -67,7 +54,7 @@ class Workload:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
         with torch.no_grad():
-            for p, v in zip(self.model.parameters(), self.velocity):
+            for p, v in zip(self.model.parameters(), self.velocity, strict=True):
                 v.mul_(self.spec.momentum).add_(p.grad)
                 p.sub_(v, alpha=self.spec.lr)
         self.step += 1
@@ -83,6 +70,6 @@ class Workload:
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        for v, saved in zip(self.velocity, state["velocity"]):
+        for v, saved in zip(self.velocity, state["velocity"], strict=True):
             v.copy_(saved)
         self.step = int(state["step"])

@@ -4,8 +4,9 @@
     result.failures        # [] when the trial met the scenario's expectations
     result.failure_text()  # which expectation broke, the measured value, how to reproduce
 
-Plain functions over the harness API (`run_scenario`) and the reports (`analyze_run`,
-`check_expectations`), so they work and are tested without pytest.
+Plain functions over the harness API (`run_scenario`) and the reports (`analyze_run`, whose
+row carries the one verdict on the expectation the trial's plan stored), so they work and
+are tested without pytest.
 """
 from __future__ import annotations
 
@@ -19,15 +20,17 @@ from typing import Any
 
 import reports
 from harness.cluster.backends import backend_named
-from runfolder.events import EVENTS_FILE, read_events
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import Scenario, load_scenario
+from runfolder import events as kinds
+from runfolder.events import EVENTS_FILE, read_events
+from runfolder.layout import LOGS_DIR, REPORT_MARKDOWN, trial_dir
 
 LOG_TAIL_LINES = 8
 # Events worth a line in a failing test's timeline, besides the fault actions.
-_TIMELINE_KINDS = ("trial_start", "warmup_done", "fault_applied", "fault_reverted", "breaker_open",
-                   "rank_exited", "hang_detected", "trial_end")
+_TIMELINE_KINDS = (kinds.TRIAL_START, kinds.WARMUP_DONE, kinds.FAULT_APPLIED, kinds.FAULT_REVERTED,
+                   kinds.BREAKER_OPEN, kinds.RANK_EXITED, kinds.HANG_DETECTED, kinds.TRIAL_END)
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class PolicyCheck:
 
     @property
     def trial_dir(self) -> Path:
-        return self.run_dir / "trials" / self.policy
+        return trial_dir(self.run_dir, self.policy)
 
     @property
     def reproduce(self) -> str:
@@ -62,17 +65,17 @@ class PolicyCheck:
         lines += [f"  {failure}" for failure in self.failures]
         lines += [f"  outcome {self.metrics.get('outcome')}: {self.metrics.get('outcome_reason', '')}",
                   f"  reproduce: {self.reproduce}",
-                  f"  run folder: {self.run_dir} (report.md, events.jsonl)"]
+                  f"  run folder: {self.run_dir} ({REPORT_MARKDOWN}, {EVENTS_FILE})"]
         return "\n".join(lines)
 
     def timeline_text(self) -> str:
         """The trial's faults and reactions, in seconds after warm-up (from events.jsonl)."""
         events, _ = read_events(self.trial_dir / EVENTS_FILE)
-        warm = next((e["t"] for e in events if e["kind"] == "warmup_done"), events[0]["t"] if events else 0.0)
+        warm = next((e["t"] for e in events if e["kind"] == kinds.WARMUP_DONE), events[0]["t"] if events else 0.0)
         first_error: dict[int, dict[str, Any]] = {}
         lines = []
         for ev in events:
-            if ev["kind"] == "collective_error" and ev["rank"] not in first_error:
+            if ev["kind"] == kinds.COLLECTIVE_ERROR and ev["rank"] not in first_error:
                 first_error[ev["rank"]] = ev
             elif ev["kind"] in _TIMELINE_KINDS and not ev.get("stopped"):
                 lines.append((ev["t"], _event_text(ev)))
@@ -86,7 +89,7 @@ class PolicyCheck:
     def log_tails(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last lines of every rank's log."""
         parts = []
-        for log in sorted((self.trial_dir / "logs").glob("*.log")):
+        for log in sorted((self.trial_dir / LOGS_DIR).glob("*.log")):
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {log.name}\n" + ("\n".join(tail) if tail else "(empty)"))
         return "\n".join(parts) or "(no rank logs)"
@@ -113,7 +116,7 @@ def _event_text(ev: dict[str, Any]) -> str:
 def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[str, Any] | None = None,
                  progress: Progress | None = None) -> PolicyCheck:
     """Run `policy` of the scenario in `scenario_file` on a fresh cluster, write its reports
-    and judge it against the scenario's expectations (reports.check_expectations)."""
+    and take their verdict on the expectation the trial's plan stored."""
     scenario = load_scenario(scenario_file, overrides)
     started = time.monotonic()
     run_dir, _ = run_scenario(scenario, scenario_file, [policy], out, backend_named(scenario.cluster.backend),
@@ -121,8 +124,5 @@ def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[st
                               command=reproduce_command(scenario_file, policy, scenario.seed))
     reports.write_reports(run_dir)
     metrics = reports.analyze_run(run_dir).iloc[0].to_dict()
-    expect = scenario.expect.get(policy)
-    failures = reports.check_expectations(
-        metrics, expect.model_dump(mode="json", exclude_none=True) if expect else None)
-    return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(failures),
+    return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(reports.trial_failures(metrics)),
                        time.monotonic() - started)

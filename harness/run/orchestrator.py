@@ -9,14 +9,14 @@ A trial goes through its phases, saving the event history as it goes:
       -> teardown on every path (pass, fail, Ctrl-C): faults reverted last-in first-out,
          ranks stopped (SIGTERM, then SIGKILL at one deadline), hosts removed
 
-The run folder (`RUN_DIR/run.json`, `RUN_DIR/trials/<policy>/{trial.json, events.jsonl,
-logs/}`) is what `reports` analyzes, now or later.
+A trial executes its plan (harness.run.plan), built once from the scenario and the
+policy. The run folder (runfolder: `RUN_DIR/run.json`, `RUN_DIR/trials/<policy>/{trial.json
+with the plan, events.jsonl, logs/}`) is what `reports` analyzes, now or later.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import secrets
 import shlex
 import shutil
@@ -28,16 +28,20 @@ from typing import Callable
 
 from chaos.api import Injection, Injector
 from chaos.errors import HarnessError
-from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms, record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import Backend, Cluster, ClusterSpec
-from harness.cluster.backends import load_undo_plugins
-from runfolder.events import EVENTS_FILE, EventRecorder, read_events
+from harness.cluster.backends import undo_table
+from harness.job.config import RankConfig
+from harness.run.plan import Plan, build_plan, ranks_text
 from harness.run.progress import Progress
-from harness.job.rank import RankConfig
 from harness.run.scenario import Scenario
+from runfolder import events as kinds
+from runfolder.events import EVENTS_FILE, EventRecorder, read_events
+from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
+from runfolder.layout import CHECKPOINT_DIR, LOGS_DIR, SCENARIO_FILE, TRIALS_DIR, trial_dir
+from runfolder.plan import APPLY
 
 POLL_S = 0.05
 STOP_DEADLINE_S = 3.0
@@ -50,24 +54,24 @@ class Monitor:
 
     path: Path
     ranks: int
+    last_activity: float  # t of the latest rank event
     offset: int = 0
     step_of: dict[int, int] = field(default_factory=dict)
     steps_since: dict[int, int] = field(default_factory=dict)  # steps after `mark()`
     errors: int = 0
     exited: set[int] = field(default_factory=set)
-    last_activity: float = field(default_factory=time.monotonic)
 
     def poll(self) -> None:
         events, self.offset = read_events(self.path, self.offset)
         for ev in events:
-            if ev["src"] != "rank":
+            if ev["src"] != kinds.RANK:
                 continue
             self.last_activity = max(self.last_activity, ev["t"])
             rank = ev["rank"]
-            if ev["kind"] == "step":
+            if ev["kind"] == kinds.STEP:
                 self.step_of[rank] = ev["step"]
                 self.steps_since[rank] = self.steps_since.get(rank, 0) + 1
-            elif ev["kind"] == "collective_error":
+            elif ev["kind"] == kinds.COLLECTIVE_ERROR:
                 self.errors += 1
 
     def mark(self) -> None:
@@ -99,145 +103,119 @@ class TrialResult:
     seconds: float
 
 
-@dataclass(frozen=True)
-class Action:
-    at: float         # offset after warm-up
-    verb: str         # apply | revert
-    index: int
-
-
-def timeline(scenario: Scenario) -> list[Action]:
-    """Every apply and revert in time order; a pulsed fault contributes one pair per on-phase."""
-    actions = []
-    for i, event in enumerate(scenario.faults):
-        for on, off in event.windows():
-            actions.append(Action(on, "apply", i))
-            if off is not None:
-                actions.append(Action(off, "revert", i))
-    return sorted(actions, key=lambda a: (a.at, a.verb == "apply"))
-
-
 class Trial:
-    """One scenario under one policy."""
+    """One scenario under one policy: executes its plan on a fresh cluster.
 
-    def __init__(self, scenario: Scenario, policy: str, trial_dir: Path, backend: Backend,
-                 progress: Progress,
-                 make_injector: Callable[[Ledger, Cluster], Injector] | None = None) -> None:
-        self.scenario = scenario
-        self.policy = scenario.policy(policy)
+    `clock` and `sleep` pace the trial (injected: the fake cluster's tests run it on a fake
+    clock); `state_dir` holds the ledger (default: chaos.ledger's)."""
+
+    def __init__(self, plan: Plan, trial_dir: Path, backend: Backend, progress: Progress,
+                 make_injector: Callable[[Ledger, Cluster], Injector] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 state_dir: Path | None = None) -> None:
+        self.plan = plan.trial
+        self.faults = plan.faults
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
         self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
-            ledger, {**default_mechanisms(), **cluster.mechanisms()}, hosts=cluster.hosts))
+            ledger, {**default_mechanisms(), **cluster.mechanisms()}, hosts=cluster.hosts, undos=undo_table()))
+        self.clock = clock
+        self.sleep = sleep
+        self.state_dir = state_dir
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
     def _say(self, text: str) -> None:
-        self.progress.phase(self.policy.name, text)
+        self.progress.phase(self.plan.policy, text)
 
     def _rank_config(self, cluster: Cluster, rank: int) -> dict:
-        return RankConfig(
-            rank=rank, world_size=self.scenario.cluster.ranks, seed=self.scenario.seed,
+        return RankConfig.model_validate(dict(
+            rank=rank, world_size=self.plan.ranks, seed=self.plan.seed,
             store_address=cluster.store_address, store_port=cluster.store_port,
-            events_path=str(self.events_path), checkpoint_dir=str(self.trial_dir / "ckpt"),
-            policy=self.policy, workload=self.scenario.workload,
-        ).model_dump(mode="json")
-
-    def _write_metadata(self) -> None:
-        faults = [{"index": i, "kind": e.fault.kind, "fault": e.fault.model_dump(mode="json"),
-                   "targets": list(self.scenario.targets(i)), "start": e.start, "duration": e.duration,
-                   "windows": e.windows()}
-                  for i, e in enumerate(self.scenario.faults)]
-        expect = self.scenario.expect.get(self.policy.name)
-        meta = {"policy": self.policy.name, "policy_spec": self.policy.model_dump(mode="json"),
-                "run_id": self.run_id, "backend": self.backend.name,
-                "ranks": self.scenario.cluster.ranks, "hang_cap": self.scenario.hang_cap,
-                "settle_steps": self.scenario.settle_steps, "seed": self.scenario.seed,
-                "mono_anchor": time.monotonic(), "wall_anchor": time.time(), "faults": faults,
-                "expect": expect.model_dump(mode="json", exclude_none=True) if expect else None}
-        (self.trial_dir / "trial.json").write_text(json.dumps(meta, indent=2) + "\n")
+            events_path=str(self.events_path), checkpoint_dir=str(self.trial_dir / CHECKPOINT_DIR),
+            policy=self.plan.policy_spec, workload=self.plan.workload,
+        )).model_dump(mode="json")
 
     def run(self) -> TrialResult:
         """Run the trial; teardown steps are stacked as side effects happen and run last-in
         first-out on every path, each even if an earlier one failed."""
+        plan = self.plan
         self.trial_dir.mkdir(parents=True, exist_ok=True)
-        self._write_metadata()
-        ledger = Ledger(self.run_id)
+        write_trial_info(self.trial_dir, TrialInfo(plan=plan, run_id=self.run_id, backend=self.backend.name,
+                                                   mono_anchor=self.clock(), wall_anchor=time.time()))
+        ledger = Ledger(self.run_id, self.state_dir)
         record_owner(ledger)
-        recorder = EventRecorder(self.events_path, "harness")
-        started = recorder.emit("trial_start", policy=self.policy.name, run_id=self.run_id,
-                                ranks=self.scenario.cluster.ranks, backend=self.backend.name,
-                                hang_cap=self.scenario.hang_cap)
+        recorder = EventRecorder(self.events_path, kinds.HARNESS, clock=self.clock)
+        started = recorder.emit(kinds.TRIAL_START, policy=plan.policy, run_id=self.run_id,
+                                ranks=plan.ranks, backend=self.backend.name, hang_cap=plan.hang_cap)
         end = ["error"]
         with contextlib.ExitStack() as teardown:
             teardown.callback(ledger.close_if_clean)
             teardown.callback(recorder.close)
-            teardown.callback(lambda: recorder.emit("trial_end", reason=end[0]))
+            teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
             teardown.callback(self.progress.done)
-            cluster = self.backend.up(
-                ClusterSpec(self.run_id, self.scenario.cluster.ranks, self.trial_dir), ledger)
+            cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir), ledger)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
-            up = recorder.emit("cluster_up", secs=round(time.monotonic() - started, 3))
+            up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3))
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s")
-            for rank in range(self.scenario.cluster.ranks):
+            for rank in range(plan.ranks):
                 pid = cluster.start_rank(rank, self._rank_config(cluster, rank))
-                recorder.emit("rank_spawned", rank=rank, pid=pid)
-            monitor = Monitor(self.events_path, self.scenario.cluster.ranks)
+                recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
+            monitor = Monitor(self.events_path, plan.ranks, last_activity=up)
             self._warm_up(cluster, monitor, recorder, up)
             faults = teardown.enter_context(contextlib.ExitStack())
             end[0] = self._observe(cluster, monitor, recorder, ledger, faults)
-        seconds = time.monotonic() - started
+        seconds = self.clock() - started
         self._say(f"done: {end[0]} after {seconds:.1f} s")
-        return TrialResult(self.policy.name, self.trial_dir, end[0], seconds)
+        return TrialResult(plan.policy, self.trial_dir, end[0], seconds)
 
     def _stop_ranks(self, cluster: Cluster, recorder: EventRecorder) -> None:
         for ex in cluster.stop_ranks(STOP_DEADLINE_S):
-            recorder.emit("rank_exited", t=ex.t, rank=ex.rank, pid=ex.pid,
+            recorder.emit(kinds.RANK_EXITED, t=ex.t, rank=ex.rank, pid=ex.pid,
                           exitcode=ex.exitcode, signal=ex.signal, stopped=True)
 
     def _reap(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
         for ex in cluster.reap():
             monitor.exited.add(ex.rank)
-            recorder.emit("rank_exited", t=ex.t, rank=ex.rank, pid=ex.pid,
+            recorder.emit(kinds.RANK_EXITED, t=ex.t, rank=ex.rank, pid=ex.pid,
                           exitcode=ex.exitcode, signal=ex.signal)
 
     def _warm_up(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
                  up: float) -> None:
-        deadline = time.monotonic() + self.backend.start_timeout_s
-        want = self.scenario.warmup_steps
+        deadline = self.clock() + self.backend.start_timeout_s
+        want = self.plan.warmup_steps
+        logs = self.trial_dir / LOGS_DIR
         while not monitor.all_made(want):
-            time.sleep(POLL_S)
+            self.sleep(POLL_S)
             monitor.poll()
             self._reap(cluster, monitor, recorder)
             if monitor.exited:
-                raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; "
-                                   f"see {self.trial_dir / 'logs'}")
-            if time.monotonic() > deadline:
+                raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; see {logs}")
+            if self.clock() > deadline:
                 raise HarnessError(f"ranks did not make {want} steps within "
-                                   f"{self.backend.start_timeout_s:.0f} s "
-                                   f"({monitor.summary()}); see {self.trial_dir / 'logs'}")
-            self.progress.status(self.policy.name, monitor.least_since() / want,
+                                   f"{self.backend.start_timeout_s:.0f} s ({monitor.summary()}); see {logs}")
+            self.progress.status(self.plan.policy, monitor.least_since() / want,
                                  f"warm-up   {monitor.summary()}")
-        t = recorder.emit("warmup_done", step=min(monitor.step_of.values()))
+        t = recorder.emit(kinds.WARMUP_DONE, step=min(monitor.step_of.values()))
         self._say(f"warm-up: {want} steps on all ranks, {t - up:.1f} s after bring-up")
 
     def _observe(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
                  ledger: Ledger, faults: contextlib.ExitStack) -> str:
-        scenario = self.scenario
+        plan = self.plan
         injector = self.make_injector(ledger, cluster)
-        t_warm = time.monotonic()
-        pending = timeline(scenario)
+        t_warm = self.clock()
+        pending = list(plan.actions)
         outstanding: dict[int, Injection] = {}  # applied and not yet reverted, by fault index
-        deadline = t_warm + scenario.last_action_s + 3 * max(scenario.hang_cap, 60.0)
+        deadline = t_warm + plan.last_action_s + 3 * max(plan.hang_cap, 60.0)
         monitor.last_activity = t_warm
         monitor.mark()
         while True:
-            now = time.monotonic()
+            now = self.clock()
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
-                if action.verb == "apply":
+                if action.verb == APPLY:
                     self._apply(action.index, cluster, injector, recorder, outstanding)
                     faults.callback(self._revert, action.index, outstanding, recorder, True)
                 else:
@@ -247,63 +225,65 @@ class Trial:
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
                 return "all-exited"
-            if not pending and monitor.all_made(scenario.settle_steps):
+            if not pending and monitor.all_made(plan.settle_steps):
                 return "settled"
             idle = now - monitor.last_activity
-            if idle >= scenario.hang_cap and now - t_warm >= scenario.hang_cap:
-                recorder.emit("hang_detected", cap=scenario.hang_cap,
+            if idle >= plan.hang_cap and now - t_warm >= plan.hang_cap:
+                recorder.emit(kinds.HANG_DETECTED, cap=plan.hang_cap,
                               idle_since=round(monitor.last_activity, 6))
-                self._say(f"hung: no step and no policy action for {scenario.hang_cap:g} s (the cap)")
+                self._say(f"hung: no step and no policy action for {plan.hang_cap:g} s (the cap)")
                 return "hung"
             if now > deadline:
                 return "deadline"
             if pending:
-                done, phase = (now - t_warm) / max(scenario.last_action_s, POLL_S), "faults  "
+                done, phase = (now - t_warm) / max(plan.last_action_s, POLL_S), "faults  "
             else:  # settled by steps, or hung by the cap: whichever comes first
-                done = max(monitor.least_since() / scenario.settle_steps, idle / scenario.hang_cap)
-                phase = f"settling (idle {idle:.0f}/{scenario.hang_cap:g} s)"
-            self.progress.status(self.policy.name, done,
-                                 f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
-            time.sleep(POLL_S)
+                done = max(monitor.least_since() / plan.settle_steps, idle / plan.hang_cap)
+                phase = f"settling (idle {idle:.0f}/{plan.hang_cap:g} s)"
+            self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
+            self.sleep(POLL_S)
 
     def _apply(self, index: int, cluster: Cluster, injector: Injector, recorder: EventRecorder,
                outstanding: dict[int, Injection]) -> None:
-        event = self.scenario.faults[index]
-        ranks = self.scenario.targets(index)
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in ranks]
+        planned, fault = self.plan.faults[index], self.faults[index]
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in planned.targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first.
-        dead_man = None if event.duration is None else event.duration + DEAD_MAN_MARGIN_S
-        injection = injector.apply(event.fault, hosts, revert_after=dead_man)
-        if event.fault.reversible:
+        dead_man = None if planned.duration is None else planned.duration + DEAD_MAN_MARGIN_S
+        injection = injector.apply(fault, hosts, revert_after=dead_man)
+        if fault.reversible:
             outstanding[index] = injection
-        recorder.emit("fault_applied", t=injection.applied.t_applied,
-                      t_requested=round(injection.applied.t_requested or injection.applied.t_applied, 6),
-                      index=index,
-                      fault_kind=event.fault.kind, fault=event.fault.model_dump(mode="json"),  # type: ignore[attr-defined]
-                      targets=list(ranks), mechanism=injection.applied.mechanism)
-        self._say(f"fault {event.fault.describe()} on {_ranks_text(ranks)} applied "
-                  f"({injection.applied.mechanism})")
+        applied = injection.applied
+        recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
+                      t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
+                      fault_kind=planned.kind, fault=planned.fault, targets=list(planned.targets),
+                      mechanism=applied.mechanism)
+        self._say(f"fault {planned.description} on {ranks_text(planned.targets)} applied ({applied.mechanism})")
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
                 teardown: bool = False) -> None:
         if index not in outstanding:
             return
-        event = self.scenario.faults[index]
+        planned = self.plan.faults[index]
         t = outstanding.pop(index).revert()
-        recorder.emit("fault_reverted", t=t, index=index, fault_kind=event.fault.kind,  # type: ignore[attr-defined]
-                      targets=list(self.scenario.targets(index)), teardown=teardown)
-        self._say(f"fault {event.fault.kind} on {_ranks_text(self.scenario.targets(index))} reverted"  # type: ignore[attr-defined]
+        recorder.emit(kinds.FAULT_REVERTED, t=t, index=index, fault_kind=planned.kind,
+                      targets=list(planned.targets), teardown=teardown)
+        self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
 
 
-def _ranks_text(ranks: tuple[int, ...]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
-
-
-def new_run_dir(out: Path, scenario: Scenario) -> Path:
+def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list[str], backend: str,
+              command: str) -> Path:
+    """A new run folder under `out` (<scenario>-<time>-<id>) with its run.json and the
+    scenario's copy; no trial yet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = out / f"{scenario.name}-{stamp}-{secrets.token_hex(2)}"
-    (run_dir / "trials").mkdir(parents=True)
+    (run_dir / TRIALS_DIR).mkdir(parents=True)
+    shutil.copyfile(scenario_file, run_dir / SCENARIO_FILE)
+    write_run_info(run_dir, RunInfo(
+        scenario=scenario.name, scenario_file=str(scenario_file), seed=scenario.seed, backend=backend,
+        policies=tuple(policies), command=command,
+        started_wall=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        clock="monotonic, one kernel shared by every rank"))
     return run_dir
 
 
@@ -312,57 +292,14 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
                  command: str | None = None) -> tuple[Path, list[TrialResult]]:
     """Run every policy of `scenario` in turn; returns the run folder and the trial results.
     `command` is how to run it again (default: this process's `chaos` command line)."""
-    load_undo_plugins()
-    healed = heal()  # leftovers of crashed runs (their owner is dead); live runs are left alone
+    healed = heal(undo_table())  # leftovers of crashed runs (their owner is dead); live runs are left alone
     if healed.undone:
         progress.phase("heal", healed.summary())
-    run_dir = new_run_dir(out, scenario)
-    shutil.copyfile(scenario_file, run_dir / "scenario.yaml")
-    (run_dir / "run.json").write_text(json.dumps({
-        "scenario": scenario.name, "scenario_file": str(scenario_file), "seed": scenario.seed,
-        "backend": backend.name, "policies": policies,
-        "started_wall": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": command or shlex.join(["chaos", *sys.argv[1:]]),
-        "clock": "monotonic, one kernel shared by every rank"}, indent=2) + "\n")
+    run_dir = start_run(out, scenario, scenario_file, policies, backend.name,
+                        command or shlex.join(["chaos", *sys.argv[1:]]))
     results = []
     for policy in policies:
-        trial = Trial(scenario, policy, run_dir / "trials" / policy, backend, progress)
+        trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress)
         results.append(trial.run())
     return run_dir, results
 
-
-def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
-              mechanism: Callable[[FaultBase], str]) -> str:
-    """What `run_scenario` would do, in words: which ranks, which mechanism, when (for
-    `chaos run --dry-run`; nothing is built or injected)."""
-    lines = [f"scenario {scenario.name} ({scenario_file}), seed {scenario.seed}: "
-             f"{scenario.cluster.ranks} ranks on {scenario.cluster.backend} hosts",
-             f"per policy, on a fresh cluster: {scenario.warmup_steps} warm-up steps on every rank, "
-             "then at these offsets after warm-up:"]
-    for action in timeline(scenario):
-        event = scenario.faults[action.index]
-        what = event.fault.describe() if action.verb == "apply" else event.fault.kind  # type: ignore[attr-defined]
-        how = f" by {mechanism(event.fault)}" if action.verb == "apply" else ""
-        lines.append(f"  +{action.at:7.3f} s  {action.verb:6}  faults.{action.index} {what} "
-                     f"on {_ranks_text(scenario.targets(action.index))}{how}")
-    if not scenario.faults:
-        lines.append("  (no fault: a control run)")
-    never = [f"faults.{i}" for i, e in enumerate(scenario.faults) if e.duration is None]
-    if never:
-        lines.append(f"  {', '.join(never)} never heal{'s' if len(never) == 1 else ''} while the harness watches")
-    lines.append(f"then watch until every live rank made {scenario.settle_steps} steps after the last "
-                 f"action, every rank exited, or nothing moved for the hang cap ({scenario.hang_cap:g} s)")
-    lines.append("policies, in this order:")
-    for name in policies:
-        spec = scenario.policy(name)
-        expect = scenario.expect.get(name)
-        wanted = ", ".join(f"{k} {' or '.join(v) if k == 'outcome' else f'{v:g} s'}"
-                           for k, v in expect.model_dump(exclude_none=True).items()) if expect else "nothing"
-        lines.append(f"  {name:10} timeout {spec.timeout:g} s, {spec.max_retries} retries "
-                     f"(backoff {spec.backoff_base:g}..{spec.backoff_cap:g} s), "
-                     f"breaker {'on' if spec.breaker else 'off'}"
-                     + (", failure detector" if spec.detector is not None else "")
-                     + (", elastic" if spec.elastic else "")
-                     + (f", rejoin within {spec.rejoin_within:g} s" if spec.rejoin else "")
-                     + f"; expects {wanted}")
-    return "\n".join(lines)

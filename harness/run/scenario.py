@@ -41,9 +41,9 @@ from pydantic.json_schema import GenerateJsonSchema
 from chaos import units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
+from harness.job.config import WorkloadSpec
 from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
-from harness.job.workload import WorkloadSpec
-from reports.metrics import OUTCOMES
+from runfolder.plan import OUTCOMES
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
 
@@ -268,11 +268,6 @@ class Scenario(Frozen):
 
     def policy(self, name: str) -> PolicySpec:
         return policy_spec(name, self.policies.get(name, {}))
-
-    @property
-    def last_action_s(self) -> float:
-        """Offset (after warm-up) of the last scheduled fault action."""
-        return max((e.start + (e.duration or 0.0) for e in self.faults), default=0.0)
 
 
 def _inside(where: str, ranks: tuple[int, ...], world: int) -> None:

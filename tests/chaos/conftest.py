@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from chaos import netlink, proc
+from chaos import netlink, proc, topology
 from chaos.api import Host
-from chaos.calibrate import build_cluster
-from chaos.heal import HealReport, heal_run, namespace_name
+from chaos.heal import HealReport, heal_run
+from chaos.inject import UNDOS
 from chaos.ledger import Ledger
 
 _RUNS = itertools.count()
@@ -33,7 +33,7 @@ def new_run_id(prefix: str = "t") -> str:
 
 
 def run_leftovers(run_id: str) -> tuple[list[str], list[int]]:
-    namespaces = [n for n in netlink.list_namespaces() if n.startswith(namespace_name(run_id, ""))]
+    namespaces = [n for n in netlink.list_namespaces() if n.startswith(topology.namespace_name(run_id, ""))]
     return namespaces, proc.helpers_of_run(run_id)
 
 
@@ -45,11 +45,13 @@ def state_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cluster(state_dir):
-    """Three hosts r000..r002 on one switch; healed and checked clean afterwards."""
+    """Three hosts r000..r002 on one switch, laid out as a run's; healed and checked clean afterwards."""
     run_id = new_run_id()
     ledger = Ledger(run_id)
+    hosts = topology.hosts_of(run_id, 3)
     try:
-        yield Cluster(run_id, ledger, build_cluster(run_id, ledger, hosts=3))
+        topology.build(ledger, hosts)
+        yield Cluster(run_id, ledger, list(hosts))
     finally:
-        heal_run(run_id, HealReport())
+        heal_run(run_id, HealReport(), UNDOS)
         assert run_leftovers(run_id) == ([], []), "the test left namespaces or helper processes"

@@ -146,9 +146,10 @@ def test_netem_only_kinds_are_refused_with_the_reason(cluster, injector, kind):
 def test_dead_man_switch_reverts_without_the_harness(cluster, injector):
     needs("clsact_bpf")
     a, b = cluster.hosts[:2]
-    injector.apply(parse_fault({"kind": "blackhole"}), [a], revert_after=0.5)
+    # long enough to see the fault on (a measurement takes ~1 s: ARP, then the stream)
+    blackhole = injector.apply(parse_fault({"kind": "blackhole"}), [a], revert_after=2.5)
     assert delivered(a, b) == 0.0
-    time.sleep(1.0)  # nobody calls revert
+    time.sleep(max(0.0, blackhole.applied.t_applied + 3.0 - time.monotonic()))  # nobody calls revert
     assert "clsact" not in port_state(a)["qdiscs"] and restored(a, b)
     # what is left outstanding: the namespaces and the switch's own process entry (exited)
     assert {e.op for e in cluster.ledger.outstanding()} == {"netns", "sigkill"}

@@ -20,7 +20,7 @@ def _skip_reason() -> str | None:
         import docker  # noqa: F401
     except ImportError:
         return "the Docker SDK for Python is not installed (pip install 'chaos-harness[docker]')"
-    from harness.cluster.docker_backend import engine_unavailable_reason
+    from harness.cluster.docker.engine import engine_unavailable_reason
     reason = engine_unavailable_reason()
     return f"{reason}" if reason else None
 

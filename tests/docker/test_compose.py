@@ -4,7 +4,7 @@ from __future__ import annotations
 import yaml
 
 from harness.cluster.container import config_from_env
-from harness.cluster.docker_backend import (
+from harness.cluster.docker.template import (
     COMPOSE_FILE,
     PROJECT_ROOT,
     RankTemplate,
@@ -74,7 +74,7 @@ def test_dockerfile_uses_a_real_pytorch_base_image() -> None:
 
 
 def test_gpu_device_requests_follow_the_compose_spec() -> None:
-    from harness.cluster.docker_backend import _device_requests
+    from harness.cluster.docker.template import _device_requests
     everything, two = _device_requests((
         {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]},
         {"driver": "nvidia", "device_ids": [0, 1], "capabilities": [["gpu", "utility"]]}))

@@ -21,13 +21,10 @@ from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
-from harness.cluster.docker_backend import (
-    LABEL_RUN,
-    DockerBackend,
-    DockerCluster,
-    engine,
-    heal_containers,
-)
+from harness.cluster.backends import undo_table
+from harness.cluster.docker.cluster import DockerBackend, DockerCluster
+from harness.cluster.docker.engine import LABEL_RUN, engine
+from harness.cluster.docker.heal import heal_containers
 from runfolder.events import read_events
 from harness.job.policies import policy_spec
 from harness.job.workload import WorkloadSpec
@@ -125,7 +122,7 @@ def test_pause_and_kill_through_the_engine(run_id: str, ledger: Ledger, tmp_path
         for r in range(n):
             cluster.start_rank(r, rank_config(cluster, r, policy="retry", max_retries=3))
         wait_until(lambda: len(steps_by_rank(tmp_path)) == n, 120, "steps on both ranks")
-        injector = NetlinkInjector(ledger, {**default_mechanisms(), **cluster.mechanisms()})
+        injector = NetlinkInjector(ledger, {**default_mechanisms(), **cluster.mechanisms()}, undos=undo_table())
         assert "docker pause" in injector.mechanism(Pause())
         host = replace(cluster.hosts[0], pid=cluster.pid(0))
         paused = injector.apply(Pause(), [host])
@@ -172,7 +169,7 @@ _HARNESS = textwrap.dedent("""
     from chaos.inject import record_owner
     from chaos.ledger import Ledger
     from harness.cluster.api import ClusterSpec
-    from harness.cluster.docker_backend import DockerBackend
+    from harness.cluster.docker.cluster import DockerBackend
     sys.path.insert(0, {tests!r})
     from test_docker_backend import rank_config
     run_id, run_dir = sys.argv[1], Path(sys.argv[2])
@@ -220,7 +217,7 @@ def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
     child.kill()
     child.wait(timeout=10)
     assert len(leftovers(run_id)) == 5  # containers outlive a SIGKILLed harness
-    report = heal(run_id)  # the owner is dead: the ledger path removes containers and the switch
+    report = heal(undo_table(), run_id)  # the owner is dead: the ledger path removes containers and the switch
     assert any(u.startswith("docker_container") for u in report.undone)
     assert leftovers(run_id) == []
     assert not Ledger(run_id).path.exists()
@@ -229,7 +226,7 @@ def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
 def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
     client = engine()
     try:
-        from harness.cluster.docker_backend import ensure_local_image
+        from harness.cluster.docker.image import ensure_local_image
         client.containers.create(ensure_local_image(client), name=f"chaos-{run_id}-orphan",
                                  labels={LABEL_RUN: run_id}, network_mode="none")
     finally:

@@ -19,7 +19,8 @@ from harness.job.detector import Straggler, Suspicion
 from runfolder.events import EventRecorder
 from harness.job.group import CollectiveError, NotAMember
 from harness.job.policies import policy_spec
-from harness.job.runner import FaultTolerantRunner, Outcome, free_accelerator_memory
+from harness.job.outcome import ExitReason as Outcome
+from harness.job.runner import FaultTolerantRunner, free_accelerator_memory
 from harness.job.workload import Workload, WorkloadSpec
 
 
@@ -115,7 +116,7 @@ def test_backoff_is_exponential_capped_with_seeded_jitter(tmp_path):
     assert runner.run(max_steps=3) is Outcome.STOPPED
     base = [1, 2, 4, 4, 4]  # five tries: four failed joins, then success
     assert len(sleeps) == 5
-    for slept, b in zip(sleeps, base):
+    for slept, b in zip(sleeps, base, strict=True):
         assert b + 0.1 <= slept <= b + 1.0
     rng = random.Random(7)
     assert sleeps == [b + rng.uniform(0.1, 1.0) for b in base]  # reproducible from the seed
@@ -189,7 +190,7 @@ def test_restore_loads_the_exact_weights_saved(tmp_path):
     w.train_step(lambda t: None, 1)
     w.load_state(ckpt.load(ckpt.latest()))
     assert w.step == 1
-    assert all(torch.equal(a, b) for a, b in zip(saved, w.model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(saved, w.model.parameters(), strict=True))
 
 
 # -- with the failure detector: leaving a stuck collective, elastic membership ------------

@@ -1,13 +1,23 @@
 """Synthetic event histories of one trial, built step by step, for the reports tests.
 
 Ranks step every PERIOD seconds, rank r offset by r ms; the fault is applied at FAULT_AT.
-Each history function returns (events, trial) as the orchestrator would store them.
+Each history function returns (events, trial) as the orchestrator would store them: the
+events as runfolder.events defines them, the trial info (with its plan) as runfolder.info
+types it, and `write_run` writes them through the contract.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
+
+from runfolder.events import EVENTS_FILE
+from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
+from runfolder.layout import SCENARIO_FILE, trial_dir
+from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
+
+Events = list[dict[str, Any]]
 
 PERIOD = 0.25
 FAULT_AT = 10.0
@@ -18,20 +28,19 @@ class History:
     def __init__(self, ranks: int = RANKS, policy: str = "timeout", timeout: float = 5.0,
                  hang_cap: float = 30.0) -> None:
         self.ranks = ranks
-        self.events: list[dict[str, Any]] = []
-        self.trial: dict[str, Any] = {
-            "policy": policy, "run_id": "fake", "backend": "netns", "ranks": ranks,
-            "hang_cap": hang_cap, "mono_anchor": 0.0, "wall_anchor": 0.0, "faults": [],
-            "expect": None,
-            "policy_spec": {"name": policy, "timeout": timeout, "max_retries": 0 if policy in ("timeout", "baseline") else 3,
-                            "breaker": policy == "isolation"},
-        }
+        self.events: Events = []
+        self.plan = TrialPlan(
+            policy=policy, policy_spec={"name": policy, "base": policy, "timeout": timeout,
+                                        "max_retries": 0 if policy in ("timeout", "baseline") else 3,
+                                        "breaker": policy == "isolation"},
+            workload={"step_period": PERIOD}, ranks=ranks, seed=7, warmup_steps=8, settle_steps=8,
+            hang_cap=hang_cap, faults=(), actions=(), expect=None)
         self.next_step = {r: 0 for r in range(ranks)}
         self.harness(0.0, "trial_start", policy=policy, ranks=ranks, run_id="fake", backend="netns",
                      hang_cap=hang_cap)
         for r in range(ranks):
             self.rank(r, 0.01, "rank_start", policy=policy, world=ranks)
-            self.rank(r, 0.05, "group_ready", gen=0, world=ranks, secs=0.04)
+            self.rank(r, 0.05, "group_ready", gen=0, world=ranks, group_rank=r, secs=0.04)
 
     def harness(self, t: float, kind: str, **fields: Any) -> None:
         self.events.append({"t": t, "src": "harness", "rank": None, "pid": 1, "kind": kind, **fields})
@@ -55,17 +64,19 @@ class History:
 
     def fault(self, kind: str = "link_down", targets: tuple[int, ...] = (1,), end: float | None = None,
               start: float = FAULT_AT, index: int = 0) -> None:
-        self.trial["faults"].append({"index": index, "kind": kind, "fault": {"kind": kind},
-                                     "targets": list(targets), "start": start,
-                                     "duration": None if end is None else end - start})
+        planned = PlannedFault(index=index, kind=kind, fault={"kind": kind}, description=kind,
+                               targets=targets, start=start, duration=None if end is None else end - start)
+        actions = (Action(start, APPLY, index),) + (() if end is None else (Action(end, REVERT, index),))
+        self.plan = dataclasses.replace(self.plan, faults=self.plan.faults + (planned,),
+                                        actions=tuple(sorted(self.plan.actions + actions, key=lambda a: a.at)))
         self.harness(start, "fault_applied", index=index, fault_kind=kind, fault={"kind": kind},
-                     targets=list(targets), mechanism="fake")
+                     targets=list(targets), mechanism="fake", t_requested=start)
         if end is not None:
             self.harness(end, "fault_reverted", index=index, fault_kind=kind, targets=list(targets))
 
     def leave(self, ranks: list[int] | None, t: float, reason: str, code: int) -> None:
-        self.each(ranks, t, "resources_released", outcome=reason, group=True,
-                  cuda_reserved_before=None, cuda_reserved_after=None)
+        self.each(ranks, t, "resources_released", outcome=reason, group=True, cuda_reserved_before=None,
+                  cuda_reserved_after=None, cuda_free_before=None, cuda_free_after=None)
         self.each(ranks, t + 0.01, "exit", reason=reason, code=code)
         for r in range(self.ranks) if ranks is None else ranks:
             self.harness(t + 0.1, "rank_exited", rank=r, pid=100 + r, exitcode=code, signal=None)
@@ -77,11 +88,19 @@ class History:
             self.harness(t + 0.1, "rank_exited", rank=r, pid=100 + r, exitcode=0, signal=None)
         self.harness(t + 0.2, "trial_end", reason="observed")
 
-    def done(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        return sorted(self.events, key=lambda e: e["t"]), self.trial
+    def done(self) -> tuple[Events, TrialInfo]:
+        info = TrialInfo(plan=self.plan, run_id="fake", backend="netns", mono_anchor=0.0, wall_anchor=0.0)
+        return sorted(self.events, key=lambda e: e["t"]), info
 
 
-def absorbed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def expecting(history: tuple[Events, TrialInfo], **expect: Any) -> tuple[Events, TrialInfo]:
+    """The history with an expectation in its plan (outcome names and float seconds)."""
+    events, info = history
+    plan = dataclasses.replace(info.plan, expect=Expectation(**expect))
+    return events, dataclasses.replace(info, plan=plan)
+
+
+def absorbed() -> tuple[Events, TrialInfo]:
     """A 3 s flap: no error, steps stop 10-13.2 s and resume."""
     h = History(policy="timeout")
     h.steps(0.0, FAULT_AT)
@@ -91,7 +110,7 @@ def absorbed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def failed_fast() -> tuple[Events, TrialInfo]:
     """Link down; every rank times out at 15.1 + r*0.1 s and exits failed-fast."""
     h = History(policy="timeout")
     h.steps(0.0, FAULT_AT)
@@ -104,7 +123,7 @@ def failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def recovered() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def recovered() -> tuple[Events, TrialInfo]:
     """Link down 10-13 s; errors at 11.5 s, backoff, retry, restored at 17.9 s, steps from 18 s."""
     h = History(policy="retry", timeout=1.5)
     h.steps(0.0, FAULT_AT)
@@ -114,8 +133,8 @@ def recovered() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     h.each(None, 11.6, "backoff", attempt=1, seconds=2.5)
     h.each(None, 14.1, "health_check", attempt=1, ok=True, detail="ok")
     h.each(None, 14.1, "retry", attempt=1, after_gen=0)
-    h.each(None, 17.8, "group_ready", gen=1, world=RANKS, secs=3.7)
-    h.each(None, 17.9, "restored", step=30, gen=1)
+    h.each(None, 17.8, "group_ready", gen=1, world=RANKS, group_rank=0, secs=3.7)
+    h.each(None, 17.9, "restored", step=30, gen=1, source="checkpoint")
     for r in range(RANKS):
         h.next_step[r] = 30
     h.steps(18.0, 25.0, gen=1)
@@ -123,7 +142,7 @@ def recovered() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def isolated() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def isolated() -> tuple[Events, TrialInfo]:
     """Link down for good; errors at 15.1 s, the health check fails, the breaker opens at 18.2 s."""
     h = History(policy="isolation")
     h.steps(0.0, FAULT_AT)
@@ -137,7 +156,7 @@ def isolated() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def hung() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def hung() -> tuple[Events, TrialInfo]:
     """Baseline: no error ever; the harness sees no progress for its 30 s cap and kills the ranks."""
     h = History(policy="baseline", timeout=6 * 3600)
     h.steps(0.0, FAULT_AT)
@@ -149,7 +168,7 @@ def hung() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def crashed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def crashed() -> tuple[Events, TrialInfo]:
     """Baseline with a short timeout: the error propagates and every rank crashes."""
     h = History(policy="baseline", timeout=5.0)
     h.steps(0.0, FAULT_AT)
@@ -162,7 +181,7 @@ def crashed() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def killed_then_failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def killed_then_failed_fast() -> tuple[Events, TrialInfo]:
     """SIGKILL on r1: it is gone (not a crash); the others see the peer close and fail fast."""
     h = History(policy="timeout")
     h.steps(0.0, FAULT_AT)
@@ -176,7 +195,7 @@ def killed_then_failed_fast() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def continued() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def continued() -> tuple[Events, TrialInfo]:
     """SIGKILL on r3; the survivors re-form a world of 3 and go on (a future elastic policy)."""
     h = History(policy="elastic")
     h.steps(0.0, FAULT_AT)
@@ -184,37 +203,56 @@ def continued() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     h.harness(10.02, "rank_exited", rank=3, pid=103, exitcode=None, signal=9)
     survivors = [0, 1, 2]
     h.each(survivors, 10.05, "collective_error", step=40, gen=0, phase="step", cause="closed", error="closed")
-    h.each(survivors, 11.0, "group_ready", gen=1, world=3, secs=0.9)
-    h.each(survivors, 11.1, "restored", step=40, gen=1)
+    h.each(survivors, 11.0, "group_ready", gen=1, world=3, group_rank=0, secs=0.9)
+    h.each(survivors, 11.1, "restored", step=40, gen=1, source="checkpoint")
     h.steps(11.2, 16.0, ranks=survivors, gen=1)
     h.end(16.0, survivors=survivors)
     return h.done()
 
 
-def rejoined() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def rejoined() -> tuple[Events, TrialInfo]:
     """Link down on r3 10-20 s; survivors go on as 3 at 11.2 s; r3 is let back in at 20.4 s
     and all four step from 20.6 s."""
     h = History(policy="elastic")
     h.steps(0.0, FAULT_AT)
     h.fault(targets=(3,), end=20.0)
     survivors = [0, 1, 2]
-    h.each(None, 10.8, "suspect", peer=3, via="heartbeat", cause="heartbeat", silent_s=0.8, gen=0)
+    h.each(None, 10.8, "suspect", peer=3, via="heartbeat", cause="heartbeat", silent_s=0.8, gen=0, waited_s=0.8)
     h.rank(3, 10.9, "breaker_open", reason="health check failed: cut off")
     h.each(survivors, 10.95, "exclude", peers=[3], gen=0, reasons={"3": "rank 3 silent"})
-    h.each(survivors, 11.0, "group_ready", gen=1, world=3, secs=0.1)
-    h.each(survivors, 11.1, "restored", step=40, gen=1, source="peer")
+    h.each(survivors, 11.0, "group_ready", gen=1, world=3, group_rank=0, secs=0.1)
+    h.each(survivors, 11.1, "restored", step=40, gen=1, source="peer", peer=0, bytes=1024)
     h.steps(11.2, 20.5, ranks=survivors, gen=1)
     h.rank(3, 20.3, "rejoin_request", gen=0)
     h.rank(3, 20.4, "rejoin_admitted", gen=2, waited_s=9.5)
-    h.each(None, 20.5, "group_ready", gen=2, world=4, secs=0.1)
-    h.each(None, 20.55, "restored", step=77, gen=2, source="peer")
+    h.each(None, 20.5, "group_ready", gen=2, world=4, group_rank=0, secs=0.1)
+    h.each(None, 20.55, "restored", step=77, gen=2, source="peer", peer=0, bytes=1024)
     h.next_step[3] = 77
     h.steps(20.6, 25.0, gen=2)
     h.end(25.0, survivors=list(range(RANKS)))
     return h.done()
 
 
-def retries_exhausted() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def restarted() -> tuple[Events, TrialInfo]:
+    """torchrun (bench/torchrun_kill.py): SIGKILL on r1's worker; every other agent stops its
+    worker group at 10.3 s (a suspect via agent); new workers start at 12 s, form a group,
+    begin again at step 0 and step from 14 s."""
+    h = History(policy="torchrun")
+    h.steps(0.0, FAULT_AT)
+    h.fault(kind="kill", targets=(1,))
+    h.harness(10.02, "rank_exited", rank=1, pid=101, exitcode=None, signal=9)
+    h.each([0, 2, 3], 10.3, "suspect", peer=None, via="agent", cause="agent", silent_s=None, gen=0, waited_s=None)
+    for r in range(RANKS):
+        h.rank(r, 12.0, "rank_start", pid=200 + r, policy="torchrun", world=RANKS)
+        h.rank(r, 13.5, "group_ready", pid=200 + r, gen=1, world=RANKS, group_rank=r, secs=1.5)
+        h.rank(r, 13.6, "restored", pid=200 + r, step=0, gen=1, source="initial")
+        h.next_step[r] = 0
+    h.steps(14.0, 20.0, gen=1)
+    h.end(20.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
+def retries_exhausted() -> tuple[Events, TrialInfo]:
     h = History(policy="retry")
     h.steps(0.0, FAULT_AT)
     h.fault(end=60.0)
@@ -228,7 +266,7 @@ def retries_exhausted() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def stalled_without_verdict() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def stalled_without_verdict() -> tuple[Events, TrialInfo]:
     """Errors, then nothing: no exit, no step, no hang verdict before the trial ended."""
     h = History(policy="retry")
     h.steps(0.0, FAULT_AT)
@@ -238,32 +276,30 @@ def stalled_without_verdict() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return h.done()
 
 
-def no_fault() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def no_fault() -> tuple[Events, TrialInfo]:
     h = History(policy="timeout")
     h.steps(0.0, 20.0)
     h.end(20.0, survivors=list(range(RANKS)))
     return h.done()
 
 
-def write_trial(run_dir: Path, name: str, events: list[dict[str, Any]], trial: dict[str, Any],
-                torn_tail: bool = False) -> None:
-    folder = run_dir / "trials" / name
+def write_trial(run_dir: Path, name: str, events: Events, trial: TrialInfo, torn_tail: bool = False) -> None:
+    folder = trial_dir(run_dir, name)
     folder.mkdir(parents=True)
-    (folder / "trial.json").write_text(json.dumps(trial))
+    write_trial_info(folder, trial)
     text = "".join(json.dumps(e) + "\n" for e in events)
     if torn_tail:  # a rank killed mid-write leaves half a line
         text += '{"t": 99.0, "src": "rank", "ki'
-    (folder / "events.jsonl").write_text(text)
+    (folder / EVENTS_FILE).write_text(text)
 
 
-def write_run(run_dir: Path, trials: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]],
-              seed: int = 7) -> Path:
+def write_run(run_dir: Path, trials: dict[str, tuple[Events, TrialInfo]], seed: int = 7) -> Path:
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({
-        "scenario": "link-down-r1", "scenario_file": "scenarios/link_down.yaml", "seed": seed,
-        "backend": "netns", "policies": list(trials), "started_wall": "2025-01-01T00:00:00Z",
-        "command": "chaos run scenarios/link_down.yaml", "clock": "monotonic (one kernel)"}))
-    (run_dir / "scenario.yaml").write_text("name: link-down-r1\nfaults:\n  - kind: link_down\n")
+    write_run_info(run_dir, RunInfo(
+        scenario="link-down-r1", scenario_file="scenarios/link_down.yaml", seed=seed, backend="netns",
+        policies=tuple(trials), started_wall="2025-01-01T00:00:00+00:00",
+        command="chaos run scenarios/link_down.yaml", clock="monotonic (one kernel)"))
+    (run_dir / SCENARIO_FILE).write_text("name: link-down-r1\nfaults:\n  - kind: link_down\n")
     for name, (events, trial) in trials.items():
         write_trial(run_dir, name, events, trial, torn_tail=True)
     return run_dir

@@ -1,9 +1,12 @@
-"""Expectations of a scenario against measured metrics."""
+"""Expectations of a trial's plan (typed: outcome names, float seconds) against measured metrics."""
 from __future__ import annotations
 
 import math
 
+import pytest
+
 from reports.expect import check_expectations
+from runfolder.plan import Expectation
 
 NAN = math.nan
 
@@ -15,38 +18,38 @@ def row(**values):
 
 def test_no_expectations_no_failures():
     assert check_expectations(row(), None) == []
-    assert check_expectations(row(), {}) == []
+    assert check_expectations(row(), Expectation()) == []
 
 
 def test_met():
-    assert check_expectations(row(), {"outcome": "failed-fast", "detect_within": 6}) == []
-    assert check_expectations(row(), {"outcome": ["isolated", "failed-fast"], "detect_within": "6s"}) == []
+    assert check_expectations(row(), Expectation(outcome=("failed-fast",), detect_within=6.0)) == []
+    assert check_expectations(row(), Expectation(outcome=("isolated", "failed-fast"), detect_within=6.0)) == []
 
 
 def test_outcome_mismatch_names_both():
-    [failure] = check_expectations(row(), {"outcome": "recovered"})
+    [failure] = check_expectations(row(), Expectation(outcome=("recovered",)))
     assert failure == "outcome: expected recovered, measured failed-fast"
 
 
 def test_detect_within_exceeded_names_bound_and_value():
-    [failure] = check_expectations(row(), {"detect_within": "5s"})
+    [failure] = check_expectations(row(), Expectation(detect_within=5.0))
     assert failure == "detect_within 5 s: time to detect 5.10 s"
 
 
 def test_recover_within_on_a_hang_shows_the_cap_not_a_number():
     [outcome, recover] = check_expectations(row(outcome="hung", ttd_s=NAN, hung_cap=30.0),
-                                            {"outcome": "recovered", "recover_within": 12})
+                                            Expectation(outcome=("recovered",), recover_within=12.0))
     assert outcome == "outcome: expected recovered, measured hung"
     assert recover == "recover_within 12 s: time to recover nothing measured: hung >= 30 s"
 
 
 def test_breaker_within_exceeded_and_not_measured():
-    [late] = check_expectations(row(outcome="isolated", breaker_open_s=31.5), {"breaker_within": "30s"})
+    [late] = check_expectations(row(outcome="isolated", breaker_open_s=31.5), Expectation(breaker_within=30.0))
     assert late == "breaker_within 30 s: breaker open 31.50 s"
-    [missing] = check_expectations(row(), {"breaker_within": 30})
+    [missing] = check_expectations(row(), Expectation(breaker_within=30.0))
     assert missing == "breaker_within 30 s: breaker open nothing measured (outcome failed-fast)"
 
 
-def test_unreadable_bound_is_a_failure():
-    [failure] = check_expectations(row(), {"detect_within": "soon"})
-    assert failure.startswith("detect_within: unreadable bound 'soon'")
+def test_an_unknown_outcome_name_is_refused_when_the_expectation_is_made():
+    with pytest.raises(ValueError, match="'soon' is not one of no-fault, hung"):
+        Expectation(outcome=("soon",))

@@ -26,16 +26,15 @@ def test_analyze_run_one_row_per_trial_in_policy_order(tmp_path):
 
 
 def test_expectation_verdicts_in_the_row(tmp_path):
-    timeout, hung, recovered = fakes.failed_fast(), fakes.hung(), fakes.recovered()
-    timeout[1]["expect"] = {"outcome": "failed-fast", "detect_within": 5.0}
-    hung[1]["expect"] = {"outcome": "recovered", "recover_within": "12s"}
-    recovered[1]["expect"] = {"outcome": "recovered"}
+    timeout = fakes.expecting(fakes.failed_fast(), outcome=("failed-fast",), detect_within=5.0)
+    hung = fakes.expecting(fakes.hung(), outcome=("recovered",), recover_within=12.0)
+    recovered = fakes.expecting(fakes.recovered(), outcome=("recovered",))
     run_dir = fakes.write_run(tmp_path / "run", {"timeout": timeout, "baseline": hung, "retry": recovered})
     table = analyze_run(run_dir)
     row = table.set_index("trial").loc["timeout"]
     assert bool(row["expect_ok"]) is False  # bool() of NA (no expectation) would raise
     assert row["expect_failures"] == "detect_within 5 s: time to detect 5.10 s"
-    assert json.loads(row["expect"]) == {"detect_within": 5.0, "outcome": "failed-fast"}
+    assert json.loads(row["expect"]) == {"detect_within": 5.0, "outcome": ["failed-fast"]}
     assert expectation_failures(table) == [
         "timeout: detect_within 5 s: time to detect 5.10 s",
         "baseline: outcome: expected recovered, measured hung",

@@ -8,7 +8,8 @@ import pytest
 
 import report_fakes as fakes
 from reports.history import events_frame
-from reports.metrics import OUTCOME_RULES, OUTCOMES, classify, progress_gaps, seconds, trial_facts, trial_metrics
+from reports.metrics import OUTCOME_RULES, classify, progress_gaps, trial_facts, trial_metrics
+from runfolder.plan import OUTCOMES
 
 
 def metrics_of(history) -> dict:
@@ -34,6 +35,15 @@ def test_outcome(history, outcome):
     row = metrics_of(history())
     assert row["outcome"] == outcome, row["outcome_reason"]
     assert row["outcome_reason"]
+
+
+def test_a_restart_from_step_0_is_a_recovery_with_its_steps_rolled_back():
+    # what bench/torchrun_kill.py writes: agents stop their groups, new workers start over
+    row = metrics_of(fakes.restarted())
+    assert row["outcome"] == "recovered" and row["departed"] == 0
+    assert row["ttd_s"] == pytest.approx(0.3) and row["detect_cause"] == "agent"
+    assert row["ttr_s"] == pytest.approx(4.003)  # the last node's first step of its new worker
+    assert row["steps_rolled_back"] == 40
 
 
 def test_every_outcome_has_a_rule_and_the_fallback_is_last():
@@ -115,7 +125,6 @@ def test_hung_reports_the_cap_and_no_measured_times():
 def test_a_kill_fault_is_not_a_crash_but_an_unexplained_signal_is():
     events, trial = fakes.killed_then_failed_fast()
     assert metrics_of((events, trial))["crashed_ranks"] == 0
-    trial["faults"][0]["kind"] = "pause"
     for event in events:
         if event["kind"] == "fault_applied":
             event["fault_kind"] = "pause"
@@ -181,7 +190,7 @@ def test_torn_and_odd_lines_are_skipped(tmp_path):
 
 
 def test_an_empty_trial_has_no_fault_and_no_numbers():
-    row = trial_metrics(events_frame([]), {"policy": "retry", "ranks": 4})
+    row = trial_metrics(events_frame([]), fakes.History(policy="retry").done()[1])
     assert row["outcome"] == "no-fault"
     assert math.isnan(row["wasted_rank_s"])
 
@@ -191,16 +200,6 @@ def test_facts_feed_a_new_outcome_rule():
     facts = trial_facts(events_frame(fakes.absorbed()[0]), fakes.absorbed()[1])
     assert classify(facts)[0] == "absorbed"
     assert facts.survivors == (0, 1, 2, 3)
-
-
-@pytest.mark.parametrize("text, value", [("250ms", 0.25), ("30s", 30.0), ("6h", 21600.0), (5, 5.0),
-                                         ("2m", 120.0)])
-def test_seconds(text, value):
-    assert seconds(text) == value
-
-
-def test_seconds_unreadable():
-    assert math.isnan(seconds("soon")) and math.isnan(seconds(None))
 
 
 def test_events_frame_keeps_harness_rank_null():

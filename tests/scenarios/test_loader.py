@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from pydantic import ValidationError
 import yaml
 
 from chaos.errors import UsageError
@@ -167,7 +168,7 @@ def test_an_outcome_may_be_one_name_or_a_list(tmp_path: Path) -> None:
 
 def test_a_scenario_is_frozen(tmp_path: Path) -> None:
     scenario = load_text(tmp_path, BASE)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         scenario.seed = 2  # type: ignore[misc]
 
 

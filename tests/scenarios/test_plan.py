@@ -1,18 +1,22 @@
-"""The timeline the orchestrator runs and the plan `chaos run --dry-run` prints."""
+"""The plan of a trial, built once from a scenario and a policy, and the text `chaos run
+--dry-run` prints from it."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.orchestrator import Action, plan_text, timeline
+from harness.run.plan import build_plan, plan_text
 from harness.run.scenario import load_scenario
+from runfolder.plan import Action, Expectation
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def scenario_of(tmp_path: Path, faults: str):
     path = tmp_path / "s.yaml"
-    path.write_text(f"cluster: {{ranks: 8}}\nseed: 3\nfaults:\n{faults}"
-                    "policies: {timeout: {timeout: 5s}}\nexpect: {timeout: {outcome: failed-fast}}\n")
+    path.write_text(f"cluster: {{ranks: 8}}\nseed: 3\nwarmup_steps: 5\nsettle_steps: 6\nhang_cap: 40s\n"
+                    f"faults:\n{faults}"
+                    "policies: {timeout: {timeout: 5s}, retry: {}}\n"
+                    "expect: {timeout: {outcome: failed-fast, detect_within: 7s}}\n")
     return load_scenario(path), path
 
 
@@ -21,25 +25,49 @@ def test_pulses_become_apply_revert_pairs_in_time_order(tmp_path: Path) -> None:
                                         " pulses: {on_for: 1s, off_for: 2s}}\n"
                                         "  - {kind: pause, target: {rank: 2}, start: 2s, duration: 2s}\n"
                                         "  - {kind: kill, target: {rank: 3}, start: 9s}\n")
-    assert timeline(scenario) == [
+    assert build_plan(scenario, "timeout").trial.actions == (
         Action(1.0, "apply", 0), Action(2.0, "revert", 0), Action(2.0, "apply", 1),
         Action(4.0, "revert", 1), Action(4.0, "apply", 0), Action(5.0, "revert", 0),
-        Action(7.0, "apply", 0), Action(8.0, "revert", 0), Action(9.0, "apply", 2)]
+        Action(7.0, "apply", 0), Action(8.0, "revert", 0), Action(9.0, "apply", 2))
+
+
+def test_the_plan_holds_targets_policy_expectation_and_caps(tmp_path: Path) -> None:
+    scenario, _ = scenario_of(tmp_path, "  - {kind: loss, percent: '20%', target: {count: 2},"
+                                        " start: 1s, duration: 4s}\n")
+    built = build_plan(scenario, "timeout")
+    plan = built.trial
+    [fault] = plan.faults
+    assert fault.targets == scenario.targets(0) and len(fault.targets) == 2
+    assert (fault.kind, fault.start, fault.duration) == ("loss", 1.0, 4.0)
+    assert fault.fault == scenario.faults[0].fault.model_dump(mode="json")
+    assert built.faults == (scenario.faults[0].fault,)
+    assert plan.expect == Expectation(outcome=("failed-fast",), detect_within=7.0)
+    assert (plan.policy, plan.policy_spec["timeout"], plan.policy_spec["max_retries"]) == ("timeout", 5.0, 0)
+    assert (plan.ranks, plan.seed, plan.warmup_steps, plan.settle_steps, plan.hang_cap) == (8, 3, 5, 6, 40.0)
+    assert plan.workload["step_period"] == 0.25 and plan.last_action_s == 5.0
+    assert build_plan(scenario, "retry").trial.expect is None
 
 
 def test_the_plan_names_ranks_mechanism_and_times(tmp_path: Path) -> None:
     scenario, path = scenario_of(tmp_path, "  - {kind: loss, percent: '20%', target: {count: 2},"
                                            " start: 1s, duration: 4s}\n")
-    plan = plan_text(scenario, path, ["timeout"], lambda fault: f"mechanism-for-{fault.kind}")
+    text = plan_text(scenario, path, ["timeout"], lambda fault: f"mechanism-for-{fault.kind}")
     ranks = ",".join(map(str, scenario.targets(0)))
-    assert "+  1.000 s  apply   faults.0 loss(" in plan
-    assert f"on ranks {ranks} by mechanism-for-loss" in plan
-    assert f"+  5.000 s  revert  faults.0 loss on ranks {ranks}" in plan
-    assert "timeout    timeout 5 s, 0 retries" in plan and "expects outcome failed-fast" in plan
+    assert "5 warm-up steps on every rank" in text
+    assert "+  1.000 s  apply   faults.0 loss(" in text
+    assert f"on ranks {ranks} by mechanism-for-loss" in text
+    assert f"+  5.000 s  revert  faults.0 loss on ranks {ranks}" in text
+    assert "made 6 steps after the last action" in text and "hang cap (40 s)" in text
+    assert "timeout    timeout 5 s, 0 retries" in text
+    assert "expects outcome failed-fast, detect_within 7 s" in text
 
 
 def test_every_shipped_scenario_has_a_plan() -> None:
     for path in sorted(SCENARIOS.glob("*.yaml")):
         scenario = load_scenario(path)
-        plan = plan_text(scenario, path, list(scenario.policies), lambda fault: "m")
-        assert scenario.name in plan and (not scenario.faults or " apply " in plan)
+        text = plan_text(scenario, path, list(scenario.policies), lambda fault: "m")
+        assert scenario.name in text and (not scenario.faults or " apply " in text)
+        for policy in scenario.policies:
+            plan = build_plan(scenario, policy).trial
+            assert [f.targets for f in plan.faults] == [scenario.targets(i) for i in range(len(scenario.faults))]
+            assert plan.last_action_s == max((e.start + (e.duration or 0) for e in scenario.faults), default=0)

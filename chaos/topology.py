@@ -1,0 +1,131 @@
+"""The network layout of a run, in one place: the switch, its hosts, their names and addresses.
+
+    chaos-<run>-sw      the switch namespace: bridge br0 with a fixed MAC and 10.77.0.1/16
+                        (the control plane's address), one port p<N> per host
+    chaos-<run>-r<NNN>  host N's namespace: eth0, 10.77.0.(10+N)/16, the other end of p<N>
+                        (its MAC follows from its address: `chaos.neighbours`)
+
+Both host backends (namespaces, containers), calibration and the tests build it here. The
+root namespace is never touched. Every namespace is written to the ledger (op ``netns``)
+before it is made, or, for a container's, before it is pinned under the host's name;
+removing the switch namespace removes the bridge and every veth with it. Everything is named
+after the run, so a heal finds it even where a ledger was lost.
+"""
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Sequence
+
+from chaos import neighbours, netlink
+from chaos.api import Host
+from chaos.errors import HarnessError
+from chaos.ledger import Ledger
+
+NAMESPACE_PREFIX = "chaos-"
+NETWORK = ipaddress.ip_network("10.77.0.0/16")
+SWITCH_ADDRESS = str(NETWORK.network_address + 1)  # the bridge's: the control plane listens here
+FIRST_HOST = 10
+BRIDGE = "br0"
+BRIDGE_MAC = "02:77:00:00:00:01"  # locally administered; fixed so that it never follows a port
+MAX_HOSTS = NETWORK.num_addresses - FIRST_HOST - 2
+
+
+def namespace_name(run_id: str, part: str) -> str:
+    return f"{NAMESPACE_PREFIX}{run_id}-{part}"
+
+
+def switch_namespace(run_id: str) -> str:
+    return namespace_name(run_id, "sw")
+
+
+def host_name(index: int) -> str:
+    return f"r{index:03d}"
+
+
+def host_index(name: str) -> int:
+    return int(name[1:])
+
+
+def host_address(index: int) -> str:
+    return str(NETWORK.network_address + FIRST_HOST + index)
+
+
+def port_name(index: int) -> str:
+    return f"p{index}"
+
+
+def host_at(run_id: str, index: int) -> Host:
+    """Host `index` of the run, its namespace at /run/netns/chaos-<run>-r<NNN>."""
+    return Host(name=host_name(index), address=host_address(index), switch_ns=switch_namespace(run_id),
+                port=port_name(index), ns_path=f"/run/netns/{namespace_name(run_id, host_name(index))}")
+
+
+def hosts_of(run_id: str, count: int) -> tuple[Host, ...]:
+    """The run's `count` hosts; refused when they do not fit the network."""
+    if count > MAX_HOSTS:
+        raise HarnessError(f"{count} hosts do not fit {NETWORK}; at most {MAX_HOSTS}")
+    return tuple(host_at(run_id, i) for i in range(count))
+
+
+def make_namespace(ledger: Ledger, name: str, pid: int | None = None) -> None:
+    """Record, then make namespace `name`; with `pid`, name that process's network namespace
+    instead (as `ip netns attach` does), so that it outlives the process."""
+    entry = ledger.record("netns", name=name)
+    if pid is None:
+        netlink.create_namespace(name)
+    else:
+        netlink.attach_namespace(name, pid)
+    ledger.mark(entry, "done")
+
+
+def build_switch(ledger: Ledger, switch_ns: str) -> None:
+    """The switch namespace with its bridge (the control plane's address); hosts plug in later."""
+    make_namespace(ledger, switch_ns)
+    with netlink.translated("build switch"), netlink.route(switch_ns) as ipr:
+        ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
+        # A fixed MAC: a bridge without one takes its lowest port's, and changes it when
+        # that port goes; every host's ARP entry for the switch then points nowhere and
+        # its traffic to the control plane stalls for ~15 s until the entry is renewed.
+        ipr.link("add", ifname=BRIDGE, kind="bridge", address=BRIDGE_MAC)
+        bridge = netlink.link_index(ipr, BRIDGE)
+        ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=NETWORK.prefixlen)
+        ipr.link("set", index=bridge, state="up")
+
+
+def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = None) -> None:
+    """Link each host to the switch: a veth from its port on the bridge to its eth0 (made in
+    the host's namespace, which must exist), with its addresses, both ends up; then each host
+    knows the switch and `peers` (the run's hosts; default `hosts`), the switch each host."""
+    with netlink.translated("plug hosts into the switch"), netlink.route(switch_ns) as ipr:
+        bridge = netlink.link_index(ipr, BRIDGE)
+        for h in hosts:
+            ipr.link("add", ifname=h.port, kind="veth", peer={"ifname": h.ifname, "net_ns_fd": h.ns_path,
+                                                              "address": neighbours.mac_of(h.address)})
+            ipr.link("set", index=netlink.link_index(ipr, h.port), master=bridge, state="up")
+    for h in hosts:
+        with netlink.translated(f"configure {h.name}"), netlink.route(h.ns_path) as ipr:
+            eth = netlink.link_index(ipr, h.ifname)
+            ipr.addr("add", index=eth, address=h.address, prefixlen=NETWORK.prefixlen)
+            ipr.link("set", index=eth, state="up")
+            ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
+    switch = neighbours.Station(f"/run/netns/{switch_ns}", BRIDGE, SWITCH_ADDRESS, BRIDGE_MAC)
+    neighbours.introduce(hosts, hosts if peers is None else peers, switch)
+
+
+def unplug(switch_ns: str, host: Host) -> None:
+    """Remove a host's port (and so its veth); one already gone is fine."""
+    with netlink.translated(f"remove port {host.port}", gone_ok=True), netlink.route(switch_ns) as ipr:
+        found = ipr.link_lookup(ifname=host.port)
+        if found:
+            ipr.link("del", index=found[0])
+
+
+def build(ledger: Ledger, hosts: Sequence[Host]) -> None:
+    """The switch `hosts` share (as `hosts_of` lays them out), a namespace for each of them,
+    and their links."""
+    switch_ns = hosts[0].switch_ns
+    build_switch(ledger, switch_ns)
+    for h in hosts:
+        make_namespace(ledger, Path(h.ns_path).name)
+    plug(switch_ns, hosts)

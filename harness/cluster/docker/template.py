@@ -1,0 +1,137 @@
+"""The rank template of docker-compose.yml (`x-rank`), as the harness reads it.
+
+Image, environment, capabilities, shared memory, ulimits and GPU device requests, with
+Compose's ${VAR} interpolation from this process's environment; turned here into the
+engine's create options. The `docker compose` command is never needed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chaos.errors import HarnessError
+from harness.cluster.docker.engine import LABEL_ROLE
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def _interpolate(value: Any) -> Any:
+    """Compose's ${VAR} / ${VAR:-default} / ${VAR-default}, from this process's environment."""
+    if isinstance(value, str):
+        return _VAR.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), value)
+    if isinstance(value, list):
+        return [_interpolate(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(v) for k, v in value.items()}
+    return value
+
+
+def _env_dict(env: Any) -> dict[str, str]:
+    if env is None:
+        return {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, os.environ.get(item, ""))
+                    for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+@dataclass(frozen=True)
+class RankTemplate:
+    """What the harness takes from the compose file's rank service (`x-rank`)."""
+
+    image: str
+    environment: dict[str, str] = field(default_factory=dict)
+    cap_add: tuple[str, ...] = ()
+    shm_size: str | None = None
+    ulimits: dict[str, Any] = field(default_factory=dict)
+    stop_signal: str = "SIGTERM"
+    gpu_requests: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_compose(cls, path: Path = COMPOSE_FILE) -> RankTemplate:
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise HarnessError(f"cannot read the compose file {path}: {exc}") from exc
+        services = doc.get("services") or {}
+        rank = doc.get("x-rank") or next(
+            (s for s in services.values() if (s.get("labels") or {}).get(LABEL_ROLE) == "rank"), None)
+        if not rank:
+            raise HarnessError(f"{path}: no rank template (an `x-rank` block or a service "
+                               f"labelled {LABEL_ROLE}=rank)")
+        rank = _interpolate(rank)
+        devices = (((rank.get("deploy") or {}).get("resources") or {}).get("reservations") or {}) \
+            .get("devices") or []
+        return cls(
+            image=rank["image"],
+            # CHAOS_* configure a rank started by `docker compose up`; the harness passes a config file.
+            environment={k: v for k, v in _env_dict(rank.get("environment")).items()
+                         if not k.startswith("CHAOS_")},
+            cap_add=tuple(rank.get("cap_add") or ()),
+            shm_size=str(rank["shm_size"]) if rank.get("shm_size") else None,
+            ulimits=dict(rank.get("ulimits") or {}),
+            stop_signal=str(rank.get("stop_signal") or "SIGTERM"),
+            gpu_requests=tuple(d for d in devices if "gpu" in _flat(d.get("capabilities"))),
+        )
+
+    def create_options(self, gpus: bool) -> dict[str, Any]:
+        """The engine's create options this template sets; `gpus`: pass its GPU requests."""
+        options: dict[str, Any] = dict(
+            environment={**self.environment, "PYTHONUNBUFFERED": "1"},
+            cap_add=list(self.cap_add) or None, stop_signal=self.stop_signal)
+        if self.shm_size:
+            options["shm_size"] = self.shm_size
+        if self.ulimits:
+            options["ulimits"] = _ulimits(self.ulimits)
+        if gpus and self.gpu_requests:
+            options["device_requests"] = _device_requests(self.gpu_requests)
+        return options
+
+
+def _flat(caps: Any) -> list[str]:
+    out: list[str] = []
+    for c in caps or []:
+        out += _flat(c) if isinstance(c, list) else [str(c)]
+    return out
+
+
+def _device_requests(requests: tuple[dict[str, Any], ...]) -> list[Any]:
+    """Compose's `deploy.resources.reservations.devices` as the engine's DeviceRequests."""
+    from docker.types import DeviceRequest
+    out = []
+    for d in requests:
+        ids = [str(i) for i in d.get("device_ids") or []]
+        count = d.get("count")
+        n = 0 if ids else -1 if count in (None, "all") else int(count)
+        out.append(DeviceRequest(driver=d.get("driver", ""), count=n, device_ids=ids,
+                                 capabilities=[_flat(d.get("capabilities"))],
+                                 options=d.get("options") or {}))
+    return out
+
+
+def _ulimits(ulimits: dict[str, Any]) -> list[Any]:
+    """The template's ulimits, capped at this host's hard limits (-1: unlimited). A GPU node
+    grants `memlock: -1`; a VM that does not would otherwise refuse to start the container."""
+    import resource
+
+    from docker.types import Ulimit
+    out = []
+    for name, v in ulimits.items():
+        soft, hard = (v, v) if not isinstance(v, dict) else (v.get("soft"), v.get("hard"))
+        soft, hard = int(soft), int(hard)
+        limit = getattr(resource, f"RLIMIT_{name.upper()}", None)
+        if limit is not None:
+            host_hard = resource.getrlimit(limit)[1]
+            if host_hard != resource.RLIM_INFINITY:
+                hard = host_hard if hard < 0 else min(hard, host_hard)
+                soft = hard if soft < 0 else min(soft, hard)
+        out.append(Ulimit(name=name, soft=soft, hard=hard))
+    return out

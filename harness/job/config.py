@@ -1,0 +1,47 @@
+"""What a rank is told to do, as values: the training workload and the whole rank config.
+
+Pydantic only (no torch): the harness builds these in its own process (the scenario loader,
+the orchestrator, `chaos run --dry-run`), and a rank reads its RankConfig back from JSON.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaos.faults import Seconds
+from harness.job.policies import PolicySpec
+
+
+class WorkloadSpec(BaseModel):
+    """The training job (harness.job.workload): a small MLP paced to `step_period`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_period: Seconds = 0.25
+    batch: Annotated[int, Field(ge=1)] = 32
+    features: Annotated[int, Field(ge=1)] = 64
+    hidden: Annotated[int, Field(ge=1)] = 256
+    classes: Annotated[int, Field(ge=2)] = 10
+    checkpoint_every: Annotated[int, Field(ge=1)] = 10
+    lr: Annotated[float, Field(gt=0)] = 0.05
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+
+
+class RankConfig(BaseModel):
+    """Everything a rank needs, passed as JSON from the harness (any backend)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: int
+    world_size: int
+    seed: int
+    store_address: str
+    store_port: int
+    events_path: str
+    checkpoint_dir: str
+    policy: PolicySpec
+    workload: WorkloadSpec
+    max_steps: int | None = None
+    store_timeout_s: float = 60.0
+    ifname: str = "eth0"  # the host's link: gloo binds here, not to whatever the hostname resolves to

@@ -1,0 +1,124 @@
+"""A trial's plan, built once from a scenario and a policy, and its text for `--dry-run`.
+
+    plan = build_plan(scenario, "timeout")
+    plan.trial.faults[0].targets  # resolved: a `count` target drawn with the seed, once
+    plan.trial.actions            # every apply and revert in time order, pulses included
+    plan.trial.expect             # typed: outcome names and bounds in float seconds
+    plan.faults[0]                # the fault value chaos injects
+
+The orchestrator executes the plan and stores `plan.trial` in trial.json (a
+runfolder.plan.TrialPlan, inside runfolder.info.TrialInfo); the reports judge the trial
+from the stored plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from chaos.faults import FaultBase
+from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
+from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One trial's plan as the harness executes it: what is stored and judged (`trial`), and
+    each fault as the value chaos injects (the stored JSON is for reading: a fault's units
+    are parsed from the scenario's strings once, not again from numbers)."""
+
+    trial: TrialPlan
+    faults: tuple[FaultBase, ...]    # faults[i] is trial.faults[i]'s value
+
+
+def build_plan(scenario: Scenario, policy: str) -> Plan:
+    """The plan of one trial of `scenario` under `policy` (a name in its policies)."""
+    trial = TrialPlan(
+        policy=policy, policy_spec=scenario.policy(policy).model_dump(mode="json"),
+        workload=scenario.workload.model_dump(mode="json"), ranks=scenario.cluster.ranks,
+        seed=scenario.seed, warmup_steps=scenario.warmup_steps, settle_steps=scenario.settle_steps,
+        hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
+        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)))
+    return Plan(trial, tuple(e.fault for e in scenario.faults))
+
+
+def _planned(scenario: Scenario, index: int, event: FaultEvent) -> PlannedFault:
+    fault = event.fault
+    return PlannedFault(index=index, kind=fault.kind, fault=fault.model_dump(mode="json"),  # type: ignore[attr-defined]
+                        description=fault.describe(), targets=scenario.targets(index),
+                        start=event.start, duration=event.duration)
+
+
+def _actions(faults: tuple[FaultEvent, ...]) -> tuple[Action, ...]:
+    """Every apply and revert in time order (a revert before an apply at the same offset); a
+    pulsed fault contributes one pair per on-phase."""
+    actions = []
+    for i, event in enumerate(faults):
+        for on, off in event.windows():
+            actions.append(Action(on, APPLY, i))
+            if off is not None:
+                actions.append(Action(off, REVERT, i))
+    return tuple(sorted(actions, key=lambda a: (a.at, a.verb == APPLY)))
+
+
+def _expectation(written: WrittenExpectation | None) -> Expectation | None:
+    """The expectation as the reports judge it; None when the scenario sets nothing."""
+    if written is None or not written.model_dump(exclude_none=True):
+        return None
+    return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
+                       recover_within=written.recover_within, breaker_within=written.breaker_within)
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+
+
+def _expectation_text(expect: Expectation | None) -> str:
+    if expect is None:
+        return "nothing"
+    wanted = [f"outcome {' or '.join(expect.outcome)}"] if expect.outcome else []
+    wanted += [f"{name} {bound:g} s" for name, bound in expect.bounds().items()]
+    return ", ".join(wanted)
+
+
+def _policy_text(plan: TrialPlan) -> str:
+    spec = plan.policy_spec
+    return (f"timeout {spec['timeout']:g} s, {spec['max_retries']} retries "
+            f"(backoff {spec['backoff_base']:g}..{spec['backoff_cap']:g} s), "
+            f"breaker {'on' if spec['breaker'] else 'off'}"
+            + (", failure detector" if spec["detector"] is not None else "")
+            + (", elastic" if spec["elastic"] else "")
+            + (f", rejoin within {spec['rejoin_within']:g} s" if spec["rejoin"] else ""))
+
+
+def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
+              mechanism: Callable[[FaultBase], str]) -> str:
+    """What a run of `policies` would do, in words: which ranks, which mechanism, when (for
+    `chaos run --dry-run`; nothing is built or injected). `mechanism` names the mechanism
+    this machine would use for a fault."""
+    plans = [build_plan(scenario, name) for name in policies]
+    header = (f"scenario {scenario.name} ({scenario_file}), seed {scenario.seed}: "
+              f"{scenario.cluster.ranks} ranks on {scenario.cluster.backend} hosts")
+    if not plans:
+        return f"{header}\nno policy to run: add one under 'policies:'"
+    timeline, values = plans[0].trial, plans[0].faults  # the same for every policy
+    lines = [header,
+             f"per policy, on a fresh cluster: {timeline.warmup_steps} warm-up steps on every rank, "
+             "then at these offsets after warm-up:"]
+    for action in timeline.actions:
+        fault = timeline.faults[action.index]
+        what = fault.description if action.verb == APPLY else fault.kind
+        how = f" by {mechanism(values[action.index])}" if action.verb == APPLY else ""
+        lines.append(f"  +{action.at:7.3f} s  {action.verb:6}  faults.{action.index} {what} "
+                     f"on {ranks_text(fault.targets)}{how}")
+    if not timeline.faults:
+        lines.append("  (no fault: a control run)")
+    never = [f"faults.{f.index}" for f in timeline.faults if f.duration is None]
+    if never:
+        lines.append(f"  {', '.join(never)} never heal{'s' if len(never) == 1 else ''} while the harness watches")
+    lines.append(f"then watch until every live rank made {timeline.settle_steps} steps after the last "
+                 f"action, every rank exited, or nothing moved for the hang cap ({timeline.hang_cap:g} s)")
+    lines.append("policies, in this order:")
+    lines += [f"  {plan.trial.policy:10} {_policy_text(plan.trial)}; expects {_expectation_text(plan.trial.expect)}"
+              for plan in plans]
+    return "\n".join(lines)

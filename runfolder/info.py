@@ -1,0 +1,174 @@
+"""run.json and trial.json: typed, versioned, one definition for the writers and the readers.
+
+Both files carry `format_version`. A reader takes FORMAT_VERSION and refuses anything else
+with one line that names the file, what is wrong and the fix:
+
+  no format_version   written before run folders were versioned (chaos-harness up to commit
+                      b3f0031): its trial.json lacks the plan (warm-up steps, actions,
+                      workload) that the reports now judge from, so it is not guessed at;
+                      run the scenario again with the command its run.json records.
+  a newer version     written by a newer chaos-harness: upgrade this one.
+
+Any change to these files, to the plan (runfolder.plan) or to the events' fields
+(runfolder.events) is a new FORMAT_VERSION, and a reader of the old one beside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from runfolder.layout import RUN_FILE, TRIAL_FILE
+from runfolder.plan import TrialPlan
+
+FORMAT_VERSION = 1
+LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
+
+
+class RunFolderError(ValueError):
+    """A folder that is not a readable run folder; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """run.json: the run as a whole."""
+
+    scenario: str
+    scenario_file: str
+    seed: int
+    backend: str
+    policies: tuple[str, ...]        # the trials, in the order they ran
+    started_wall: str                # ISO 8601, local time with its offset
+    command: str                     # how to run it again
+    clock: str                       # the clock of every event's t
+    format_version: int = FORMAT_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialInfo:
+    """trial.json: one trial, written before its cluster is built."""
+
+    plan: TrialPlan
+    run_id: str                      # names the trial's hosts and its ledger
+    backend: str
+    mono_anchor: float               # time.monotonic() and time.time() at one moment: maps
+    wall_anchor: float               # the events' t to wall-clock time
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def policy(self) -> str:
+        return self.plan.policy
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    _write(Path(run_dir) / RUN_FILE, info)
+
+
+def write_trial_info(trial_dir: Path, info: TrialInfo) -> None:
+    _write(Path(trial_dir) / TRIAL_FILE, info)
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    return _read(Path(run_dir) / RUN_FILE, RunInfo)
+
+
+def read_trial_info(trial_dir: Path) -> TrialInfo:
+    return _read(Path(trial_dir) / TRIAL_FILE, TrialInfo)
+
+
+def _write(path: Path, info: RunInfo | TrialInfo) -> None:
+    path.write_text(json.dumps(dataclasses.asdict(info), indent=2) + "\n")
+
+
+Info = TypeVar("Info", RunInfo, TrialInfo)
+
+
+def _read(path: Path, cls: type[Info]) -> Info:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunFolderError(f"{path}: missing; not a run folder written by `chaos run`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    _check_version(path, data)
+    try:
+        return _decode(cls, data, ())
+    except _Invalid as exc:
+        raise RunFolderError(f"{path}: {exc}; this is not what format {FORMAT_VERSION} writes "
+                             "(edited by hand?): run the trial again") from None
+
+
+def _check_version(path: Path, data: dict[str, Any]) -> None:
+    if "format_version" not in data:
+        again = f" (`{data['command']}`)" if isinstance(data.get("command"), str) else ""
+        raise RunFolderError(
+            f"{path}: no format_version: written before run folders were versioned (chaos-harness "
+            f"up to {LAST_UNVERSIONED_COMMIT}), and this one reads format {FORMAT_VERSION} only; "
+            f"run the scenario again{again} or analyze it with the chaos-harness that wrote it")
+    version = data["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunFolderError(f"{path}: format_version: {version!r} is not a format version "
+                             f"(a whole number from 1; this chaos-harness writes {FORMAT_VERSION})")
+    if version > FORMAT_VERSION:
+        raise RunFolderError(f"{path}: format_version {version} is newer than this chaos-harness "
+                             f"reads ({FORMAT_VERSION}); upgrade chaos-harness to analyze it")
+
+
+# -- decoding: JSON -> the dataclasses above, every field's type checked -----------------
+
+class _Invalid(Exception):
+    def __init__(self, where: tuple[Any, ...], problem: str) -> None:
+        super().__init__(f"{'.'.join(map(str, where)) or 'the file'}: {problem}")
+
+
+_FORMS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _decode(cls: type, data: Any, where: tuple[Any, ...]) -> Any:
+    if not isinstance(data, dict):
+        raise _Invalid(where, f"expected an object, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise _Invalid((*where, unknown[0]), "unknown field")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, field in fields.items():
+        if name in data:
+            values[name] = _value(hints[name], data[name], (*where, name))
+        elif field.default is dataclasses.MISSING:
+            raise _Invalid((*where, name), "missing")
+    try:
+        return cls(**values)
+    except ValueError as exc:  # a value type's own check (an unknown outcome name)
+        raise _Invalid(where, str(exc)) from None
+
+
+def _value(kind: Any, value: Any, where: tuple[Any, ...]) -> Any:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (Union, types.UnionType):  # X | None
+        if value is None:
+            return None
+        (kind,) = [a for a in args if a is not type(None)]
+        return _value(kind, value, where)
+    if origin is tuple:  # tuple[X, ...]
+        if not isinstance(value, list):
+            raise _Invalid(where, f"expected a list, got {value!r}")
+        return tuple(_value(args[0], item, (*where, i)) for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Invalid(where, f"expected an object, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(kind):
+        return _decode(kind, value, where)
+    number = kind in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and (kind is float or isinstance(value, int)):
+        return kind(value)
+    if kind in (str, bool) and isinstance(value, kind):
+        return value
+    raise _Invalid(where, f"expected {_FORMS[kind]}, got {value!r}")

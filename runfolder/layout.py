@@ -1,0 +1,42 @@
+"""Where things are in a run folder: every file and folder name, in one place.
+
+    RUN_DIR/run.json                          RunInfo (runfolder.info)
+    RUN_DIR/scenario.yaml                     a copy of the scenario file
+    RUN_DIR/trials/<policy>/trial.json        TrialInfo, with the trial's plan (runfolder.plan)
+    RUN_DIR/trials/<policy>/events.jsonl      one JSON event per line (runfolder.events)
+    RUN_DIR/trials/<policy>/logs/rNNN.log     each rank's stdout and stderr
+    RUN_DIR/trials/<policy>/ckpt/             the ranks' atomic checkpoints
+    RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
+                                              written by `reports` (or into `--out DIR`)
+    OUT/compare.md                            `chaos report RUN_DIR... --out OUT`, several runs
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+RUN_FILE = "run.json"
+SCENARIO_FILE = "scenario.yaml"
+TRIALS_DIR = "trials"
+TRIAL_FILE = "trial.json"  # beside it: runfolder.events.EVENTS_FILE
+LOGS_DIR = "logs"
+CHECKPOINT_DIR = "ckpt"
+METRICS_FILE = "metrics.csv"
+REPORT_MARKDOWN = "report.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+COMPARE_FILE = "compare.md"
+
+
+def trial_dir(run_dir: Path, trial: str) -> Path:
+    return Path(run_dir) / TRIALS_DIR / trial
+
+
+def trial_dirs(run_dir: Path) -> list[Path]:
+    """The trial folders of a run, by name (reports order them as run.json lists them)."""
+    trials = Path(run_dir) / TRIALS_DIR
+    return sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+
+
+def plot_file(trial: str) -> str:
+    """The timeline plot of a trial, relative to the reports' folder."""
+    return f"{PLOTS_DIR}/timeline-{trial}.png"

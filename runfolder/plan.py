@@ -1,0 +1,83 @@
+"""The plan of one trial as a value: what the harness does, when, and what it expects.
+
+Built once from a scenario and a policy (`harness.run.plan.build_plan`), printed by
+`chaos run --dry-run`, executed by the orchestrator, stored in trial.json, and read back by
+the reports, which judge the trial against its `expect`. Times are float seconds; offsets
+are after warm-up. Faults and policies are stored as the JSON their own packages write
+(`chaos.faults`, `harness.job.policies`), so this module needs neither.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+APPLY = "apply"
+REVERT = "revert"
+# Every outcome a trial can have, in the order the reports' rules try them
+# (reports.metrics.OUTCOME_RULES); "inconclusive" when no rule applies.
+OUTCOMES: tuple[str, ...] = ("no-fault", "hung", "crashed", "continued", "recovered", "isolated",
+                             "retries-exhausted", "failed-fast", "absorbed", "inconclusive")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a policy is expected to do: one of `outcome` (empty: any) and bounds on the
+    measured times, in seconds after the fault started (None: no bound)."""
+
+    outcome: tuple[str, ...] = ()
+    detect_within: float | None = None
+    recover_within: float | None = None
+    breaker_within: float | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [o for o in self.outcome if o not in OUTCOMES]
+        if unknown:
+            raise ValueError(f"outcome {unknown[0]!r} is not one of {', '.join(OUTCOMES)}")
+
+    def bounds(self) -> dict[str, float]:
+        """The time bounds that are set, by name (detect_within, ...)."""
+        return {name: value for name, value in (("detect_within", self.detect_within),
+                                                ("recover_within", self.recover_within),
+                                                ("breaker_within", self.breaker_within))
+                if value is not None}
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    """One fault of the timeline with its targets resolved (a `count` drawn with the seed)."""
+
+    index: int                       # its place in the scenario's `faults`
+    kind: str
+    fault: dict[str, Any]            # the fault's kind and parameters (chaos.faults, as JSON)
+    description: str                 # "loss(percent=0.2, correlation=0.0)"
+    targets: tuple[int, ...]         # ranks, sorted
+    start: float
+    duration: float | None           # None: it never heals while the harness watches
+
+
+@dataclass(frozen=True)
+class Action:
+    """Apply or revert fault `index`, `at` seconds after warm-up."""
+
+    at: float
+    verb: str                        # APPLY | REVERT
+    index: int
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    policy: str
+    policy_spec: dict[str, Any]      # harness.job.policies.PolicySpec, as JSON
+    workload: dict[str, Any]         # harness.job.config.WorkloadSpec, as JSON
+    ranks: int
+    seed: int
+    warmup_steps: int                # steps every rank makes before the first action
+    settle_steps: int                # steps every live rank makes after the last action
+    hang_cap: float                  # no step and no policy action this long: hung
+    faults: tuple[PlannedFault, ...]  # faults[i].index == i
+    actions: tuple[Action, ...]      # in time order; a pulsed fault has one pair per on-phase
+    expect: Expectation | None
+
+    @property
+    def last_action_s(self) -> float:
+        return max((a.at for a in self.actions), default=0.0)

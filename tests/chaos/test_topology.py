@@ -1,0 +1,63 @@
+"""The network layout of a run, built once in `chaos.topology` for both backends, calibration
+and these tests: names and addresses, the ledger first, and a switch whose MAC never follows
+a port (calibration's own copy of the layout once lacked that, and stalled ~15 s)."""
+from __future__ import annotations
+
+import pytest
+
+from chaos import netlink, topology
+from chaos.api import Host
+from chaos.calibrate import delivered, scratch_cluster
+from chaos.errors import HarnessError
+from chaos.ledger import Ledger
+
+from .conftest import new_run_id, run_leftovers
+
+
+def bridge_mac(switch_ns: str) -> str:
+    with netlink.route(switch_ns) as ipr:
+        return ipr.get_links(netlink.link_index(ipr, topology.BRIDGE))[0].get_attr("IFLA_ADDRESS")
+
+
+def test_the_layout_of_a_host() -> None:
+    assert topology.host_at("ab12", 5) == Host(
+        name="r005", address="10.77.0.15", switch_ns="chaos-ab12-sw", port="p5",
+        ns_path="/run/netns/chaos-ab12-r005", ifname="eth0")
+    assert topology.host_index("r005") == 5
+    assert topology.SWITCH_ADDRESS == "10.77.0.1"
+    assert [h.address for h in topology.hosts_of("ab12", 3)] == ["10.77.0.10", "10.77.0.11", "10.77.0.12"]
+
+
+def test_more_hosts_than_the_network_holds_are_refused() -> None:
+    assert len(topology.hosts_of("ab12", topology.MAX_HOSTS)) == topology.MAX_HOSTS
+    with pytest.raises(HarnessError, match=f"{topology.MAX_HOSTS + 1} hosts do not fit 10.77.0.0/16"):
+        topology.hosts_of("ab12", topology.MAX_HOSTS + 1)
+
+
+@pytest.mark.requires_root
+def test_every_namespace_is_in_the_ledger_before_it_is_made(cluster) -> None:
+    entries = [e for e in cluster.ledger.entries() if e.op == "netns"]
+    assert [e.args["name"] for e in entries] == [f"chaos-{cluster.run_id}-sw"] + [
+        f"chaos-{cluster.run_id}-r{r:03d}" for r in range(3)]
+    assert all(e.state == "done" for e in entries)
+
+
+@pytest.mark.requires_root
+def test_the_switch_keeps_its_mac_when_a_port_goes(cluster) -> None:
+    sw = cluster.hosts[0].switch_ns
+    assert bridge_mac(sw) == topology.BRIDGE_MAC
+    assert delivered(cluster.hosts[1], cluster.hosts[2]) == 1.0
+    topology.unplug(sw, cluster.hosts[0])
+    topology.unplug(sw, cluster.hosts[0])  # already gone: fine
+    assert bridge_mac(sw) == topology.BRIDGE_MAC
+    assert delivered(cluster.hosts[1], cluster.hosts[2]) == 1.0
+
+
+@pytest.mark.requires_root
+def test_calibration_builds_the_same_layout(state_dir) -> None:
+    run_id = new_run_id("c")
+    with scratch_cluster(run_id, Ledger(run_id)) as hosts:
+        assert hosts == topology.hosts_of(run_id, 2)
+        assert bridge_mac(hosts[0].switch_ns) == topology.BRIDGE_MAC
+        assert delivered(hosts[0], hosts[1]) == 1.0
+    assert run_leftovers(run_id) == ([], [])

@@ -1,0 +1,119 @@
+"""Restore strategies against a fake group whose ranks are threads: its collectives reduce
+what every rank put in, so the agreement between ranks is tested, not assumed."""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from harness.job.checkpoint import Checkpointer
+from harness.job.restore import FromCheckpoint, FromPeer, Restored, RestoreStrategy
+from harness.job.workload import Workload, WorkloadSpec
+
+SPEC = WorkloadSpec(hidden=8, features=4)
+
+
+class Exchange:
+    """Hands every rank what all ranks put in, once all have put theirs."""
+
+    def __init__(self, world: int) -> None:
+        self.barrier = threading.Barrier(world, timeout=10)
+        self.slots: list[torch.Tensor | None] = [None] * world
+
+    def __call__(self, rank: int, tensor: torch.Tensor) -> list[torch.Tensor]:
+        self.slots[rank] = tensor.clone()
+        self.barrier.wait()
+        got = list(self.slots)
+        self.barrier.wait()  # nobody puts the next value in before all have read this one
+        return got
+
+
+class ThreadRank:
+    """One member of a generation whose members are threads of this process."""
+
+    def __init__(self, exchange: Exchange, rank: int, members: tuple[int, ...]) -> None:
+        self.exchange = exchange
+        self.rank = rank
+        self.members = members
+        self.member = members[rank]
+        self.world_size = len(members)
+        self.generation = 1
+
+    def all_reduce(self, tensor, op="sum", watch=None):
+        stacked = torch.stack(self.exchange(self.rank, tensor))
+        reduced = {"sum": stacked.sum(0), "min": stacked.min(0).values, "max": stacked.max(0).values}
+        tensor.copy_(reduced[op])
+
+    def broadcast(self, tensor, src, watch=None):
+        tensor.copy_(self.exchange(self.rank, tensor)[src])
+
+
+def restore_all(strategies: list[RestoreStrategy], workloads: list[Workload],
+                members: tuple[int, ...]) -> list[Restored]:
+    exchange = Exchange(len(workloads))
+    with ThreadPoolExecutor(len(workloads)) as pool:
+        done = [pool.submit(s.restore, ThreadRank(exchange, r, members), w, None)
+                for r, (s, w) in enumerate(zip(strategies, workloads, strict=True))]
+        return [d.result(timeout=30) for d in done]
+
+
+def trained(rank: int, steps: int) -> Workload:
+    workload = Workload(SPEC, seed=3, rank=rank)
+    for _ in range(steps):
+        workload.train_step(lambda flat: None, 1)  # local gradients only: ranks drift apart
+    return workload
+
+
+def weights(workload: Workload) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in workload.model.parameters()]
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_peer_restore_takes_the_newest_state_from_the_lowest_rank_that_holds_it():
+    workloads = [trained(0, 5), trained(2, 6), trained(3, 6)]  # group ranks 1 and 2 are a step ahead
+    sent = weights(workloads[1])
+    assert not same(sent, weights(workloads[2]))
+    restored = restore_all([FromPeer()] * 3, workloads, members=(0, 2, 3))
+    assert {r.source for r in restored} == {"peer"}
+    assert {r.peer for r in restored} == {2}  # original rank 2 = group rank 1, the lowest holding step 6
+    assert len({r.bytes for r in restored}) == 1 and restored[0].bytes > 0
+    assert [w.step for w in workloads] == [6, 6, 6]
+    assert all(same(weights(w), sent) for w in workloads)
+    assert all(torch.equal(v, s) for w in workloads for v, s in zip(w.velocity, workloads[1].velocity, strict=True))
+    assert restored[0].fields() == {"source": "peer", "peer": 2, "bytes": restored[0].bytes}
+
+
+def test_checkpoint_restore_loads_the_newest_checkpoint_every_rank_has(tmp_path: Path):
+    strategies, workloads = [], []
+    for rank, newest in enumerate([4, 6, 4]):
+        checkpoints = Checkpointer(tmp_path / f"r{rank}")
+        workload = trained(rank, 0)
+        for step in range(1, newest + 1):
+            workload.train_step(lambda flat: None, 1)
+            if step % 2 == 0:
+                checkpoints.save(step, workload.state())
+        strategies.append(FromCheckpoint(checkpoints))
+        workloads.append(workload)
+    restored = restore_all(strategies, workloads, members=(0, 1, 2))
+    assert [r.fields() for r in restored] == [{"source": "checkpoint"}] * 3
+    assert [w.step for w in workloads] == [4, 4, 4]  # rank 1's step 6 is not everyone's
+    for rank, workload in enumerate(workloads):
+        at_4 = trained(rank, 0)
+        at_4.load_state(strategies[rank].checkpoints.load(4))
+        assert same(weights(workload), weights(at_4))
+        assert not same(weights(at_4), weights(trained(rank, 0)))  # step 4 is not the initial state
+
+
+def test_checkpoint_restore_starts_over_when_one_rank_has_no_checkpoint(tmp_path: Path):
+    initial = weights(Workload(SPEC, seed=3, rank=0))
+    with_one, without = Checkpointer(tmp_path / "a"), Checkpointer(tmp_path / "b")
+    workloads = [trained(0, 2), trained(1, 2)]
+    with_one.save(2, workloads[0].state())
+    restore_all([FromCheckpoint(with_one), FromCheckpoint(without)], workloads, members=(0, 1))
+    assert [w.step for w in workloads] == [0, 0]
+    assert all(same(weights(w), initial) for w in workloads)

@@ -1,0 +1,128 @@
+"""The run-folder contract as the reports read it: versions, typed info, event kinds."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import report_fakes as fakes
+from reports import RunFolderError, analyze_run, report_main
+from runfolder.events import SCHEMA, schema_problems
+from runfolder.info import FORMAT_VERSION, read_run_info, read_trial_info
+from runfolder.layout import RUN_FILE, TRIAL_FILE, trial_dir
+
+HISTORIES = (fakes.absorbed, fakes.failed_fast, fakes.recovered, fakes.isolated, fakes.hung, fakes.crashed,
+             fakes.killed_then_failed_fast, fakes.continued, fakes.rejoined, fakes.retries_exhausted,
+             fakes.stalled_without_verdict, fakes.no_fault, fakes.restarted)
+
+# run.json and trial.json as the orchestrator wrote them before run folders were versioned
+# (commit b3f0031: harness/run/orchestrator.py, run_scenario and Trial._write_metadata)
+UNVERSIONED_RUN = {
+    "scenario": "kill_rank", "scenario_file": "scenarios/kill_rank.yaml", "seed": 1, "backend": "netns",
+    "policies": ["timeout"], "started_wall": "2026-11-30T19:00:00+00:00",
+    "command": "chaos run scenarios/kill_rank.yaml --policy timeout", "clock": "monotonic, one kernel shared by every rank"}
+UNVERSIONED_TRIAL = {
+    "policy": "timeout", "policy_spec": {"name": "timeout", "base": "timeout", "timeout": 5.0}, "run_id": "a1b2c3",
+    "backend": "netns", "ranks": 4, "hang_cap": 30.0, "settle_steps": 8, "seed": 1, "mono_anchor": 1.0,
+    "wall_anchor": 2.0, "faults": [{"index": 0, "kind": "kill", "fault": {"kind": "kill", "signal": 9},
+                                    "targets": [1], "start": 2.0, "duration": None, "windows": [[2.0, None]]}],
+    "expect": {"outcome": ["failed-fast"], "detect_within": 7.0}}
+
+
+def make_run(tmp_path):
+    return fakes.write_run(tmp_path / "run", {"timeout": fakes.failed_fast(), "retry": fakes.recovered()})
+
+
+def test_run_and_trial_info_round_trip_through_their_files(tmp_path):
+    run_dir = make_run(tmp_path)
+    events, trial = fakes.expecting(fakes.failed_fast(), outcome=("failed-fast", "isolated"), detect_within=7.5)
+    fakes.write_trial(run_dir, "isolation", events, trial)
+    assert read_trial_info(trial_dir(run_dir, "isolation")) == trial
+    info = read_run_info(run_dir)
+    assert info.policies == ("timeout", "retry") and info.format_version == FORMAT_VERSION
+    assert json.loads((run_dir / RUN_FILE).read_text())["format_version"] == FORMAT_VERSION
+
+
+def unversioned_run(tmp_path):
+    run_dir = tmp_path / "old-run"
+    trial = trial_dir(run_dir, "timeout")
+    trial.mkdir(parents=True)
+    (run_dir / RUN_FILE).write_text(json.dumps(UNVERSIONED_RUN))
+    (trial / TRIAL_FILE).write_text(json.dumps(UNVERSIONED_TRIAL))
+    (trial / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in fakes.killed_then_failed_fast()[0]))
+    return run_dir
+
+
+def test_a_folder_written_before_format_versions_is_refused_naming_file_problem_and_fix(tmp_path, capsys):
+    run_dir = unversioned_run(tmp_path)
+    with pytest.raises(RunFolderError) as refused:
+        analyze_run(run_dir)
+    message = str(refused.value)
+    assert message.startswith(f"{run_dir / RUN_FILE}: no format_version: written before run folders were versioned")
+    assert "reads format 1 only" in message
+    assert "run the scenario again (`chaos run scenarios/kill_rank.yaml --policy timeout`)" in message
+    assert report_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no format_version" in err
+
+
+def test_an_unversioned_trial_in_a_versioned_run_is_refused_too(tmp_path):
+    run_dir = make_run(tmp_path)
+    (trial_dir(run_dir, "timeout") / TRIAL_FILE).write_text(json.dumps(UNVERSIONED_TRIAL))
+    with pytest.raises(RunFolderError, match=r"timeout/trial.json: no format_version"):
+        analyze_run(run_dir)
+
+
+def test_a_folder_of_a_newer_format_is_refused_with_the_fix(tmp_path):
+    run_dir = make_run(tmp_path)
+    data = json.loads((run_dir / RUN_FILE).read_text())
+    (run_dir / RUN_FILE).write_text(json.dumps({**data, "format_version": FORMAT_VERSION + 1}))
+    with pytest.raises(RunFolderError) as refused:
+        analyze_run(run_dir)
+    assert str(refused.value) == (f"{run_dir / RUN_FILE}: format_version {FORMAT_VERSION + 1} is newer than this "
+                                  f"chaos-harness reads ({FORMAT_VERSION}); upgrade chaos-harness to analyze it")
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda t: {**t, "format_version": "1"}, "format_version: '1' is not a format version"),
+    (lambda t: {**t, "plan": {**t["plan"], "hang_cap": "30s"}}, "plan.hang_cap: expected a number, got '30s'"),
+    (lambda t: {**t, "plan": {**t["plan"], "faults": [{**t["plan"]["faults"][0], "targets": ["r1"]}]}},
+     "plan.faults.0.targets.0: expected a whole number, got 'r1'"),
+    (lambda t: {**t, "plan": {**t["plan"], "expect": {"outcome": ["fast"]}}},
+     "plan.expect: outcome 'fast' is not one of no-fault"),
+    (lambda t: {k: v for k, v in t.items() if k != "run_id"}, "run_id: missing"),
+    (lambda t: {**t, "color": "red"}, "color: unknown field"),
+])
+def test_a_trial_info_that_is_not_the_format_names_file_and_field(tmp_path, change, problem):
+    run_dir = make_run(tmp_path)
+    path = trial_dir(run_dir, "retry") / TRIAL_FILE
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    with pytest.raises(RunFolderError) as refused:
+        analyze_run(run_dir)
+    assert str(refused.value).startswith(f"{path}: {problem}")
+
+
+@pytest.mark.parametrize("history", HISTORIES, ids=lambda h: h.__name__)
+def test_the_fake_histories_follow_the_event_schema(history):
+    events, _ = history()
+    assert [p for e in events for p in schema_problems(e)] == []
+
+
+def test_the_schema_check_names_what_differs():
+    step = {"t": 1.0, "src": "rank", "rank": 0, "pid": 9, "kind": "step", "step": 3, "gen": 0, "loss": 1.0}
+    assert schema_problems({**step, "dur": 0.1}) == []
+    assert schema_problems({**step, "src": "harness", "color": 1}) == [
+        "step: missing dur", "step: src 'harness', expected 'rank'", "step: unknown field color"]
+    assert schema_problems({**step, "kind": "stepped"}) == ["unknown kind 'stepped'"]
+
+
+def test_every_kind_is_defined_once_with_its_source():
+    assert all(kind.src in ("rank", "harness") and kind.meaning for kind in SCHEMA.values())
+    assert {"step", "fault_applied", "hang_detected", "exit"} <= set(SCHEMA)
+
+
+def test_info_values_are_frozen():
+    _, trial = fakes.failed_fast()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trial.plan.hang_cap = 1.0  # type: ignore[misc]

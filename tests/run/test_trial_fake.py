@@ -1,0 +1,105 @@
+"""A whole trial (harness.run.orchestrator) against the fake cluster, on a fake clock: no
+root, no namespaces, no processes. The orchestrator executes its plan in order, stops a
+trial that makes no progress at the hang cap, and tears down last-in first-out."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import reports
+from harness.cluster.fake import FakeBackend, FakeClock
+from harness.run.orchestrator import POLL_S, Trial, start_run
+from harness.run.plan import build_plan
+from harness.run.progress import Progress
+from harness.run.scenario import load_scenario
+from runfolder.events import EVENTS_FILE, read_events, schema_problems
+from runfolder.info import read_trial_info
+from runfolder.layout import trial_dir
+
+HEADER = """\
+cluster: {ranks: 4}
+workload: {step_period: 250ms}
+warmup_steps: 4
+settle_steps: 4
+policies: {timeout: {timeout: 5s}}
+"""
+FLAPS = HEADER + """\
+hang_cap: 10s
+faults:
+  - {kind: link_down, target: {rank: 1}, start: 1s, duration: 3s, pulses: {on_for: 1s, off_for: 500ms}}
+  - {kind: pause, target: {rank: 2}, start: 1500ms, duration: 1s}
+expect: {timeout: {outcome: absorbed}}
+"""
+STUCK = HEADER + """\
+hang_cap: 5s
+faults:
+  - {kind: blackhole, target: {rank: 1}, start: 1s}
+  - {kind: link_down, target: {rank: 2}, start: 2s, duration: 100s}
+expect: {timeout: {outcome: recovered, recover_within: 12s}}
+"""
+
+
+def run_trial(tmp_path: Path, text: str):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    scenario = load_scenario(path)
+    clock = FakeClock()
+    backend = FakeBackend(clock)
+    run_dir = start_run(tmp_path / "runs", scenario, path, ["timeout"], backend.name, "chaos run scenario.yaml")
+    plan = build_plan(scenario, "timeout")
+    result = Trial(plan, trial_dir(run_dir, "timeout"), backend, Progress(quiet=True), make_injector=backend.injector,
+                   clock=clock, sleep=clock.sleep, state_dir=tmp_path / "state").run()
+    events, _ = read_events(result.trial_dir / EVENTS_FILE)
+    return plan.trial, result, events, backend.journal, run_dir
+
+
+def offsets(events: list[dict]) -> list[tuple[str, int, float]]:
+    """(verb, fault index, seconds after warm-up) of every fault action the harness recorded."""
+    warm = next(e["t"] for e in events if e["kind"] == "warmup_done")
+    verbs = {"fault_applied": "apply", "fault_reverted": "revert"}
+    return [(verbs[e["kind"]], e["index"], e["t"] - warm) for e in events if e["kind"] in verbs]
+
+
+def test_the_trial_applies_and_reverts_in_the_plan_s_order_at_its_offsets(tmp_path: Path) -> None:
+    plan, result, events, journal, run_dir = run_trial(tmp_path, FLAPS)
+    assert [(a.verb, a.index) for a in plan.actions] == [
+        ("apply", 0), ("apply", 1), ("revert", 0), ("revert", 1), ("apply", 0), ("revert", 0)]
+    done = offsets(events)
+    assert [(verb, index) for verb, index, _ in done] == [(a.verb, a.index) for a in plan.actions]
+    for (_, _, at), action in zip(done, plan.actions, strict=True):
+        assert action.at <= at <= action.at + POLL_S + 1e-9
+    assert [entry for entry in journal if entry[0] in ("apply", "revert")] == [
+        ("apply", "link_down", (1,)), ("apply", "pause", (2,)), ("revert", "link_down", (1,)),
+        ("revert", "pause", (2,)), ("apply", "link_down", (1,)), ("revert", "link_down", (1,))]
+    assert result.end == "settled"
+    assert read_trial_info(result.trial_dir).plan == plan  # trial.json stores the plan it ran
+    assert [p for e in events for p in schema_problems(e)] == []
+    [row] = reports.analyze_run(run_dir).to_dict("records")
+    assert row["outcome"] == "absorbed" and row["expect_ok"]
+    assert row["max_stall_s"] == pytest.approx(2.5, abs=0.3)  # the ring waited through both faults
+
+
+def test_the_hang_cap_stops_a_trial_whose_ranks_stop_stepping(tmp_path: Path) -> None:
+    plan, result, events, _, run_dir = run_trial(tmp_path, STUCK)
+    assert result.end == "hung"
+    [hang] = [e for e in events if e["kind"] == "hang_detected"]
+    last_step = max(e["t"] for e in events if e["kind"] == "step")
+    assert hang["cap"] == 5.0 and hang["idle_since"] == pytest.approx(last_step)
+    assert 5.0 <= hang["t"] - last_step <= 5.0 + POLL_S + 1e-9
+    [row] = reports.analyze_run(run_dir).to_dict("records")
+    assert row["outcome"] == "hung" and row["hung_cap"] == 5.0
+    assert reports.format_table(reports.analyze_run(run_dir)).count(">= 5 s (hung)") == 1
+    assert reports.trial_failures(row) == ["outcome: expected recovered, measured hung",
+                                           "recover_within 12 s: time to recover nothing measured: hung >= 5 s"]
+
+
+def test_teardown_reverts_last_in_first_out_then_stops_ranks_then_closes_the_cluster(tmp_path: Path) -> None:
+    _, _, events, journal, _ = run_trial(tmp_path, STUCK)
+    assert journal[-4:] == [("revert", "link_down", (2,)), ("revert", "blackhole", (1,)),
+                            ("stop_ranks", (0, 1, 2, 3)), ("close",)]
+    torn = [(e["kind"], e.get("index")) for e in events
+            if e.get("teardown") or e.get("stopped") or e["kind"] == "trial_end"]
+    assert torn == [("fault_reverted", 1), ("fault_reverted", 0), *[("rank_exited", None)] * 4, ("trial_end", None)]
+    assert events[-1] == {**events[-1], "kind": "trial_end", "reason": "hung"}
+    assert not (tmp_path / "state").exists() or list((tmp_path / "state").iterdir()) == []  # the ledger closed clean

@@ -1,0 +1,33 @@
+"""One real trial (16 gloo ranks on network namespaces): every event its ranks and the
+harness write follows the run-folder contract, and trial.json holds the plan it ran."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.cluster.backends import backend_named
+from harness.run.orchestrator import run_scenario
+from harness.run.plan import build_plan
+from harness.run.progress import Progress
+from harness.run.scenario import load_scenario
+from runfolder.events import EVENTS_FILE, read_events, schema_problems
+from runfolder.info import read_run_info, read_trial_info
+from runfolder.layout import trial_dir
+from tests.conftest import REPO
+
+
+@pytest.mark.requires_root
+@pytest.mark.slow
+def test_a_real_trial_writes_the_contract(tmp_path: Path, leaves_nothing) -> None:
+    path = REPO / "scenarios" / "kill_rank.yaml"
+    scenario = load_scenario(path)
+    run_dir, [result] = run_scenario(scenario, path, ["timeout"], tmp_path, backend_named("netns"),
+                                     Progress(quiet=True))
+    assert result.end == "all-exited"
+    assert read_run_info(run_dir).policies == ("timeout",)
+    assert read_trial_info(trial_dir(run_dir, "timeout")).plan == build_plan(scenario, "timeout").trial
+    events, _ = read_events(result.trial_dir / EVENTS_FILE)
+    kinds = {e["kind"] for e in events}
+    assert {"rank_start", "group_ready", "step", "collective_error", "exit", "fault_applied", "trial_end"} <= kinds
+    assert sorted({p for e in events for p in schema_problems(e)}) == []
