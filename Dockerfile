@@ -29,6 +29,7 @@ RUN python -c "import torch, sys; v = torch.__version__.split('+')[0]; \
 sys.exit(0 if v == '2.13.0' else f'base image has torch {v}, pyproject pins 2.13.0: set TORCH_IMAGE')" \
  && pip install --no-deps . \
  && pip install "pyroute2>=0.9,<0.10" "pydantic>=2.7" "pyyaml>=6" "pandas>=2.2" "matplotlib>=3.8" \
+    "nvidia-ml-py>=12" \
  && python -c "import harness.job.rank, harness.cluster.container"
 
 # The run folder (events.jsonl, logs, checkpoints) is a volume shared by every rank.

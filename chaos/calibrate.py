@@ -34,7 +34,7 @@ from chaos import netlink, topology
 from chaos.api import Host, Injection
 from chaos.errors import ChaosError
 from chaos.faults import FaultBase, parse_fault
-from chaos.inject import UNDOS, NetlinkInjector, undo_outstanding
+from chaos.inject import UNDOS, NetlinkInjector, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 
 PORT = 47000
@@ -46,7 +46,10 @@ _STAMP = struct.Struct("=IId")  # stream tag, sequence number, monotonic send ti
 
 @contextlib.contextmanager
 def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> Iterator[tuple[Host, ...]]:
-    """`hosts` hosts on one switch, laid out as a run's (`chaos.topology`); removed on the way out."""
+    """`hosts` hosts on one switch, laid out as a run's (`chaos.topology`); removed on the way out.
+    The ledger names this process as the owner first: a concurrent `chaos run`'s heal leaves
+    the cluster alone while it measures."""
+    record_owner(ledger)
     try:
         cluster = topology.hosts_of(run_id, hosts)
         topology.build(ledger, cluster)
@@ -136,6 +139,8 @@ def tcp_throughput(sender: Host, receiver: Host, seconds: float, port: int = POR
     server = host_socket(receiver, socket.SOCK_STREAM)
     client = host_socket(sender, socket.SOCK_STREAM)
     try:
+        # the previous measurement's connection may still be in TIME_WAIT on this port
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((receiver.address, port))
         server.listen(1)
         client.connect((receiver.address, port))
@@ -256,7 +261,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     run_id = f"cal{os.getpid()}"
     try:
         figures = calibrate(run_id, Ledger(run_id))
-    except ChaosError as exc:
+    except (ChaosError, OSError) as exc:  # OSError: a measurement socket between the scratch hosts
         print(f"chaos calibrate: {exc}", file=sys.stderr)
         return 1
     for f in figures:

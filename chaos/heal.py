@@ -1,23 +1,28 @@
 """Heal: undo what runs left behind, from their ledgers and from the system itself.
 
 Everything a run makes is named after it (namespaces ``chaos-<run>-*``, see
-`chaos.topology`), so a heal finds leftovers even where a ledger was lost. A run whose owner
-process is still alive is left alone unless named explicitly. Idempotent: healing twice is
-the same as healing once. A heal runs the undo table it is given (`chaos.mechanism.UndoTable`):
+`chaos.topology`; the capability probe's ``chaos-probe<pid>-x`` has a ledger of its own,
+run ``probe<pid>``), so a heal finds leftovers even where a ledger was lost. A run whose
+owner process is still alive is left alone unless named explicitly. An undo that fails
+(a docker ledger while the engine is down) is reported in `HealReport.failed` and the heal
+carries on: one stale ledger never blocks the rest, nor a run of another backend.
+Idempotent: healing twice is the same as healing once. A heal runs the undo table it is given (`chaos.mechanism.UndoTable`):
 its ops undo the ledgers, its sweeps find what only a backend can see. This package knows
 only its own table (`chaos.inject.UNDOS`); whoever runs backends passes theirs with it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from chaos import netlink, proc
 from chaos.errors import ChaosError
-from chaos.inject import STOP_GRACE_S, UNDOS, undo_outstanding
+from chaos.inject import STOP_GRACE_S, UNDOS
 from chaos.ledger import Ledger, ledger_run_ids
 from chaos.mechanism import UndoTable
 from chaos.topology import NAMESPACE_PREFIX, namespace_name
@@ -28,14 +33,25 @@ class HealReport:
     runs: list[str] = field(default_factory=list)
     undone: list[str] = field(default_factory=list)
     skipped_live: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # what could not be undone, and why
 
     def summary(self) -> str:
-        if not self.undone and not self.skipped_live:
+        if not self.undone and not self.skipped_live and not self.failed:
             return "nothing to heal"
         parts = [f"healed {len(self.runs)} run(s), {len(self.undone)} item(s) undone"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} item(s) could not be undone")
         if self.skipped_live:
             parts.append(f"left alone (owner alive): {', '.join(self.skipped_live)}")
         return "; ".join(parts)
+
+    @contextlib.contextmanager
+    def attempt(self, what: str) -> Iterator[None]:
+        """Run one undo; a ChaosError is recorded as `what` could not be done, and the heal goes on."""
+        try:
+            yield
+        except ChaosError as exc:
+            self.failed.append(f"{what}: {exc}")
 
 
 def owner_alive(ledger: Ledger) -> bool:
@@ -57,9 +73,14 @@ def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path 
     """Undo the run's ledger; then what the system itself shows: its helper processes (a
     delayer or dead-man switch can start before its ledger entry is written), processes
     left stopped in its namespaces, and the namespaces (with every qdisc, filter and rule
-    in them)."""
+    in them). Each undo that fails is reported and the rest still run; the ledger stays
+    while any of its entries is outstanding."""
     ledger = Ledger(run_id, directory)
-    report.undone += [f"{e.op} {e.args}" for e in undo_outstanding(ledger, undos) if e.op != "owner"]
+    for entry in ledger.outstanding():
+        with report.attempt(f"run {run_id}: {entry.op} {entry.args}"):
+            undos.revert(entry, ledger)
+            if entry.op != "owner":
+                report.undone.append(f"{entry.op} {entry.args}")
     for pid in proc.helpers_of_run(run_id):
         proc.stop(pid, proc.start_time(pid), STOP_GRACE_S)
         report.undone.append(f"helper process {pid}")
@@ -68,8 +89,9 @@ def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path 
         proc.send_signal(pid, signal.SIGCONT, None, gone_ok=True)
         report.undone.append(f"sigcont {pid}")
     for name in namespaces:
-        netlink.remove_namespace(name)
-        report.undone.append(f"netns {name}")
+        with report.attempt(f"run {run_id}: netns {name}"):
+            netlink.remove_namespace(name)
+            report.undone.append(f"netns {name}")
     ledger.close_if_clean()
     report.runs.append(run_id)
 
@@ -92,8 +114,9 @@ def heal(undos: UndoTable, run_id: str | None = None, everything: bool = False,
             report.skipped_live.append(rid)
             continue
         heal_run(rid, report, undos, directory)
-    for sweep in undos.sweeps.values():
-        sweep(run_id, everything, report, directory)
+    for name, sweep in undos.sweeps.items():
+        with report.attempt(f"sweep {name}"):
+            sweep(run_id, everything, report, directory)
     return report
 
 
@@ -105,7 +128,8 @@ def add_heal_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def heal_command(args: argparse.Namespace, undos: UndoTable) -> int:
-    """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent."""
+    """`chaos heal [--run-id ID | --all]`: remove what runs left behind; idempotent. Exits 1,
+    naming each, when something could not be undone (run it again once the cause is fixed)."""
     try:
         report = heal(undos, args.run_id, everything=args.all)
     except ChaosError as exc:
@@ -114,7 +138,9 @@ def heal_command(args: argparse.Namespace, undos: UndoTable) -> int:
     print(report.summary())
     for item in report.undone:
         print(f"  {item}")
-    return 0
+    for item in report.failed:
+        print(f"chaos heal: could not undo {item}", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 def heal_main(argv: list[str] | None = None, undos: UndoTable = UNDOS) -> int:

@@ -1,7 +1,8 @@
 """Capability probe: what this kernel and machine can do, found once and quickly.
 
-The probe builds a scratch namespace (``chaos-probe<pid>-x``, so a heal finds it if the
-probe is killed) with a veth pair and tries each mechanism for real: a netem, tbf and
+The probe builds a scratch namespace (``chaos-probe<pid>-x``, written first to a ledger of
+its own, run ``probe<pid>`` with this process as owner, so a plain `chaos heal` removes it
+if the probe is killed and leaves it alone while the probe lives) with a veth pair and tries each mechanism for real: a netem, tbf and
 blackhole qdisc, a clsact + cls_bpf program, an nftables table per family, the NFQUEUE
 target with a physdev match, and binding an NFQUEUE listener. It then checks bridge
 netfilter, a Docker engine and a GPU. `chaos doctor` prints the result and, per fault
@@ -20,9 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from chaos import bpf, netem, netlink, nfq, nft, tc
+from chaos import bpf, netem, netlink, nfq, nft, tc, topology
 from chaos.errors import ChaosError
 from chaos.faults import Loss
+from chaos.ledger import Ledger
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 CHECKS = ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay",
@@ -53,16 +55,24 @@ class Capabilities:
 @contextlib.contextmanager
 def _scratch_namespace() -> Iterator[tuple[str, str]]:
     """A namespace with an up veth pair; yields (namespace, device)."""
-    name = f"chaos-probe{os.getpid()}-x"
-    netlink.create_namespace(name)
+    from chaos.inject import UNDOS, record_owner, undo_outstanding  # inject builds on this module
+    run_id = f"probe{os.getpid()}"
+    name = topology.namespace_name(run_id, "x")
     try:
+        ledger = Ledger(run_id)
+        record_owner(ledger)
+    except OSError as exc:  # the state directory is root's
+        raise ChaosError(f"cannot write the probe's ledger: {exc}") from exc
+    try:
+        topology.make_namespace(ledger, name)
         with netlink.translated("probe veth"), netlink.route(name) as ipr:
             ipr.link("add", ifname="pa", kind="veth", peer={"ifname": "pb"})
             for dev in ("pa", "pb"):
                 ipr.link("set", index=netlink.link_index(ipr, dev), state="up")
         yield name, "pa"
     finally:
-        netlink.remove_namespace(name)
+        undo_outstanding(ledger, UNDOS)
+        ledger.close_if_clean()
 
 
 def _try(reasons: dict[str, str], check: str, what: str, action: Callable[[], object]) -> bool:

@@ -10,6 +10,8 @@
     chaos calibrate                          configured vs measured, per fault mechanism
     chaos export k8s SCENARIO.yaml --policy NAME ...   manifests for Kubernetes (docs/kubernetes.md)
     chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
+    chaos nightly [PLAN.yaml] [--quick] [--repeat N] [--history DB] [--gate] [--out DIR]
+                                             a night of repeated trials (docs/nightly.md)
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -52,11 +54,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend is not None:
         overrides["cluster.backend"] = args.backend
     scenario = load_scenario(args.scenario, overrides)
-    policies = args.policy or list(scenario.policies)
-    unknown = [p for p in policies if p not in scenario.policies]
+    policies = args.policy or scenario.trial_names()
+    unknown = [p for p in policies if p not in scenario.trial_names()]
     if unknown:
-        raise UsageError(f"--policy {unknown[0]}: not in {args.scenario}'s policies "
-                         f"({', '.join(scenario.policies)}); add it under 'policies:' or pick one of those")
+        raise UsageError(f"--policy {unknown[0]}: not in {args.scenario}'s policies (or a job's variants: "
+                         f"{', '.join(scenario.trial_names())}); add it there or pick one of those")
     repeated = sorted({p for p in policies if policies.count(p) > 1})
     if repeated:
         raise UsageError(f"--policy {repeated[0]} given more than once: each policy runs once per "
@@ -119,7 +121,11 @@ def cmd_heal(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     require_root("chaos doctor")  # the probe builds scratch namespaces and loads qdiscs
     from chaos.probe import doctor_command
-    return doctor_command(args)
+    from harness.job.device import describe_host
+    from harness.run.scenario import ClusterConfig
+    code = doctor_command(args)
+    print(describe_host(ClusterConfig().ranks))
+    return code
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -141,6 +147,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     from harness.k8s.cli import collect_main
     return collect_main(args)
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from harness.run.nightly import nightly_command
+    return nightly_command(args, require_root)
 
 
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
@@ -192,6 +203,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                _k8s_arguments("add_export_arguments"), cmd_export),
     "collect": ("read a trial run on a cluster back into a run folder (collect k8s ...)",
                 _k8s_arguments("add_collect_arguments"), cmd_collect),
+    "nightly": ("run a plan of scenarios x policies x repeats as one night: history, trends, gate",
+                _arguments_of("harness.run.nightly", "add_nightly_arguments"), cmd_nightly),
 }
 
 

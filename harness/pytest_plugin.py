@@ -92,7 +92,7 @@ class ScenarioFile(pytest.File):
             raise self.CollectError(str(exc)) from None
         wanted = self.config.getoption("chaos_policy", None)
         return [ScenarioTest.from_parent(self, name=policy, callobj=_scenario_test, scenario=scenario)
-                for policy in scenario.policies if not wanted or policy in wanted]
+                for policy in scenario.trial_names() if not wanted or policy in wanted]
 
 
 class ScenarioTest(pytest.Function):

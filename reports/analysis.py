@@ -1,4 +1,8 @@
-"""A stored run -> one metrics row per trial, with the verdict on its plan's expectation."""
+"""A stored run -> one metrics row per trial, with the verdict on its plan's expectation.
+
+An incomplete trial (no trial_end) is not judged against its expectation: the run stopped
+before the trial could show what it was expected to show. An incomplete run (a trial that
+run.json lists but that never began) is named by `missing_trials`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +21,7 @@ def run_label(run: RunRecord) -> str:
 
 def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics = trial_metrics(trial.events, trial.info)
-    expect = trial.info.plan.expect
+    expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None
     failures = check_expectations(metrics, expect)
     return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,
             "trial": trial.name, **metrics,
@@ -25,6 +29,12 @@ def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
             # None (an empty CSV cell) when the scenario set no expectation for this policy
             "expect_ok": (not failures) if expect else None,
             "expect_failures": FAILURE_SEPARATOR.join(failures)}
+
+
+def missing_trials(run: RunRecord) -> list[str]:
+    """Trials run.json lists that have no folder: the run ended before they began."""
+    stored = {trial.name for trial in run.trials}
+    return [policy for policy in run.info.policies if policy not in stored]
 
 
 def run_frame(run: RunRecord) -> pd.DataFrame:

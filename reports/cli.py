@@ -2,6 +2,8 @@
 
 Exit status: 0 written; 2 bad input (usage, a folder that is not a run folder), with one
 line on stderr; 1 the reports could not be written (e.g. a read-only stored run: use --out).
+A run that did not finish is reported first as INCOMPLETE, naming where each trial ended
+and the trials that never began.
 """
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.analysis import run_frame, run_label
+import pandas as pd
+
+from reports.analysis import missing_trials, run_frame, run_label
 from reports.history import RunRecord, load_run
 from reports.tables import format_table
 from reports.writer import compare_markdown, write_run_reports
@@ -57,6 +61,16 @@ def report_main(argv: list[str]) -> int:
     return report_command(args)
 
 
+def incomplete_text(run: RunRecord, frame: pd.DataFrame) -> str:
+    """Where an incomplete run ended, before its table ("" for a complete run)."""
+    lines = [f"INCOMPLETE: trial {row['trial']}: {row['outcome_reason']}"
+             for _, row in frame.iterrows() if row["outcome"] == "incomplete"]
+    missing = missing_trials(run)
+    if missing:
+        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial folder)")
+    return "".join(f"{line}\n" for line in lines) + ("\n" if lines else "")
+
+
 def report_command(args: argparse.Namespace) -> int:
     try:
         runs = [load_run(path) for path in args.runs]  # all checked before anything is written
@@ -70,7 +84,8 @@ def report_command(args: argparse.Namespace) -> int:
             out = _out_dir(run, args.out, several)
             out.mkdir(parents=True, exist_ok=True)
             written = write_run_reports(run, frame, out)
-            print(f"## {run_label(run)}\n\n{format_table(frame)}\n\nwrote {written[REPORT_HTML]}\n")
+            print(f"## {run_label(run)}\n\n{incomplete_text(run, frame)}{format_table(frame)}\n\n"
+                  f"wrote {written[REPORT_HTML]}\n")
         if several:
             comparison = compare_markdown(analyzed)
             print(comparison)

@@ -15,7 +15,8 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       started again: exit reason failed-fast / retries-exhausted /
                       isolated / crashed, killed by a kill fault aimed at it, or ended by
                       another signal or a non-zero exit code. The others are survivors.
-  crash               a departure by exit reason crashed, by a signal that no kill fault
+  crash               a departure by exit reason crashed, by SIGABRT (crashed-by-abort:
+                      NCCL's watchdog tore it down), by a signal that no kill fault
                       explains, or by a non-zero exit code with no policy exit reason.
   TTD                 first detection (collective_error, or a failure detector's suspect)
                       on any rank at or after fault start (and before the observation
@@ -35,6 +36,12 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       steps (the last step before the window counts as the first mark, the
                       end of the rank's window as the last) that are longer than 3x the
                       median pre-fault step interval, clipped to the window.
+  restarts            rank processes that began (rank_start) at or after fault start: a
+                      torchrun agent's or a retry wrapper's new worker; NaN (not observed)
+                      for a user's job whose processes never ran the step hook.
+  user's job          (trial plan `job`) also detects by a rank's departure after fault
+                      start that no kill fault explains (cause "exit"), and by classified
+                      error lines of its output (job_output).
   excluded            first exclude (the survivors of an elastic policy leave a rank out of
                       their next proposal) minus fault start.
   suspect events      failure-detector suspicions before the observation end (at the end
@@ -49,8 +56,28 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       stall counts as 0), and after every survivor resumed (recovered,
                       continued, absorbed) until the observation end.
 
-Outcome: the first rule of OUTCOME_RULES that applies, in this order: no-fault, hung,
-crashed, continued, recovered, isolated, retries-exhausted, failed-fast, absorbed;
+Per fault (every fault of the timeline, `fault_figures`; columns f<i>_*): the same TTD,
+TTR and breaker open, measured from that fault's start within its own window, which ends
+at the next fault's start (or the observation end): detections, resumed steps and breaker
+openings inside it. TTR needs a detection in the window and every survivor resumed in it.
+The unprefixed columns (ttd_s, ...) stay those of the first fault over the whole trial.
+
+bypassed            a fault on the network whose targets' links did not carry the job's
+                    collectives in the window before it (runfolder.events TRAFFIC_BEFORE):
+                    the job made k >= 1 steps in that window, and each step all-reduces
+                    allreduce_bytes, of which every member must receive at least one copy
+                    (each of its sums needs the others' values), yet every target's link
+                    carried fewer than k x allreduce_bytes / 2 bytes both ways (a rank that
+                    left the job, or a transport past the link: shared memory, NVLink).
+                    No step in the window: not judged. The fault tested nothing, so the
+                    trial is not judged by what the job did either.
+
+incomplete          the events have no trial_end: the harness was killed (or is still
+                    running); the outcome says where it ended (the last harness phase and
+                    the last event) and judges nothing else.
+
+Outcome: the first rule of OUTCOME_RULES that applies, in this order: incomplete, no-fault,
+bypassed, hung, crashed, continued, recovered, isolated, retries-exhausted, failed-fast, absorbed;
 inconclusive when none does. A new policy's outcome is one more rule in that tuple, and its
 name in runfolder.plan.OUTCOMES (the names a scenario may expect).
 """
@@ -65,15 +92,19 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from runfolder.events import (BREAKER_OPEN, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED, FAULT_REVERTED,
-                              GROUP_READY, HANG_DETECTED, RANK_EXITED, RANK_START, REJOIN_ADMITTED,
-                              RESOURCES_RELEASED, RESTORED, RETRY, STEP, SUSPECT, TRIAL_END)
+from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED,
+                              FAULT_REVERTED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
+                              RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
+                              STEP, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
 
 NAN = float("nan")
-DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT)
+DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 POLICY_EXIT_REASONS = ("failed-fast", "retries-exhausted", "isolated")
+GPU_RELEASE_BAR_S = 50.0
+# SIGABRT: NCCL's watchdog tore the process down (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)
+ABORTED = "crashed-by-abort"
 NORMAL_EXIT_REASONS = ("stopped", "terminated")
 WASTE_GAP_FACTOR = 3.0
 # Used only when no two steps were ever seen, so no interval can be measured.
@@ -106,6 +137,17 @@ class Hang:
 
 
 @dataclass(frozen=True)
+class LinkTraffic:
+    """Bytes through one fault's target links (summed), from its fault_applied / _reverted."""
+
+    index: int
+    before: int                # in the window before the apply
+    before_s: float
+    during: int | None         # from the apply to the revert (None: never reverted)
+    bypassed: bool | None      # None: not judged (no step in the window before)
+
+
+@dataclass(frozen=True)
 class TrialFacts:
     """What the events say about one trial, gathered once; outcome rules and metrics read it."""
 
@@ -120,7 +162,9 @@ class TrialFacts:
     final_world: int | None             # world of the last group formed after fault start
     breaker_opens: dict[int, float]     # rank -> first breaker_open
     end_reason: str                     # the harness's trial_end reason ("" when missing)
+    stopped_at: str                     # where an incomplete trial ended ("" with a trial_end)
     step_times: dict[int, tuple[float, ...]] = field(repr=False)
+    traffic: tuple[LinkTraffic, ...] = ()  # per application of a fault on the network
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -140,7 +184,7 @@ class TrialFacts:
 
 
 def is_crash(departure: Departure) -> bool:
-    return departure.how == "crashed" or departure.how.startswith(("signal", "exit code"))
+    return departure.how in ("crashed", ABORTED) or departure.how.startswith(("signal", "exit code"))
 
 
 # -- gathering facts ----------------------------------------------------------------------
@@ -192,6 +236,30 @@ def _observation_end(events: pd.DataFrame) -> float:
     return float(events["t"].max()) if len(events) else NAN
 
 
+# the harness's phase after each of its events, for saying where an incomplete trial ended
+PHASE_AFTER: dict[str, str] = {
+    TRIAL_START: "building the cluster", CLUSTER_UP: "starting the ranks", RANK_SPAWNED: "starting the ranks",
+    WARMUP_DONE: "running the fault timeline", FAULT_APPLIED: "running the fault timeline",
+    FAULT_REVERTED: "running the fault timeline", HANG_DETECTED: "stopping a hung trial",
+    RANK_EXITED: "watching the ranks",
+}
+
+
+def _stopped_at(events: pd.DataFrame) -> str:
+    """Where a trial without trial_end ended: the harness's last phase and the last event."""
+    if len(_of_kind(events, TRIAL_END)):
+        return ""
+    if not len(events):
+        return "before its first event"
+    own = events[events["src"] == HARNESS_SOURCE]
+    phase = PHASE_AFTER.get(str(own.iloc[-1]["kind"]), "") if len(own) else ""
+    last = events.iloc[-1]
+    rank = _field(last, "rank")
+    where = f" on r{rank}" if rank is not None else ""
+    said = f"while {phase}, " if phase else ""
+    return f"{said}last event {last['kind']}{where} {float(last['t'] - events['t'].min()):.2f} s into the trial"
+
+
 def _end_reason(events: pd.DataFrame) -> str:
     ends = _of_kind(events, TRIAL_END)
     return str(_field(ends.iloc[0], "reason", "")) if len(ends) else ""
@@ -239,7 +307,8 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
         if reason and reason not in NORMAL_EXIT_REASONS:
             how = reason
         elif signal is not None:
-            how = "killed" if _killed_by_fault(rank, t, faults) else f"signal {_signal_name(int(signal))}"
+            how = ("killed" if _killed_by_fault(rank, t, faults) else ABORTED if signal == signals.SIGABRT
+                   else f"signal {_signal_name(int(signal))}")
         elif code not in (None, 0) and not reason:
             how = f"exit code {int(code)}"
         else:
@@ -258,6 +327,25 @@ def _first_detections(events: pd.DataFrame, start: float, end: float) -> tuple[d
     earliest = found.loc[found["t"].idxmin()]  # lines of concurrent writers are not in time order
     cause = _field(earliest, "cause", "") or earliest["kind"]
     return {int(r): float(t) for r, t in first.items()}, str(cause)
+
+
+def _with_exits(detections: dict[int, float], cause: str, gone: dict[int, Departure],
+                fault: FaultWindow) -> tuple[dict[int, float], str]:
+    """A user's job may just exit, saying nothing the classifier knows: its rank's departure
+    after fault start detects (unless a kill fault ended it: that is the fault, not a
+    detection). Cause "exit" when an exit came first."""
+    exits = {r: d.t for r, d in gone.items() if d.how != "killed" and d.t >= fault.start}
+    merged = {r: min(t for t in (detections.get(r), exits.get(r)) if t is not None)
+              for r in {*detections, *exits}}
+    first_exit = min(exits.values(), default=math.inf)
+    return merged, "exit" if first_exit < min(detections.values(), default=math.inf) else cause
+
+
+def _count_restarts(events: pd.DataFrame, start: float) -> float:
+    """Processes that began (rank_start) at or after `start`: restarts of a rank's process;
+    NaN (not observed) when no process ever announced its start (a job without the hook)."""
+    starts = _of_kind(events, RANK_START)
+    return float((starts["t"] >= start).sum()) if len(starts) else NAN
 
 
 def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
@@ -291,6 +379,29 @@ def _step_times(events: pd.DataFrame) -> dict[int, tuple[float, ...]]:
     return {int(r): tuple(float(t) for t in g["t"]) for r, g in steps.groupby("rank")}
 
 
+def link_traffic(events: pd.DataFrame) -> tuple[LinkTraffic, ...]:
+    """Each application of a fault on the network with its link counts, in time order; each
+    revert belongs to the latest apply of its fault before it."""
+    if "link_bytes_before" not in events:
+        return ()
+    reverts = _of_kind(events, FAULT_REVERTED)
+    found = []
+    for _, row in _of_kind(events, FAULT_APPLIED).sort_values("t").iterrows():
+        carried = _field(row, "link_bytes_before")
+        if carried is None:
+            continue  # a fault on a process
+        index, targets = int(row["index"]), [int(r) for r in row["targets"]]
+        after = reverts[(reverts["index"] == index) & (reverts["t"] >= row["t"])]
+        during = _field(after.iloc[0], "link_bytes_during") if len(after) else None
+        steps = max(row["steps_before"], default=0)
+        floor = steps * int(row["allreduce_bytes"]) / 2
+        found.append(LinkTraffic(
+            index=index, before=sum(carried[r] for r in targets), before_s=float(row["before_s"]),
+            during=None if during is None else sum(during[r] for r in targets),
+            bypassed=all(carried[r] < floor for r in targets) if steps else None))
+    return tuple(found)
+
+
 def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     ranks = tuple(range(trial.plan.ranks))
     faults = fault_windows(events)
@@ -301,6 +412,8 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     if faults:
         fault = faults[0]
         detections, cause = _first_detections(events, min(fault.start, fault.requested), end)
+        if trial.plan.job is not None:
+            detections, cause = _with_exits(detections, cause, gone, fault)
         survivors = tuple(r for r in ranks if r not in gone)
         resumed = _resumed(events, survivors, fault, detections, steps, end)
         world = _final_world(events, fault.start)
@@ -310,7 +423,50 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events),
                       detections=detections, detection_cause=cause, departures=gone,
                       resumed=resumed, final_world=world, breaker_opens=opens,
-                      end_reason=_end_reason(events), step_times=steps)
+                      end_reason=_end_reason(events), stopped_at=_stopped_at(events), step_times=steps,
+                      traffic=link_traffic(events))
+
+
+@dataclass(frozen=True)
+class FaultFigures:
+    """One fault's own figures, in seconds after its start (NaN: not observed in its window)."""
+
+    index: int
+    kind: str
+    targets: tuple[int, ...]
+    start_s: float          # its start after the first fault's start
+    ttd_s: float
+    detect_ranks: int
+    ttr_s: float
+    breaker_open_s: float
+
+    def columns(self) -> dict[str, Any]:
+        """Its f<index>_* columns of the metrics row."""
+        prefix = f"f{self.index}_"
+        return {prefix + name: value for name, value in (
+            ("fault", self.kind), ("targets", " ".join(map(str, self.targets))), ("start_s", self.start_s),
+            ("ttd_s", self.ttd_s), ("detect_ranks", self.detect_ranks), ("ttr_s", self.ttr_s),
+            ("breaker_open_s", self.breaker_open_s))}
+
+
+def fault_figures(events: pd.DataFrame, facts: TrialFacts) -> tuple[FaultFigures, ...]:
+    """TTD, TTR and breaker open of every fault, each within its own window (see above)."""
+    figures = []
+    for fault in facts.faults:
+        later = [f.start for f in facts.faults if f.start > fault.start]
+        until = min([facts.observation_end, *later])
+        detections, _ = _first_detections(events, min(fault.start, fault.requested), until)
+        resumed = _resumed(events, facts.survivors, fault, detections, facts.step_times, until)
+        back = [resumed.get(r, math.inf) for r in facts.survivors]
+        breakers = _of_kind(events, BREAKER_OPEN)
+        breakers = breakers[(breakers["t"] >= fault.start) & (breakers["t"] < until)]
+        recovered = bool(detections) and bool(back) and max(back) < until
+        figures.append(FaultFigures(
+            index=fault.index, kind=fault.kind, targets=fault.targets, start_s=fault.start - facts.faults[0].start,
+            ttd_s=min(max(t, fault.start) for t in detections.values()) - fault.start if detections else NAN,
+            detect_ranks=len(detections), ttr_s=max(back) - fault.start if recovered else NAN,
+            breaker_open_s=float(breakers["t"].min()) - fault.start if len(breakers) else NAN))
+    return tuple(figures)
 
 
 # -- outcome ------------------------------------------------------------------------------
@@ -319,11 +475,26 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(f"r{r}" for r in sorted(ranks))
 
 
+def _incomplete(f: TrialFacts) -> str | None:
+    if not f.stopped_at:
+        return None
+    return f"no trial_end: the trial did not finish ({f.stopped_at})"
+
+
 def _no_fault(f: TrialFacts) -> str | None:
     if f.faults or f.hang is not None or f.departures:
         return None  # a control run that hung or lost ranks raised a false alarm: the rules below
     ended = f" (the trial ended: {f.end_reason})" if f.end_reason else ""
     return f"no fault was applied: no fault_applied event{ended}"
+
+
+def _bypassed(f: TrialFacts) -> str | None:
+    missed = [t for t in f.traffic if t.bypassed]
+    if not missed:
+        return None
+    first = missed[0]
+    return (f"fault {first.index} did not reach the job: its links carried {first.before} bytes in the "
+            f"{first.before_s:.1f} s before it, less than half of one gradient copy per step")
 
 
 def _hung(f: TrialFacts) -> str | None:
@@ -374,7 +545,9 @@ def _absorbed(f: TrialFacts) -> str | None:
 
 
 OUTCOME_RULES: tuple[tuple[str, Callable[[TrialFacts], str | None]], ...] = (
+    ("incomplete", _incomplete),
     ("no-fault", _no_fault),
+    ("bypassed", _bypassed),
     ("hung", _hung),
     ("crashed", _crashed),
     ("continued", _continued),
@@ -487,7 +660,33 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row: dict[str, Any] = {**_trial_columns(trial), **_fault_columns(facts, trial.plan.faults),
                            "ranks": len(facts.ranks), "outcome": outcome, "outcome_reason": reason}
     row.update(_outcome_times(events, facts, outcome))
+    for figures in fault_figures(events, facts):
+        row.update(figures.columns())
+    row.update(_traffic_columns(facts))
+    row.update(_gpu_release_columns(events))
     return row
+
+
+def _gpu_release_columns(events: pd.DataFrame) -> dict[str, Any]:
+    """gpu_released_s: the slowest rank's time from its breaker opening until its process
+    held at most 512 MiB of GPU memory (gpu_memory_released); judged against the public bar
+    (NVIDIA resiliency-ext: below 512 MB within GPU_RELEASE_BAR_S). NaN: not observed (no
+    GPU, or no breaker opened)."""
+    released = _of_kind(events, GPU_MEMORY_RELEASED)
+    if not len(released):
+        return {"gpu_released_s": NAN, "gpu_release_within_bar": pd.NA}
+    slowest = float((released["t"] - released["breaker_t"]).max())
+    return {"gpu_released_s": slowest, "gpu_release_within_bar": slowest <= GPU_RELEASE_BAR_S}
+
+
+def _traffic_columns(facts: TrialFacts) -> dict[str, Any]:
+    """Bytes through the first fault on the network's target links, before and during it,
+    and every fault found bypassed (NaN / empty where none was counted)."""
+    first = facts.traffic[0] if facts.traffic else None
+    during = first.during if first is not None and first.during is not None else NAN
+    return {"link_bytes_before": first.before if first else NAN, "link_window_s": first.before_s if first else NAN,
+            "link_bytes_during": during,
+            "bypassed_faults": " ".join(str(i) for i in sorted({t.index for t in facts.traffic if t.bypassed}))}
 
 
 def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dict[str, Any]:
@@ -534,6 +733,7 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     wasted, stall = waste(events, facts, threshold)
     times.update(wasted_rank_s=wasted, waste_gap_threshold_s=threshold, max_stall_s=stall,
                  observed_s=facts.observation_end - start, retries=_count_retries(events, start),
+                 restarts=_count_restarts(events, start),
                  steps_rolled_back=_rolled_back(events, start), cuda_reserved_after=_cuda_after(events),
                  **_rates(events, facts, resumed_at))
     return times
@@ -564,7 +764,7 @@ METRIC_DEFAULTS: dict[str, Any] = {
     "detect_cause": "", "ttr_s": NAN, "ttr_after_end_s": NAN, "breaker_open_s": NAN, "breaker_ranks": 0,
     "released_s": NAN, "hung_cap": NAN, "hung_since_s": NAN, "wasted_rank_s": NAN,
     "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
-    "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "generations": 0,
+    "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "restarts": NAN, "generations": 0,
     "final_world": pd.NA, "steps_rolled_back": NAN, "departed": 0, "crashed_ranks": 0,
     "cuda_reserved_after": NAN, "excluded_s": NAN, "suspect_events": 0, "rejoined_ranks": 0,
     "rejoined_s": NAN,

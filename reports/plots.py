@@ -1,4 +1,6 @@
-"""Timeline plot of one trial: every rank's step index over time around the fault."""
+"""Timeline plot of one trial: every rank's step index over time around the faults; each
+fault's window is shaded, its legend entry carrying its own figures (the metrics' f<i>_*
+columns)."""
 from __future__ import annotations
 
 import io
@@ -66,25 +68,36 @@ def timeline_figure(events: pd.DataFrame, title: str, metrics: Mapping[str, Any]
     return fig
 
 
-def _fault_spans(events: pd.DataFrame) -> list[tuple[float, float, bool]]:
-    """(applied, reverted, at teardown) of each fault; reverted is NaN for one never taken off."""
-    def index(row: pd.Series) -> Any:
-        return row.get("index", 0)
+def _fault_spans(events: pd.DataFrame) -> list[tuple[int, str, float, float, bool]]:
+    """(index, fault kind, applied, reverted, at teardown) of each fault; reverted is NaN for
+    one never taken off."""
+    def index(row: pd.Series) -> int:
+        return int(row.get("index", 0))  # a float in a frame whose other rows lack it
     reverted = {index(r): (float(r["t"]), r.get("teardown") is True)
                 for _, r in events[events["kind"] == FAULT_REVERTED].iterrows()}
-    return [(float(r["t"]), *reverted.get(index(r), (math.nan, False)))
+    return [(index(r), str(r.get("fault_kind", "")), float(r["t"]), *reverted.get(index(r), (math.nan, False)))
             for _, r in events[events["kind"] == FAULT_APPLIED].iterrows()]
+
+
+def fault_label(index: int, kind: str, metrics: Mapping[str, Any]) -> str:
+    """The fault's index, kind and its own figures: "#1 loss: detect 0.4 s, recover 3.1 s"."""
+    figures = []
+    for column, name in (("ttd_s", "detect"), ("ttr_s", "recover"), ("breaker_open_s", "breaker")):
+        value = metrics.get(f"f{index}_{column}")
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            figures.append(f"{name} {value:.1f} s")
+    return f"#{index} {kind}" + (f": {', '.join(figures)}" if figures else "")
 
 
 def _mark_harness(ax: Any, events: pd.DataFrame, origin: float, metrics: Mapping[str, Any]) -> None:
     last = float(events["t"].max()) - origin if len(events) else 0.0
-    for i, (applied, reverted, at_teardown) in enumerate(_fault_spans(events)):
-        label = f"fault {metrics.get('fault', '')}" if i == 0 else None
+    for index, kind, applied, reverted, at_teardown in _fault_spans(events):
+        label = fault_label(index, kind, metrics)
         if not math.isnan(reverted):  # lighter when it lasted until the harness tore down
-            label = f"{label} (until teardown)" if label and at_teardown else label
+            label = f"{label} (until teardown)" if at_teardown else label
             ax.axvspan(applied - origin, reverted - origin, color="red", alpha=0.06 if at_teardown else 0.12,
                        label=label)
-        elif metrics.get("fault") == "kill":  # instantaneous: no window to shade
+        elif kind == "kill":  # instantaneous: no window to shade
             ax.axvline(applied - origin, color="red", lw=1.5, label=label)
         else:  # still applied when the trial ended
             ax.axvspan(applied - origin, last, color="red", alpha=0.06, label=label)

@@ -2,10 +2,13 @@
 
 One row per trial: policy | fault | what happened (measured, in the document's words) |
 measured time | the document's claim for that policy | whether the claim held, and why.
+Its figures are those of the first fault; a timeline of several faults adds a table with
+one row per fault (`fault_rows`). An incomplete trial is not judged.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -88,7 +91,7 @@ def _outcome_text(row: Mapping[str, Any]) -> str:
     if outcome == "isolated":
         released = _num(row, "released_s")
         gone = f" -> resources released by {_s(released)}" if not math.isnan(released) else ""
-        return f"{_retries(row)}breaker opens at {_s(_num(row, 'breaker_open_s'))}{gone}"
+        return f"{_retries(row)}breaker opens at {_s(_num(row, 'breaker_open_s'))}{gone}{_gpu_released(row)}"
     if outcome == "recovered":
         rejoined = _num(row, "rejoined_ranks")
         back = (f"{rejoined:.0f} left out, let back in at {_s(_num(row, 'rejoined_s'))} -> "
@@ -99,6 +102,15 @@ def _outcome_text(row: Mapping[str, Any]) -> str:
     if outcome == "absorbed":
         return f"training goes on (longest stall {_s(_num(row, 'max_stall_s'))})"
     return f"{outcome}: {row.get('outcome_reason', '')}"
+
+
+def _gpu_released(row: Mapping[str, Any]) -> str:
+    """Beside the breaker: GPU memory back to the bar of 512 MiB, per process (NVML)."""
+    secs = _num(row, "gpu_released_s")
+    if math.isnan(secs):
+        return "; GPU memory released: not observed"
+    verdict = "within" if row.get("gpu_release_within_bar") else "over"
+    return f"; GPU memory <= 512 MiB {_s(secs)} after the breaker ({verdict} the 50 s bar)"
 
 
 def what_happened(row: Mapping[str, Any]) -> str:
@@ -141,6 +153,8 @@ def judge_claim(row: Mapping[str, Any]) -> tuple[str, str]:
     if claim is None:
         return "-", "not in the document"
     outcome = row.get("outcome")
+    if outcome == "incomplete":
+        return "-", "not judged: the trial did not finish"
     notes = []
     if not any(k in str(row.get("fault", "")) for k in claim.fault_kinds):
         notes.append(f"the document's fault was {claim.fault}, this one {row.get('fault') or 'none'}")
@@ -165,6 +179,8 @@ def judge_claim(row: Mapping[str, Any]) -> tuple[str, str]:
 
 def expectation_text(row: Mapping[str, Any]) -> str:
     failures = row.get("expect_failures") or ""
+    if row.get("outcome") == "incomplete":
+        return "not judged: the trial did not finish"
     if not row.get("expect"):
         return "none set"
     return "met" if not failures else f"FAILED: {failures}"
@@ -181,6 +197,33 @@ def table_rows(df: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+FAULT_COLUMNS = ("policy", "#", "fault", "starts", "detect", "recover", "breaker")
+
+
+def fault_indices(row: Mapping[str, Any]) -> list[int]:
+    """The indices of the faults that have f<i>_* columns in this row."""
+    found = (re.fullmatch(r"f(\d+)_fault", str(column)) for column in row.keys())
+    return sorted(int(m.group(1)) for m in found if m and isinstance(row.get(m.group(0)), str))
+
+
+def _figure(row: Mapping[str, Any], column: str) -> str:
+    value = _num(row, column)
+    return "not observed" if math.isnan(value) else _s(value)
+
+
+def fault_rows(df: pd.DataFrame) -> list[list[str]]:
+    """One row per fault of every trial: its own detect / recover / breaker times, each after
+    its own start; "not observed" where its window showed none."""
+    rows = []
+    for _, row in df.iterrows():
+        for i in fault_indices(row):
+            targets = ", ".join(f"r{t}" for t in str(row.get(f"f{i}_targets") or "").split())
+            rows.append([str(row.get("policy")), str(i), f"{row.get(f'f{i}_fault')} on {targets}",
+                         f"+{_s(_num(row, f'f{i}_start_s'))}", _figure(row, f"f{i}_ttd_s"),
+                         _figure(row, f"f{i}_ttr_s"), _figure(row, f"f{i}_breaker_open_s")])
+    return rows
+
+
 def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -191,8 +234,12 @@ def markdown_table(header: list[str] | tuple[str, ...], rows: list[list[str]]) -
 
 
 def format_table(df: pd.DataFrame) -> str:
-    """The comparison table (Markdown, readable as plain text) for the terminal and report.md."""
-    return markdown_table(TABLE_COLUMNS, table_rows(df))
+    """The comparison table (Markdown, readable as plain text) for the terminal and report.md;
+    with a per-fault table below it when a trial had more than one fault."""
+    table = markdown_table(TABLE_COLUMNS, table_rows(df))
+    if any(len(fault_indices(row)) > 1 for _, row in df.iterrows()):
+        table += "\n\nEvery fault, each timed from its own start:\n\n" + markdown_table(FAULT_COLUMNS, fault_rows(df))
+    return table
 
 
 def compare_table(runs: list[tuple[str, pd.DataFrame]]) -> str:

@@ -37,6 +37,7 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("steps_per_s_during", "steps/s during"),
     ("steps_per_s_after", "steps/s after"),
     ("retries", "retries (most on one rank)"),
+    ("restarts", "rank processes started again after fault start (n/a: not observed)"),
     ("generations", "process-group generations"),
     ("steps_rolled_back", "steps rolled back by the restore"),
     ("departed", "ranks that left"),

@@ -55,11 +55,13 @@ GROUP_READY = _kind("group_ready", RANK, ("gen", "world", "group_rank", "secs"),
 MEMBERSHIP = _kind("membership", RANK, ("gen", "world", "members", "left_out", "joined"),
                    "the agreed members changed (original rank ids, in group-rank order)")
 RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
-                 "state loaded: source checkpoint (the newest every member has) | peer "
+                 "state loaded: source checkpoint (the newest of the lowest group rank that has "
+                 "one; `peer` and `bytes` when that rank sent it to members whose disk lacks it) | peer "
                  "(in-memory state sent by original rank `peer`, `bytes` long) | initial (a new "
                  "process that starts again from the seeded weights: bench/torchrun_kill.py)",
                  optional=("peer", "bytes"))
-STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"), "a training step completed")
+STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
+             "a training step completed (a user's job: loss null, dur null for its first)")
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
 SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
                 "the failure detector suspects `peer`; via = cause: connection (its process is "
@@ -72,7 +74,8 @@ STRAGGLER = _kind("straggler", RANK, ("peer", "loss", "silent_s", "waited_s", "g
                   "heartbeats arrive degraded (null when none does)")
 COLLECTIVE_ERROR = _kind("collective_error", RANK, ("step", "gen", "phase", "cause", "error"),
                          "phase: step | join; cause: timeout | closed | reset | rendezvous | "
-                         "suspect (the detector ended the wait) | other")
+                         "suspect (the detector ended the wait) | remote (NCCL: a peer's process "
+                         "or the network failed) | other")
 GROUP_RELEASED = _kind("group_released", RANK, ("secs",),
                        "the failed group let go (its stuck op, if any, left to a reaper)")
 GROUP_REAPED = _kind("group_reaped", RANK, ("gen", "secs"),
@@ -103,6 +106,9 @@ RESOURCES_RELEASED = _kind("resources_released", RANK,
 EXIT = _kind("exit", RANK, ("reason", "code"),
              "reason: stopped | failed-fast | retries-exhausted | isolated | terminated | crashed",
              optional=("error",))
+JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
+                   "the user's job printed an error line (harness.cluster.classify; t: when it "
+                   "arrived); cause: watchdog | agent | timeout | reset | closed | nccl")
 # -- written by the harness ---------------------------------------------------------------
 TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backend", "hang_cap"),
                     "the trial began")
@@ -110,12 +116,23 @@ CLUSTER_UP = _kind("cluster_up", HARNESS, ("secs",), "every host and the control
 RANK_SPAWNED = _kind("rank_spawned", HARNESS, ("pid",), "rank `rank`'s process started")
 WARMUP_DONE = _kind("warmup_done", HARNESS, ("step",),
                     "every rank made the warm-up steps; fault offsets count from here")
+# Traffic through the links (a fault on the network only; lists indexed by rank): bytes
+# each rank's switch port carried both ways (chaos.linkstats) and the steps each rank made,
+# over a window: before an apply, as long as the fault lasts (less when warm-up ended
+# sooner); during, from the apply to the revert. allreduce_bytes: what one step all-reduces.
+TRAFFIC_BEFORE = ("link_bytes_before", "steps_before", "before_s", "allreduce_bytes")
+TRAFFIC_DURING = ("link_bytes_during", "steps_during", "during_s")
 FAULT_APPLIED = _kind("fault_applied", HARNESS,
                       ("index", "fault_kind", "fault", "targets", "mechanism", "t_requested"),
-                      "t: the kernel acknowledged the apply; t_requested: just before it")
+                      "t: the kernel acknowledged the apply; t_requested: just before it",
+                      optional=TRAFFIC_BEFORE)
 FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
                        "t: the kernel acknowledged the revert; teardown: true when it was the "
-                       "harness cleaning up, not the fault healing", optional=("teardown",))
+                       "harness cleaning up, not the fault healing", optional=("teardown", *TRAFFIC_DURING))
+GPU_MEMORY_RELEASED = _kind("gpu_memory_released", HARNESS, ("breaker_t", "held"),
+                            "rank `rank`'s process holds at most 512 MiB of GPU memory (NVML per "
+                            "pid; 0 once it exited), watched from its breaker_open at breaker_t; "
+                            "held: bytes at t. Never written where NVML cannot be asked")
 RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
                     "the harness reaped rank `rank`'s process; stopped: true when the harness "
                     "stopped it", optional=("stopped",))

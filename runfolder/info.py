@@ -44,6 +44,9 @@ class RunInfo:
     started_wall: str                # ISO 8601, local time with its offset
     command: str                     # how to run it again
     clock: str                       # the clock of every event's t
+    # Where the ranks computed and how they talked (harness.job.device.Placement as JSON:
+    # device, comm, gpus, reason); absent from run.json written before it: None.
+    placement: dict[str, Any] | None = None
     format_version: int = FORMAT_VERSION
 
 

@@ -15,8 +15,8 @@ APPLY = "apply"
 REVERT = "revert"
 # Every outcome a trial can have, in the order the reports' rules try them
 # (reports.metrics.OUTCOME_RULES); "inconclusive" when no rule applies.
-OUTCOMES: tuple[str, ...] = ("no-fault", "hung", "crashed", "continued", "recovered", "isolated",
-                             "retries-exhausted", "failed-fast", "absorbed", "inconclusive")
+OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "crashed", "continued", "recovered",
+                             "isolated", "retries-exhausted", "failed-fast", "absorbed", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,10 @@ class TrialPlan:
     faults: tuple[PlannedFault, ...]  # faults[i].index == i
     actions: tuple[Action, ...]      # in time order; a pulsed fault has one pair per on-phase
     expect: Expectation | None
+    # The user's own job instead of the harness's runner (harness.cluster.userjob.JobSpec as
+    # JSON, the variant's overrides applied; `policy` is then the variant's name); None: the
+    # runner under `policy_spec`. Absent from trial.json written before it: None.
+    job: dict[str, Any] | None = None
 
     @property
     def last_action_s(self) -> float:

@@ -1,9 +1,18 @@
 """Markers for privileged tests: each skips, saying why, where the capability is missing.
-CI runs as root with a Docker engine, so there they run."""
+CI runs as root with a Docker engine, so there they run.
+
+`host_left_clean` (session-wide, automatic): the run fails when the session left anything
+of a run on the host (namespaces, ledgers, containers, project processes, or any process
+the tests started that still lives), and what was left is removed. Things of runs whose
+live owner is not this session (CI beside us), or whose owner is dead and whose run
+folder or ledger is not under this session's temp folder, are not ours and are left
+alone (`harness.cluster.host`). `stop_child` ends a helper harness a test started, whatever
+happens."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +58,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     verdicts[marker] = check()
                 if not verdicts[marker]:
                     item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _descendants(me: int) -> list[str]:
+    from harness.cluster.host import descends_from
+    return [f"process {pid} (started by the tests)" for pid in (int(e) for e in os.listdir("/proc") if e.isdigit())
+            if pid != me and descends_from(pid, me)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_left_clean(tmp_path_factory: pytest.TempPathFactory):
+    """Fail the session if it left anything of a run on the host; remove it either way."""
+    from harness.cluster import host
+    before = host.snapshot()
+    yield
+    me = os.getpid()
+    strays = _descendants(me)
+    for item in strays:
+        proc_kill(int(item.split()[1]))
+    runs = host.runs_under(tmp_path_factory.getbasetemp())  # the tests' run folders and ledgers
+    left = host.left_since(before, me, runs)
+    report = host.remove(left, runs)
+    problems = strays + [str(i) for i in left] + [f"could not remove: {f}" for f in report.failed]
+    if problems:
+        pytest.fail("the test session left this behind (now removed):\n  " + "\n  ".join(problems))
+
+
+def proc_kill(pid: int) -> None:
+    from chaos import proc
+    proc.send_signal(pid, signal.SIGKILL, proc.start_time(pid), gone_ok=True)
+    proc.reap(pid)
+
+
+def stop_child(child: subprocess.Popen, grace_s: float = 30.0, run_id: str | None = None) -> None:
+    """End a helper harness a test started: SIGINT (it cleans up on its way out), SIGKILL at
+    the deadline, then a heal of `run_id`; never raises for a child already gone."""
+    from harness.cluster.host import end_process
+    end_process(child, signal.SIGINT, grace_s)
+    if run_id is not None:
+        from chaos.heal import heal
+        from harness.cluster.backends import undo_table
+        heal(undo_table(), run_id)
 
 
 def chaos_namespaces() -> set[str]:

@@ -12,7 +12,9 @@ import abc
 from dataclasses import dataclass
 from pathlib import Path
 
+from chaos import linkstats
 from chaos.api import Host
+from chaos.errors import HarnessError
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
 
@@ -51,6 +53,12 @@ class Cluster(abc.ABC):
     def start_rank(self, rank: int, config: dict) -> int:
         """Start (or restart) the process of `rank` with the rank config; returns its pid."""
 
+    def start_job(self, rank: int, launch: dict) -> int:
+        """Start `rank`'s process of the user's own job (harness.cluster.userjob.launch_command:
+        argv, cwd, env, step pattern) on its host; returns its pid."""
+        raise HarnessError(f"the {self.spec.run_id} cluster's backend cannot run your own job yet; "
+                           "use cluster.backend: netns")
+
     @abc.abstractmethod
     def pid(self, rank: int) -> int | None:
         """The current process of `rank`, if it is alive."""
@@ -66,6 +74,10 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Remove everything the cluster made (idempotent; also after a failed bring-up)."""
+
+    def link_bytes(self) -> tuple[int, ...]:
+        """Bytes each rank's link has carried so far (both ways), by rank."""
+        return linkstats.link_bytes(self.hosts)
 
     def mechanisms(self) -> dict[str, Mechanism]:
         """Fault mechanisms this backend does its own way (e.g. kill through the engine),

@@ -45,6 +45,7 @@ def _get(env: Mapping[str, str], key: str, default: str | None = None) -> str | 
 
 def config_from_env(env: Mapping[str, str]) -> dict:
     """A RankConfig (as JSON-able dict) from the CHAOS_* environment of a compose service."""
+    from harness.job.device import choose, rank_env, visible_gpus
     from harness.job.policies import policy_spec
     from harness.job.rank import RankConfig
     from harness.job.workload import WorkloadSpec
@@ -60,15 +61,20 @@ def config_from_env(env: Mapping[str, str]) -> dict:
         overrides["max_retries"] = int(_get(env, "CHAOS_MAX_RETRIES") or 0)
     workload = {"step_period": _get(env, "CHAOS_STEP_PERIOD")} if _get(env, "CHAOS_STEP_PERIOD") else {}
     max_steps = int(_get(env, "CHAOS_MAX_STEPS", "0") or 0) or None
+    rank, world = int(_get(env, "CHAOS_RANK") or 0), int(_get(env, "CHAOS_WORLD_SIZE") or 0)
+    policy = policy_spec(_get(env, "CHAOS_POLICY", "retry") or "retry", overrides)
+    ifname = _get(env, "GLOO_SOCKET_IFNAME", "eth0") or "eth0"
+    # every rank sees the host's GPUs and picks its own (CUDA_VISIBLE_DEVICES in rank_env)
+    placement = choose(_get(env, "CHAOS_DEVICE", "auto") or "auto", _get(env, "CHAOS_COMM", "auto") or "auto",
+                       world, visible_gpus())
     return RankConfig(
-        rank=int(_get(env, "CHAOS_RANK") or 0), world_size=int(_get(env, "CHAOS_WORLD_SIZE") or 0),
+        rank=rank, world_size=world,
         seed=int(_get(env, "CHAOS_SEED", "0") or 0),
         store_address=_get(env, "CHAOS_STORE_ADDRESS", "control") or "control",
         store_port=int(_get(env, "CHAOS_STORE_PORT", str(STORE_PORT)) or STORE_PORT),
         events_path=str(run_dir / "events.jsonl"), checkpoint_dir=str(run_dir / "ckpt"),
-        policy=policy_spec(_get(env, "CHAOS_POLICY", "retry") or "retry", overrides),
-        workload=WorkloadSpec.model_validate(workload), max_steps=max_steps,
-        ifname=_get(env, "GLOO_SOCKET_IFNAME", "eth0") or "eth0",
+        policy=policy, workload=WorkloadSpec.model_validate(workload), max_steps=max_steps, ifname=ifname,
+        device=placement.device, comm=placement.comm, env=rank_env(placement, rank, policy.base, ifname),
     ).model_dump(mode="json")
 
 

@@ -12,7 +12,9 @@ Each rank is a row in a table that steps on the injected clock: whenever the har
 trial's events file. `FakeInjector` acts on the table: while any fault but a kill is
 applied every rank stalls (a ring all-reduce waits for its slowest member); a kill ends its
 targets' processes (SIGKILL). Everything the harness asks of the cluster and the injector is
-appended to the backend's `journal`, in order, so a test can check the teardown.
+appended to the backend's `journal`, in order, so a test can check the teardown; each
+apply's dead-man delay (`revert_after`) to the cluster's `dead_men`. A rank's link carries a
+gradient's worth per step it makes (`link_bytes`).
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ class FakeRank:
     period: float
     next_step_at: float
     recorder: EventRecorder
+    gradient_bytes: int  # what each step moves through its link
     step: int = 0
 
 
@@ -66,8 +69,10 @@ class FakeCluster(Cluster):
         self._ledger = ledger
         self.clock = clock
         self.journal = journal
+        self.dead_men: list[float | None] = []  # `revert_after` of each apply, in order
         self.live: dict[int, FakeRank] = {}
         self.stalls = 0  # faults applied that stall the ring
+        self.carried: dict[int, int] = {}  # bytes through each rank's link
         self._ended: list[RankExit] = []  # not reaped yet
         self._next_pid = FIRST_PID
 
@@ -80,7 +85,7 @@ class FakeCluster(Cluster):
         recorder.emit(kinds.GROUP_READY, gen=0, world=cfg.world_size, group_rank=rank, secs=0.0)
         self._next_pid += 1
         self.live[rank] = FakeRank(rank, self._next_pid, cfg.workload.step_period,
-                                   now + cfg.workload.step_period, recorder)
+                                   now + cfg.workload.step_period, recorder, cfg.workload.gradient_bytes)
         return self._next_pid
 
     def advance(self) -> None:
@@ -95,6 +100,12 @@ class FakeCluster(Cluster):
                 rank.recorder.emit(kinds.STEP, t=rank.next_step_at, step=rank.step, gen=0, loss=1.0, dur=rank.period)
                 rank.step += 1
                 rank.next_step_at += rank.period
+                self.carried[rank.rank] = self.carried.get(rank.rank, 0) + rank.gradient_bytes
+
+    def link_bytes(self) -> tuple[int, ...]:
+        """A link carries a gradient's worth per step its rank makes (none once it exited)."""
+        self.advance()
+        return tuple(self.carried.get(r, 0) for r in range(self.spec.ranks))
 
     def kill(self, rank: int) -> None:
         gone = self.live.pop(rank)
@@ -154,6 +165,7 @@ class FakeInjector(Injector):
         cluster.advance()  # the steps made before the fault
         names = tuple(host.name for host in hosts)
         cluster.journal.append(("apply", fault.kind, self._ranks(names)))  # type: ignore[attr-defined]
+        cluster.dead_men.append(revert_after)
         if fault.kind == "kill":  # type: ignore[attr-defined]
             for rank in self._ranks(names):
                 cluster.kill(rank)

@@ -57,9 +57,15 @@ class NetnsCluster(Cluster):
         return self._launcher
 
     def start_rank(self, rank: int, config: dict) -> int:
+        return self._spawn(rank, "rank", config)
+
+    def start_job(self, rank: int, launch: dict) -> int:
+        return self._spawn(rank, "exec", {**launch, "rank": rank})
+
+    def _spawn(self, rank: int, entry: str, config: dict) -> int:
         host = self.hosts[rank]
         log = str(self.spec.run_dir / "logs" / f"{host.name}.log")
-        return self.launcher.spawn(host.name, "rank", host.ns_path, log, config)
+        return self.launcher.spawn(host.name, entry, host.ns_path, log, config)
 
     def pid(self, rank: int) -> int | None:
         return self.launcher.pids.get(topology.host_name(rank))

@@ -4,9 +4,13 @@ Started by a cluster backend as ``python -m harness.cluster.zygote`` in a sessio
 a Ctrl-C at the terminal reaches only the harness). It reads commands as JSON lines on
 stdin and answers on stdout:
 
-    {"op": "spawn", "name": "r005", "entry": "rank"|"control", "ns_path": ..., "log": ...,
+    {"op": "spawn", "name": "r005", "entry": "rank"|"control"|"exec", "ns_path": ..., "log": ...,
      "config": {...}}            -> {"ev": "spawned", "name", "pid", "t"}
     (a child ends)               -> {"ev": "exited", "name", "pid", "exitcode", "signal", "t"}
+
+"exec" runs a user's job (harness.cluster.userjob; config: its launch, with "rank"): the
+child execs the command, its output goes through a pipe to a second child, the tap
+("tap-r005"), which writes the log and the job's output events.
 
 A child joins its network namespace with setns(2) before any socket exists, then runs the
 entry. The launcher and its children die with their parent (PR_SET_PDEATHSIG), and when
@@ -42,7 +46,8 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         die_with_parent()
         if os.getppid() != launcher_pid:
             os._exit(1)
-        log = os.open(cmd["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # a user's job writes into its tap's pipe, everything else into its log
+        log = cmd["out_fd"] if "out_fd" in cmd else os.open(cmd["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
@@ -53,6 +58,10 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         proc.enter_netns(cmd["ns_path"])
+        if cmd["entry"] == "exec":
+            from harness.cluster.userjob import exec_job
+            code = exec_job(cmd["config"])  # returns only when the exec failed
+            return
         from harness import signals
         signals.install()
         if cmd["entry"] == "rank":
@@ -69,6 +78,26 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _run_tap(cmd: dict[str, Any], fd: int, launcher_pid: int) -> None:
+    """In the forked tap of a user's job (harness.cluster.userjob.run_tap): never returns."""
+    code = 70
+    try:
+        die_with_parent()
+        os.close(cmd["out_fd"])  # only the job writes: the pipe ends when the job's processes do
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)  # the launcher's command and answer pipes are not the tap's
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        if os.getppid() == launcher_pid:
+            from harness.cluster.userjob import run_tap
+            code = run_tap(fd, cmd["log"], cmd["config"])
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
 
 
 def _reply(out: Any, **msg: Any) -> None:
@@ -109,9 +138,18 @@ def main() -> None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 cmd = json.loads(line)
+                if cmd["entry"] == "exec":  # a user's job: its output goes through a tap
+                    tap_fd, cmd["out_fd"] = os.pipe()
+                    tap = os.fork()
+                    if tap == 0:
+                        _run_tap(cmd, tap_fd, me)
+                    names[tap] = f"tap-{cmd['name']}"
                 pid = os.fork()
                 if pid == 0:
                     _run_child(cmd, me)
+                if cmd["entry"] == "exec":
+                    os.close(tap_fd)
+                    os.close(cmd["out_fd"])
                 names[pid] = cmd["name"]
                 _reply(out, ev="spawned", name=cmd["name"], pid=pid, t=time.monotonic())
         elif not open_input:

@@ -1,7 +1,8 @@
 """Atomic checkpoints: write a temp file, fsync it, os.replace it, fsync the directory.
 
 A reader only ever sees complete files (``step-00000120.pt``); a crash mid-write leaves at
-most a ``.tmp-*`` file that the next save removes. The newest `keep` checkpoints are kept
+most a ``.tmp-*`` file that the next save removes (one writer per directory: the group's
+rank 0, so any other temp file there is a dead writer's). The newest `keep` checkpoints are kept
 so that ranks one checkpoint apart can still agree on a common one.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 _NAME = re.compile(r"step-(\d{8})\.pt")
+TEMP_PREFIX = ".tmp-"
 
 
 class Checkpointer:
@@ -35,7 +37,9 @@ class Checkpointer:
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         final = self.path(step)
-        tmp = self.directory / f".tmp-{os.getpid()}-{final.name}"
+        tmp = self.directory / f"{TEMP_PREFIX}{os.getpid()}-{final.name}"
+        for stale in self.directory.glob(f"{TEMP_PREFIX}*"):
+            stale.unlink(missing_ok=True)
         with open(tmp, "wb") as f:
             torch.save(state, f)
             f.flush()

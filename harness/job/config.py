@@ -5,7 +5,7 @@ the orchestrator, `chaos run --dry-run`), and a rank reads its RankConfig back f
 """
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,13 @@ class WorkloadSpec(BaseModel):
     lr: Annotated[float, Field(gt=0)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
 
+    @property
+    def gradient_bytes(self) -> int:
+        """What one step all-reduces: every parameter of the MLP (three linear layers with
+        biases), float32."""
+        f, h, c = self.features, self.hidden, self.classes
+        return 4 * ((f + 1) * h + (h + 1) * h + (h + 1) * c)
+
 
 class RankConfig(BaseModel):
     """Everything a rank needs, passed as JSON from the harness (any backend)."""
@@ -45,3 +52,6 @@ class RankConfig(BaseModel):
     max_steps: int | None = None
     store_timeout_s: float = 60.0
     ifname: str = "eth0"  # the host's link: gloo binds here, not to whatever the hostname resolves to
+    device: Literal["cpu", "cuda"] = "cpu"  # harness.job.device: model, batches and all-reduce live here
+    comm: Literal["gloo", "nccl"] = "gloo"
+    env: dict[str, str] = {}  # set in the rank's process before CUDA initialises (harness.job.device.rank_env)

@@ -65,6 +65,8 @@ class CollectiveError(Exception):
 
 def classify(message: str) -> str:
     text = message.lower()
+    if "ncclremoteerror" in text or "remote process exited" in text:
+        return "remote"  # NCCL: a peer's process or the network failed
     if "connection closed by peer" in text:
         return "closed"
     if "reset by peer" in text:
@@ -120,13 +122,24 @@ class Group(Protocol):
     def admit(self, ranks: tuple[int, ...]) -> tuple[int, ...]: ...
 
 
+def new_process_group(comm: str, store: dist.Store, rank: int, size: int, timeout: timedelta) -> Any:
+    """One generation's group: gloo (CPU or CUDA tensors) or NCCL (CUDA tensors; the rank's
+    environment, harness.job.device.rank_env, keeps it on the rank's link)."""
+    if comm == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, size, options)
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+
 class GlooGroup:
-    """One gloo process group per generation under one store."""
+    """One process group per generation under one store (gloo, or NCCL with `comm`)."""
 
     def __init__(self, store: dist.Store, store_address: tuple[str, int], rank: int,
                  world_size: int, timeout_s: float, rendezvous_timeout_s: float,
                  on_wait: Callable[[int, int], None] = lambda gen, arrived: None,
-                 on_reaped: Callable[[int, float], None] = lambda gen, secs: None) -> None:
+                 on_reaped: Callable[[int, float], None] = lambda gen, secs: None, comm: str = "gloo") -> None:
+        self.comm = comm
         self.store = store
         self.store_address = store_address
         self.member = rank
@@ -170,8 +183,8 @@ class GlooGroup:
                 self.store.compare_set(GENERATION_KEY, str(gen), str(gen + 1))
                 cause, reason = stopped
                 raise CollectiveError(reason, cause, "join")
-            self._pg = dist.ProcessGroupGloo(dist.PrefixStore(f"gen{gen}/", self.store),
-                                             self.rank, self.world_size, self.timeout)
+            self._pg = new_process_group(self.comm, dist.PrefixStore(f"gen{gen}/", self.store),
+                                         self.rank, self.world_size, self.timeout)
         except (RuntimeError, ValueError) as exc:  # DistError derives from RuntimeError
             raise CollectiveError(_short(exc), "rendezvous", "join") from exc
         return self.generation
@@ -207,12 +220,25 @@ class GlooGroup:
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum", watch: Watch | None = None) -> None:
         options = dist.AllreduceOptions()
         options.reduceOp = _OPS[op]
-        self._wait(lambda: self._pg.allreduce([tensor], options), watch)
+        with self._staged(tensor) as staged:
+            self._wait(lambda: self._pg.allreduce([staged], options), watch)
 
     def broadcast(self, tensor: torch.Tensor, src: int, watch: Watch | None = None) -> None:
         options = dist.BroadcastOptions()
         options.rootRank, options.rootTensor = src, 0
-        self._wait(lambda: self._pg.broadcast([tensor], options), watch)
+        with self._staged(tensor) as staged:
+            self._wait(lambda: self._pg.broadcast([staged], options), watch)
+
+    @contextlib.contextmanager
+    def _staged(self, tensor: torch.Tensor) -> Iterator[torch.Tensor]:
+        """`tensor` where the backend reduces it: NCCL takes only CUDA tensors (the restore
+        agreement's counters live on the CPU), gloo either."""
+        if self.comm != "nccl" or tensor.is_cuda:
+            yield tensor
+            return
+        staged = tensor.cuda()
+        yield staged
+        tensor.copy_(staged.cpu())
 
     def _wait(self, issue: Callable[[], Any], watch: Watch | None) -> None:
         """Issue a collective and poll it; a watch's reason abandons it (left pending)."""
@@ -240,12 +266,16 @@ class GlooGroup:
     def leave(self) -> float:
         """Release the group so its sockets close and peers see it; returns seconds taken.
 
-        Never blocks on a collective: a group with a pending op goes to a reaper thread."""
+        Never blocks on a collective: NCCL aborts the communicator (its pending op ends
+        now); under gloo, which has no abort, a group with a pending op goes to a reaper."""
         start = time.monotonic()
         gc.collect()  # first, while we still hold them: tracebacks hold the work and the group
         lingering = [self._pg, self._pending]
         self._pg = self._pending = None  # the reaper must hold the last references
-        if lingering[1] is not None and not lingering[1].is_completed():
+        if self.comm == "nccl" and lingering[0] is not None:
+            lingering[0].abort()
+            lingering.clear()
+        elif lingering[1] is not None and not lingering[1].is_completed():
             threading.Thread(target=self._reap, args=(lingering, self.generation),
                              name=f"reaper-gen{self.generation}", daemon=True).start()
         else:

@@ -2,7 +2,8 @@
 
 Entered in a child of the rank launcher, already inside the rank's network namespace,
 with SIGTERM turned into `Terminated`. Exit codes: 0 stopped or terminated, 3 failed
-fast, 4 retries exhausted, 5 isolated (breaker open), 70 crashed (uncaught error).
+fast, 4 retries exhausted, 5 isolated (breaker open), 70 crashed (uncaught error), 75
+the harness's lease expired (`harness.job.lease`: a container whose harness is gone).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def main(config: dict[str, Any]) -> int:
 
     cfg = RankConfig.model_validate(config)
     os.environ["GLOO_SOCKET_IFNAME"] = cfg.ifname
+    os.environ.update(cfg.env)  # its GPU and NCCL settings (harness.job.device): before CUDA initialises
     torch.set_num_threads(1)
     # torch's ~10^6 objects are never garbage: frozen, a full collection takes ~0 s instead
     # of 0.2-0.9 s that would hold the GIL and silence the heartbeat thread.
@@ -51,7 +53,7 @@ def main(config: dict[str, Any]) -> int:
                           on_wait=lambda gen, arrived: recorder.emit(
                               kinds.RENDEZVOUS, gen=gen, arrived=arrived, world=group.world_size),
                           on_reaped=lambda gen, secs: recorder.emit(
-                              kinds.GROUP_REAPED, gen=gen, secs=round(secs, 3)))
+                              kinds.GROUP_REAPED, gen=gen, secs=round(secs, 3)), comm=cfg.comm)
         detector = None
         if (spec := cfg.policy.detector) is not None:
             heartbeats = HeartbeatClient(
@@ -60,7 +62,7 @@ def main(config: dict[str, Any]) -> int:
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
                                        spec.straggler_loss)
         runner = FaultTolerantRunner(
-            cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank),
+            cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank, torch.device(cfg.device)),
             Checkpointer(cfg.checkpoint_dir), recorder,
             random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
         outcome = runner.run(cfg.max_steps)
@@ -126,6 +128,9 @@ def cli(argv: list[str] | None = None) -> int:
     import traceback
 
     from harness import signals
+    from pathlib import Path
+
+    from harness.job import lease
 
     parser = argparse.ArgumentParser(prog="python -m harness.job.rank")
     parser.add_argument("--config", required=True, help="a RankConfig as a JSON file")
@@ -134,7 +139,13 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--barrier", type=float, default=None, metavar="SECONDS",
                         help="load torch, then wait up to SECONDS until every rank has loaded "
                              "(rNNN.ready files beside the config)")
+    parser.add_argument("--lease", default=None, metavar="FILE",
+                        help="leave once FILE is not renewed for --lease-timeout seconds "
+                             "(the harness is gone; harness.job.lease)")
+    parser.add_argument("--lease-timeout", type=float, default=lease.TIMEOUT_S, metavar="SECONDS")
     args = parser.parse_args(argv)
+    if args.lease is not None:  # first: a rank still loading torch must leave too
+        lease.watch(Path(args.lease), args.lease_timeout)
     try:
         with open(args.config) as f:
             config = json.load(f)

@@ -1,7 +1,9 @@
 """How the ranks of a newly formed generation agree on one state to go on from.
 
-    checkpoint   the newest checkpoint every rank can see (MIN over the ranks; none: the
-                 seeded initial weights): the steps since are run again
+    checkpoint   the newest checkpoint of the lowest group rank that has one (group rank 0,
+                 the saver, when it has any; none anywhere: the seeded initial weights),
+                 loaded from each rank's own disk, or sent by that rank to every member
+                 when one lacks it (disks local to each node): the steps since are run again
     peer         the newest in-memory state among the ranks (one may be a step ahead when a
                  collective failed half-way), sent by the lowest group rank that holds it:
                  nothing is run again
@@ -48,37 +50,56 @@ class FromCheckpoint:
 
     def restore(self, group: Group, workload: Workload, watch: Watch | None) -> Restored:
         latest = self.checkpoints.latest()
-        agreed = torch.tensor([-1 if latest is None else latest], dtype=torch.int64)
-        group.all_reduce(agreed, "min", watch=watch)
-        step = int(agreed.item())
-        if step < 0:
+        src = _lowest(group, latest is not None, watch)
+        if src == group.world_size:  # no member has a checkpoint
             workload.reset()
-        else:
+            return Restored("checkpoint")
+        agreed = torch.tensor([latest if group.rank == src else -1], dtype=torch.int64)
+        group.all_reduce(agreed, "max", watch=watch)
+        step = int(agreed.item())
+        lacking = _lowest(group, step not in self.checkpoints.steps(), watch)
+        if lacking == group.world_size:  # every member has it on its own disk
             workload.load_state(self.checkpoints.load(step))
-        return Restored("checkpoint")
+            return Restored("checkpoint")
+        state, size = _share(group, src, self.checkpoints.load(step) if group.rank == src else None, watch)
+        workload.load_state(state)
+        return Restored("checkpoint", peer=group.members[src], bytes=size)
 
 
 class FromPeer:
     def restore(self, group: Group, workload: Workload, watch: Watch | None) -> Restored:
         newest = torch.tensor([workload.step], dtype=torch.int64)
         group.all_reduce(newest, "max", watch=watch)
-        holds = workload.step == int(newest.item())
-        source = torch.tensor([group.rank if holds else group.world_size], dtype=torch.int64)
-        group.all_reduce(source, "min", watch=watch)
-        src = int(source.item())
-        payload = b""
-        if group.rank == src:
-            buffer = io.BytesIO()
-            torch.save(workload.state(), buffer)
-            payload = buffer.getvalue()
-        size = torch.tensor([len(payload)], dtype=torch.int64)
-        group.all_reduce(size, "max", watch=watch)
-        data = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload
-                else torch.empty(int(size.item()), dtype=torch.uint8))
-        group.broadcast(data, src, watch=watch)
+        src = _lowest(group, workload.step == int(newest.item()), watch)
+        state, size = _share(group, src, workload.state() if group.rank == src else None, watch)
         if group.rank != src:
-            workload.load_state(torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True))
-        return Restored("peer", peer=group.members[src], bytes=int(size.item()))
+            workload.load_state(state)
+        return Restored("peer", peer=group.members[src], bytes=size)
+
+
+def _lowest(group: Group, holds: bool, watch: Watch | None) -> int:
+    """The lowest group rank for which `holds` is true (world_size when none)."""
+    source = torch.tensor([group.rank if holds else group.world_size], dtype=torch.int64)
+    group.all_reduce(source, "min", watch=watch)
+    return int(source.item())
+
+
+def _share(group: Group, src: int, state: dict[str, Any] | None,
+           watch: Watch | None) -> tuple[dict[str, Any], int]:
+    """Group rank `src`'s `state` (the others pass None) on every member, and its size in bytes."""
+    payload = b""
+    if group.rank == src:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        payload = buffer.getvalue()
+    size = torch.tensor([len(payload)], dtype=torch.int64)
+    group.all_reduce(size, "max", watch=watch)
+    data = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload
+            else torch.empty(int(size.item()), dtype=torch.uint8))
+    group.broadcast(data, src, watch=watch)
+    if group.rank == src:
+        return state, int(size.item())  # type: ignore[return-value]
+    return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=True), int(size.item())
 
 
 def restore_strategy(source: Literal["checkpoint", "peer"], checkpoints: Checkpointer) -> RestoreStrategy:

@@ -11,7 +11,7 @@ A loop over named states; each state does its work and names the next one:
                   base*2^n (capped) + jitter ──> HEALTH_CHECK
     HEALTH_CHECK  pass ──> REGROUP; fail ──> breaker? BREAKER_OPEN : BACKOFF
     REGROUP       join the next generation, restore the state the ranks agree on (the
-                  newest common checkpoint, or a peer's: harness.job.restore) ──> STEPPING
+                  newest checkpoint rank 0 has, or a peer's: harness.job.restore) ──> STEPPING
                   with a fresh budget of tries; failed ──> release, BACKOFF (the try
                   counts); the generation went on without this rank ──> BREAKER_OPEN
     BREAKER_OPEN  free the group and accelerator memory ──> DONE (isolated), or with

@@ -1,7 +1,8 @@
 """The training workload: a small real MLP trained with gradient all-reduce.
 
 Data is synthetic and deterministic in (seed, step, rank), so a restore from a checkpoint
-replays exactly the same batches. The update is SGD with momentum written out (three tensor
+replays exactly the same batches: drawn on the CPU, then moved to the rank's device, where
+the model, its gradients and the all-reduce live (harness.job.device). The update is SGD with momentum written out (three tensor
 ops per parameter): torch.optim's first use imports torch._dynamo, ~0.8 s of a launch. Every rank starts from the same weights (seeded). The
 step is paced to `step_period` so that 16 ranks share two cores without starving. Its
 parameters, `WorkloadSpec`, are in harness.job.config (no torch there).
@@ -16,27 +17,29 @@ import torch
 from harness.job.config import WorkloadSpec
 
 AllReduce = Callable[[torch.Tensor], None]
+CPU = torch.device("cpu")
 
 
 class Workload:
-    def __init__(self, spec: WorkloadSpec, seed: int, rank: int) -> None:
+    def __init__(self, spec: WorkloadSpec, seed: int, rank: int, device: torch.device = CPU) -> None:
         self.spec = spec
         self.seed = seed
         self.rank = rank
+        self.device = device
         torch.manual_seed(seed)
         self.model = torch.nn.Sequential(
             torch.nn.Linear(spec.features, spec.hidden), torch.nn.ReLU(),
             torch.nn.Linear(spec.hidden, spec.hidden), torch.nn.ReLU(),
-            torch.nn.Linear(spec.hidden, spec.classes))
+            torch.nn.Linear(spec.hidden, spec.classes)).to(device)
         self.velocity = [torch.zeros_like(p) for p in self.model.parameters()]
         self.step = 0  # the next step to run
         self._initial = copy.deepcopy(self.state())
         self._teacher = torch.Generator().manual_seed(seed ^ 0x5EED)
-        self._target = torch.randn(spec.features, spec.classes, generator=self._teacher)
+        self._target = torch.randn(spec.features, spec.classes, generator=self._teacher).to(device)
 
     def _batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(hash((self.seed, self.step, self.rank)) & 0x7FFFFFFF)
-        x = torch.randn(self.spec.batch, self.spec.features, generator=gen)
+        x = torch.randn(self.spec.batch, self.spec.features, generator=gen).to(self.device)
         return x, (x @ self._target).argmax(dim=1)
 
     def train_step(self, all_reduce: AllReduce, world_size: int) -> float:

@@ -85,6 +85,10 @@ def export_trial(scenario_file: Path, policy: str, image: str = DEFAULT_IMAGE, n
     """The manifests of one trial; raises UsageError for what cannot run on Kubernetes as it
     runs under the harness."""
     scenario = load_scenario(scenario_file)
+    if scenario.job is not None:
+        raise UsageError(f"{scenario_file}: job: a scenario that runs your own training job cannot be exported "
+                         "yet (the exported ranks run the harness's image and its built-in workload); run it "
+                         "with `chaos run`, or export a scenario without 'job:'")
     if policy not in scenario.policies:
         raise UsageError(f"--policy {policy}: not in {scenario_file}'s policies ({', '.join(scenario.policies)}); "
                          "pick one of those")

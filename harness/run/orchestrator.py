@@ -22,26 +22,30 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from chaos.api import Injection, Injector
-from chaos.errors import HarnessError
+from chaos.errors import HarnessError, UsageError
 from chaos.heal import heal
-from chaos.inject import NetlinkInjector, default_mechanisms, record_owner
+from chaos.inject import NetlinkInjector, default_mechanisms, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import Backend, Cluster, ClusterSpec
 from harness.cluster.backends import undo_table
-from harness.job.config import RankConfig
+from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
+from harness.job.config import RankConfig, WorkloadSpec
+from harness.job.device import Placement, PlacementError, choose, gpu_memory_by_pid, rank_env, visible_gpus
+from harness.run.gpumem import GpuRelease
 from harness.run.plan import Plan, build_plan, ranks_text
 from harness.run.progress import Progress
 from harness.run.scenario import Scenario
+from harness.run.traffic import Sample, TrafficWatch
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
 from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
 from runfolder.layout import CHECKPOINT_DIR, LOGS_DIR, SCENARIO_FILE, TRIALS_DIR, trial_dir
-from runfolder.plan import APPLY
+from runfolder.plan import APPLY, REVERT, Action
 
 POLL_S = 0.05
 STOP_DEADLINE_S = 3.0
@@ -58,6 +62,8 @@ class Monitor:
     offset: int = 0
     step_of: dict[int, int] = field(default_factory=dict)
     steps_since: dict[int, int] = field(default_factory=dict)  # steps after `mark()`
+    steps_made: dict[int, int] = field(default_factory=dict)   # steps since the trial began
+    breakers: dict[int, float] = field(default_factory=dict)   # rank -> its breaker_open t
     errors: int = 0
     exited: set[int] = field(default_factory=set)
 
@@ -71,6 +77,9 @@ class Monitor:
             if ev["kind"] == kinds.STEP:
                 self.step_of[rank] = ev["step"]
                 self.steps_since[rank] = self.steps_since.get(rank, 0) + 1
+                self.steps_made[rank] = self.steps_made.get(rank, 0) + 1
+            elif ev["kind"] == kinds.BREAKER_OPEN:
+                self.breakers.setdefault(rank, ev["t"])
             elif ev["kind"] == kinds.COLLECTIVE_ERROR:
                 self.errors += 1
 
@@ -112,9 +121,10 @@ class Trial:
     def __init__(self, plan: Plan, trial_dir: Path, backend: Backend, progress: Progress,
                  make_injector: Callable[[Ledger, Cluster], Injector] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None, placement: Placement | None = None) -> None:
         self.plan = plan.trial
         self.faults = plan.faults
+        self.placement = placement or choose("cpu", "gloo", plan.trial.ranks, 0)
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
@@ -135,7 +145,19 @@ class Trial:
             store_address=cluster.store_address, store_port=cluster.store_port,
             events_path=str(self.events_path), checkpoint_dir=str(self.trial_dir / CHECKPOINT_DIR),
             policy=self.plan.policy_spec, workload=self.plan.workload,
+            device=self.placement.device, comm=self.placement.comm,
+            env=rank_env(self.placement, rank, self.plan.policy_spec["base"], RankConfig.model_fields["ifname"].default),
         )).model_dump(mode="json")
+
+    def _start(self, cluster: Cluster, rank: int) -> int:
+        """Start `rank`: the harness's runner, or the user's job (harness.cluster.userjob)."""
+        if self.plan.job is None:
+            return cluster.start_rank(rank, self._rank_config(cluster, rank))
+        job = JobSpec.model_validate(self.plan.job)
+        env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy,
+                               str(self.events_path), cluster.hosts[rank].ifname)
+        argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}")
+        return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir))
 
     def run(self) -> TrialResult:
         """Run the trial; teardown steps are stacked as side effects happen and run last-in
@@ -145,13 +167,16 @@ class Trial:
         write_trial_info(self.trial_dir, TrialInfo(plan=plan, run_id=self.run_id, backend=self.backend.name,
                                                    mono_anchor=self.clock(), wall_anchor=time.time()))
         ledger = Ledger(self.run_id, self.state_dir)
-        record_owner(ledger)
         recorder = EventRecorder(self.events_path, kinds.HARNESS, clock=self.clock)
         started = recorder.emit(kinds.TRIAL_START, policy=plan.policy, run_id=self.run_id,
                                 ranks=plan.ranks, backend=self.backend.name, hang_cap=plan.hang_cap)
         end = ["error"]
         with contextlib.ExitStack() as teardown:
             teardown.callback(ledger.close_if_clean)
+            # what no cluster took back: the owner entry when bring-up stopped before a cluster
+            # existed (the ledger's first line is written only once this is in place)
+            teardown.callback(undo_outstanding, ledger, undo_table())
+            record_owner(ledger)
             teardown.callback(recorder.close)
             teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
             teardown.callback(self.progress.done)
@@ -161,7 +186,7 @@ class Trial:
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3))
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s")
             for rank in range(plan.ranks):
-                pid = cluster.start_rank(rank, self._rank_config(cluster, rank))
+                pid = self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
             monitor = Monitor(self.events_path, plan.ranks, last_activity=up)
             self._warm_up(cluster, monitor, recorder, up)
@@ -184,7 +209,9 @@ class Trial:
 
     def _warm_up(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
                  up: float) -> None:
-        deadline = self.clock() + self.backend.start_timeout_s
+        # a user's job starts its own interpreters and imports torch in each: it says how long
+        start_timeout = self.plan.job["start_timeout"] if self.plan.job else self.backend.start_timeout_s
+        deadline = self.clock() + start_timeout
         want = self.plan.warmup_steps
         logs = self.trial_dir / LOGS_DIR
         while not monitor.all_made(want):
@@ -195,7 +222,7 @@ class Trial:
                 raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; see {logs}")
             if self.clock() > deadline:
                 raise HarnessError(f"ranks did not make {want} steps within "
-                                   f"{self.backend.start_timeout_s:.0f} s ({monitor.summary()}); see {logs}")
+                                   f"{start_timeout:.0f} s ({monitor.summary()}); see {logs}")
             self.progress.status(self.plan.policy, monitor.least_since() / want,
                                  f"warm-up   {monitor.summary()}")
         t = recorder.emit(kinds.WARMUP_DONE, step=min(monitor.step_of.values()))
@@ -211,17 +238,24 @@ class Trial:
         deadline = t_warm + plan.last_action_s + 3 * max(plan.hang_cap, 60.0)
         monitor.last_activity = t_warm
         monitor.mark()
+        traffic = self._traffic_watch(cluster, monitor)
+        gpu = GpuRelease(gpu_memory_by_pid)
         while True:
             now = self.clock()
+            traffic.due(now - t_warm)
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
                 if action.verb == APPLY:
-                    self._apply(action.index, cluster, injector, recorder, outstanding)
-                    faults.callback(self._revert, action.index, outstanding, recorder, True)
+                    self._apply(action.index, cluster, injector, recorder, outstanding,
+                                on_phase_s(action, pending), traffic.applying(action))
+                    traffic.applied(action)
+                    faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
                 else:
-                    self._revert(action.index, outstanding, recorder)
+                    self._revert(action.index, outstanding, recorder, traffic)
                 monitor.mark()
             monitor.poll()
+            for rank, breaker_t, held in gpu.poll(monitor.breakers, cluster.pid):
+                recorder.emit(kinds.GPU_MEMORY_RELEASED, rank=rank, breaker_t=breaker_t, held=held)
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
                 return "all-exited"
@@ -243,12 +277,30 @@ class Trial:
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             self.sleep(POLL_S)
 
+    def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
+        """Samples around each fault on the network, the first as long before its apply as
+        the fault stays on (since warm-up for one that never heals)."""
+        actions = self.plan.actions
+        starts = {}
+        for pos, action in enumerate(actions):
+            # a user's job: its gradient size is unknown, so its traffic proves nothing either way
+            if action.verb == APPLY and self.faults[action.index].acts_on == "link" and self.plan.job is None:
+                on = on_phase_s(action, list(actions[pos + 1:]))
+                starts[action] = max(0.0, action.at - (action.at if on is None else on))
+
+        def sample() -> Sample:
+            monitor.poll()
+            return Sample(self.clock(), cluster.link_bytes(),
+                          tuple(monitor.steps_made.get(r, 0) for r in range(self.plan.ranks)))
+        return TrafficWatch(starts, WorkloadSpec.model_validate(self.plan.workload).gradient_bytes, sample)
+
     def _apply(self, index: int, cluster: Cluster, injector: Injector, recorder: EventRecorder,
-               outstanding: dict[int, Injection]) -> None:
+               outstanding: dict[int, Injection], on_phase: float | None, traffic: dict[str, Any]) -> None:
         planned, fault = self.plan.faults[index], self.faults[index]
         hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in planned.targets]
-        # The dead-man switch reverts a disruptive fault even if this process dies first.
-        dead_man = None if planned.duration is None else planned.duration + DEAD_MAN_MARGIN_S
+        # The dead-man switch reverts a disruptive fault even if this process dies first: at
+        # the end of this on-phase (a pulse, not the whole train), plus a margin.
+        dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S
         injection = injector.apply(fault, hosts, revert_after=dead_man)
         if fault.reversible:
             outstanding[index] = injection
@@ -256,23 +308,34 @@ class Trial:
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
                       fault_kind=planned.kind, fault=planned.fault, targets=list(planned.targets),
-                      mechanism=applied.mechanism)
+                      mechanism=applied.mechanism, **traffic)
         self._say(f"fault {planned.description} on {ranks_text(planned.targets)} applied ({applied.mechanism})")
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
-                teardown: bool = False) -> None:
+                traffic: TrafficWatch, teardown: bool = False) -> None:
         if index not in outstanding:
             return
         planned = self.plan.faults[index]
-        t = outstanding.pop(index).revert()
+        # Counted just before the revert: what it lets through at once (TCP's queued
+        # retransmissions) is not the fault's; and a failed count never keeps a fault on.
+        try:
+            during = traffic.reverting(index)
+        finally:
+            t = outstanding.pop(index).revert()
         recorder.emit(kinds.FAULT_REVERTED, t=t, index=index, fault_kind=planned.kind,
-                      targets=list(planned.targets), teardown=teardown)
+                      targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
 
 
+def on_phase_s(apply: Action, later: list[Action]) -> float | None:
+    """How long `apply` keeps its fault on: until that fault's next revert among `later` (one
+    on-phase of a pulsed fault); None when it is never reverted while the harness watches."""
+    return next((a.at - apply.at for a in later if a.index == apply.index and a.verb == REVERT), None)
+
+
 def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list[str], backend: str,
-              command: str) -> Path:
+              command: str, placement: Placement | None = None) -> Path:
     """A new run folder under `out` (<scenario>-<time>-<id>) with its run.json and the
     scenario's copy; no trial yet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -283,7 +346,8 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
         scenario=scenario.name, scenario_file=str(scenario_file), seed=scenario.seed, backend=backend,
         policies=tuple(policies), command=command,
         started_wall=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        clock="monotonic, one kernel shared by every rank"))
+        clock="monotonic, one kernel shared by every rank",
+        placement=None if placement is None else asdict(placement)))
     return run_dir
 
 
@@ -292,14 +356,24 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
                  command: str | None = None) -> tuple[Path, list[TrialResult]]:
     """Run every policy of `scenario` in turn; returns the run folder and the trial results.
     `command` is how to run it again (default: this process's `chaos` command line)."""
-    healed = heal(undo_table())  # leftovers of crashed runs (their owner is dead); live runs are left alone
-    if healed.undone:
-        progress.phase("heal", healed.summary())
+    # Leftovers of crashed runs (their owner is dead); live runs are left alone. What cannot
+    # be undone (another backend's engine is down) is said, and this run goes on.
+    problem = scenario.job and command_problem(scenario.job)
+    if problem:
+        raise UsageError(f"{scenario_file}: {problem}")
+    try:
+        placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
+    except PlacementError as exc:
+        raise UsageError(f"{scenario_file}: {exc}") from None
+    healed = heal(undo_table())
+    if healed.undone or healed.failed:
+        progress.phase("heal", "; ".join([healed.summary(), *healed.failed]))
     run_dir = start_run(out, scenario, scenario_file, policies, backend.name,
-                        command or shlex.join(["chaos", *sys.argv[1:]]))
+                        command or shlex.join(["chaos", *sys.argv[1:]]), placement)
     results = []
     for policy in policies:
-        trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress)
+        trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress,
+                      placement=placement)
         results.append(trial.run())
     return run_dir, results
 

@@ -12,6 +12,7 @@ from the stored plan.
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -32,13 +33,18 @@ class Plan:
 
 
 def build_plan(scenario: Scenario, policy: str) -> Plan:
-    """The plan of one trial of `scenario` under `policy` (a name in its policies)."""
+    """The plan of one trial of `scenario` under `policy` (a name in its policies; with a
+    user's job, a name of its variants, and no policy of the harness's runner)."""
+    job = None
+    if scenario.job is not None:
+        variant = scenario.variants.get(policy)
+        job = (scenario.job if variant is None else variant.applied_to(scenario.job)).model_dump(mode="json")
     trial = TrialPlan(
-        policy=policy, policy_spec=scenario.policy(policy).model_dump(mode="json"),
+        policy=policy, policy_spec={} if job else scenario.policy(policy).model_dump(mode="json"),
         workload=scenario.workload.model_dump(mode="json"), ranks=scenario.cluster.ranks,
         seed=scenario.seed, warmup_steps=scenario.warmup_steps, settle_steps=scenario.settle_steps,
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
-        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)))
+        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job)
     return Plan(trial, tuple(e.fault for e in scenario.faults))
 
 
@@ -82,6 +88,11 @@ def _expectation_text(expect: Expectation | None) -> str:
 
 
 def _policy_text(plan: TrialPlan) -> str:
+    if plan.job is not None:
+        job = plan.job
+        return (f"{shlex.join(job['command'])} in {job['workdir']}, launcher {job['launcher']}, "
+                f"max_restarts {job['max_restarts']}"
+                + (f", env {' '.join(f'{k}={v}' for k, v in job['env'].items())}" if job["env"] else ""))
     spec = plan.policy_spec
     return (f"timeout {spec['timeout']:g} s, {spec['max_retries']} retries "
             f"(backoff {spec['backoff_base']:g}..{spec['backoff_cap']:g} s), "
@@ -118,7 +129,7 @@ def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
         lines.append(f"  {', '.join(never)} never heal{'s' if len(never) == 1 else ''} while the harness watches")
     lines.append(f"then watch until every live rank made {timeline.settle_steps} steps after the last "
                  f"action, every rank exited, or nothing moved for the hang cap ({timeline.hang_cap:g} s)")
-    lines.append("policies, in this order:")
+    lines.append(f"{'variants of your job' if scenario.job else 'policies'}, in this order:")
     lines += [f"  {plan.trial.policy:10} {_policy_text(plan.trial)}; expects {_expectation_text(plan.trial.expect)}"
               for plan in plans]
     return "\n".join(lines)

@@ -3,7 +3,7 @@
     name: link-down                     # defaults to the file name
     description: ...
     seed: 1                             # all randomness (jitter, target choice) comes from it
-    cluster: {ranks: 16, backend: netns}
+    cluster: {ranks: 16, backend: netns, device: auto, comm: auto}  # auto: harness.job.device
     workload: {step_period: 250ms, checkpoint_every: 10}
     warmup_steps: 8                     # steps every rank completes before the first fault
     groups: {left: [0, 1, 2, 3]}        # named sets of ranks, for targets
@@ -19,6 +19,13 @@
       timeout: {timeout: 5s}
     expect:                             # what each policy is expected to do
       timeout: {outcome: failed-fast, detect_within: 7s}
+
+Instead of the harness's runner and its policies, a scenario may run the user's own job
+(harness.cluster.userjob; docs/own-job.md), one trial per variant:
+
+    job: {command: [python, train.py], workdir: ., env: {}, launcher: direct, max_restarts: 0,
+          step_pattern: null, start_timeout: 300s}
+    variants: {default: {}, timeout_60s: {args: [--timeout, "60"], env: {...}}}
 
 A target is exactly one of: `rank: 5`, `ranks: [1, 2]`, `group: left`, `count: 2` or
 `count: "25%"` (that many ranks, chosen with the scenario's seed). `chaos schema` prints
@@ -41,11 +48,14 @@ from pydantic.json_schema import GenerateJsonSchema
 from chaos import units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
+from chaos.topology import host_index, host_name
+from harness.cluster.userjob import JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
 from runfolder.plan import OUTCOMES
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
+JOB_TRIAL = "job"  # the one trial of a user's job without variants
 
 
 def _finite(seconds: float) -> float:
@@ -68,9 +78,29 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# Every backend plugs all ranks into one Linux bridge (a netns switch or a docker network),
+# and a bridge takes at most 1023 ports (BR_MAX_PORTS - 1); one rank is one port.
+BRIDGE_MAX_PORTS = 1023
+SEED_MAX = 2**64 - 1  # numpy and torch generators take seeds below 2^64
+# A scenario's name names its run folder under --out: one plain path component.
+NAME_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+HOST_NAME = re.compile(r"r\d{3,}")
+
+
 class ClusterConfig(Frozen):
-    ranks: Annotated[int, Field(ge=2, le=4096)] = 16
+    ranks: Annotated[int, Field(ge=2)] = 16
     backend: Literal["netns", "docker"] = "netns"
+    # harness.job.device.choose picks from these and the host's GPUs when the run starts
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    comm: Literal["gloo", "nccl", "auto"] = "auto"
+
+    @field_validator("ranks")
+    @classmethod
+    def _fits_one_bridge(cls, value: int) -> int:
+        if value > BRIDGE_MAX_PORTS:
+            raise ValueError(f"{value} ranks do not fit one Linux bridge (at most {BRIDGE_MAX_PORTS} "
+                             "ports, one per rank); use at most that many")
+        return value
 
 
 class Target(Frozen):
@@ -197,7 +227,7 @@ class Expectation(Frozen):
 class Scenario(Frozen):
     name: str
     description: str = ""
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=SEED_MAX)] = 0
     cluster: ClusterConfig = ClusterConfig()
     workload: WorkloadSpec = WorkloadSpec()
     warmup_steps: Annotated[int, Field(ge=1)] = 8
@@ -207,6 +237,8 @@ class Scenario(Frozen):
     settle_steps: Annotated[int, Field(ge=1)] = 8
     policies: dict[str, dict[str, Any]] = Field(default_factory=lambda: {p: {} for p in POLICY_NAMES})
     expect: dict[str, Expectation] = {}
+    job: JobSpec | None = None              # the user's own job instead of the harness's runner
+    variants: dict[str, JobVariant] = {}    # the job's sides to compare (trials), like policies
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -214,6 +246,14 @@ class Scenario(Frozen):
         # `baseline:` with nothing after it means the policy's defaults
         if isinstance(value, dict):
             return {k: {} if v is None else v for k, v in value.items()}
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_label(cls, value: str) -> str:
+        if not NAME_FORM.fullmatch(value):
+            raise ValueError(f"{value!r} is not a plain label: it names the run folder; use letters, "
+                             "digits, '.', '_' and '-' (up to 100, not starting with '.' or '-')")
         return value
 
     @model_validator(mode="after")
@@ -231,10 +271,17 @@ class Scenario(Frozen):
                 message = str(exc)
                 raise ValueError(message if message.startswith("policies.")
                                  else f"policies.{name}: {message}") from None
+        if self.variants and self.job is None:
+            raise ValueError("variants: they vary a user's job; add 'job:' or use 'policies:'")
+        for name, variant in self.variants.items():
+            try:
+                variant.applied_to(self.job)  # type: ignore[arg-type]
+            except ValidationError as exc:
+                raise ValueError(f"variants.{name}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
         for name in self.expect:
-            if name not in self.policies:
-                raise ValueError(f"expect.{name}: no such policy in 'policies' "
-                                 f"({', '.join(self.policies)})")
+            if name not in self.trial_names():
+                raise ValueError(f"expect.{name}: no such {'variant' if self.job else 'policy'} "
+                                 f"({', '.join(self.trial_names())})")
         return self
 
     def _check_target(self, i: int, event: FaultEvent) -> None:
@@ -248,6 +295,10 @@ class Scenario(Frozen):
             raise ValueError(f"{where}.group: no group {target.group!r} under 'groups' ({known})")
         if target.count is not None and target.size(world) > world:
             raise ValueError(f"{where}.count: {target.count!r} ranks out of a cluster of {world}")
+        if event.fault.kind == "partition" and event.fault.groups is not None:
+            for g, group in enumerate(event.fault.groups):
+                for ref in group:
+                    _a_rank(f"faults.{i}.groups.{g}", ref, world)
         if event.fault.kind == "partition" and event.fault.groups is None \
                 and len(self.targets(i)) >= world:
             raise ValueError(f"{where}: a partition cuts the target off from the other ranks, "
@@ -266,6 +317,12 @@ class Scenario(Frozen):
         draw = random.Random(f"{self.seed}/{index}")
         return tuple(sorted(draw.sample(range(self.cluster.ranks), target.size(self.cluster.ranks))))
 
+    def trial_names(self) -> list[str]:
+        """One trial each: the policies, or for a user's job its variants ("job" without any)."""
+        if self.job is None:
+            return list(self.policies)
+        return list(self.variants) or [JOB_TRIAL]
+
     def policy(self, name: str) -> PolicySpec:
         return policy_spec(name, self.policies.get(name, {}))
 
@@ -275,6 +332,14 @@ def _inside(where: str, ranks: tuple[int, ...], world: int) -> None:
     if outside:
         raise ValueError(f"{where}: rank {outside[0]} is outside the cluster (ranks 0..{world - 1}; "
                          "cluster.ranks sets the size)")
+
+
+def _a_rank(where: str, ref: int | str, world: int) -> None:
+    """A partition group's host: a rank number or its host name ("r005"), inside the cluster."""
+    rank = ref if isinstance(ref, int) else host_index(ref) if HOST_NAME.fullmatch(ref) else None
+    if rank is None or not 0 <= rank < world or (isinstance(ref, str) and host_name(rank) != ref):
+        raise ValueError(f"{where}: {ref!r} is not a rank of this cluster (0..{world - 1} or "
+                         f"{host_name(0)}..{host_name(world - 1)}; cluster.ranks sets the size)")
 
 
 def _check_overlaps(scenario: Scenario) -> None:
@@ -325,6 +390,28 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
             break
         line = node.start_mark.line + 1
     return line
+
+
+def _duplicate_keys(node: yaml.Node | None, path: Path, seen: set[int] | None = None) -> list[str]:
+    """Every key given twice in one mapping (YAML would silently keep the last), both lines."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias: its node was checked where it was defined
+        return []
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        return [p for item in node.value for p in _duplicate_keys(item, path, seen)]
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    problems, first = [], {}
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            line = key.start_mark.line + 1
+            if key.value in first:
+                problems.append(f"{path}:{line}: {key.value}: given twice (first on line {first[key.value]}); "
+                                "keep one")
+            first.setdefault(key.value, line)
+        problems += _duplicate_keys(value, path, seen)
+    return problems
 
 
 def _file_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -388,10 +475,15 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise UsageError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to read") from None
+    twice = _duplicate_keys(root, path)
+    if twice:
+        raise UsageError("\n".join(twice))
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a scenario is a mapping of fields (name, faults, policies, ...), "
                          f"not {type(data).__name__}")
     data.setdefault("name", path.stem)
+    if isinstance(data.get("job"), dict):  # the job's folder is relative to the scenario file
+        data["job"]["workdir"] = str(path.resolve().parent / str(data["job"].get("workdir", ".")))
     for dotted, value in (overrides or {}).items():
         *parents, leaf = dotted.split(".")
         node = data

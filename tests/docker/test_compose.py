@@ -25,7 +25,8 @@ def test_sixteen_rank_services_and_the_rendezvous() -> None:
     for s in ranks.values():
         env = s["environment"]
         assert env["CHAOS_WORLD_SIZE"] == "16" and env["CHAOS_STORE_ADDRESS"] == "control"
-        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env  # derived from the policy by each rank
         assert "NET_ADMIN" in s["cap_add"] and s["init"] is False
         gpu = s["deploy"]["resources"]["reservations"]["devices"][0]
         assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
@@ -56,7 +57,7 @@ def test_the_harness_reads_the_rank_template() -> None:
     t = RankTemplate.from_compose()
     assert t.image == "chaos-harness:gpu"
     assert not any(k.startswith("CHAOS_") for k in t.environment)  # the harness passes a config file
-    assert t.environment["GLOO_SOCKET_IFNAME"] == "eth0" and "NCCL_ASYNC_ERROR_HANDLING" in t.environment
+    assert t.environment["GLOO_SOCKET_IFNAME"] == "eth0" and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in t.environment
     assert t.cap_add == ("NET_ADMIN",) and t.gpu_requests and t.shm_size == "1gb"
 
 

@@ -4,6 +4,7 @@ Small clusters (2-4 ranks) to share two cores; each test checks that nothing lab
 its run id (containers) or named after it (namespaces) remains."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,7 +27,9 @@ from harness.cluster.backends import undo_table
 from harness.cluster.docker.cluster import DockerBackend, DockerCluster
 from harness.cluster.docker.engine import LABEL_RUN, engine
 from harness.cluster.docker.heal import heal_containers
+from harness.job import lease
 from runfolder.events import read_events
+from tests.conftest import stop_child
 from harness.job.policies import policy_spec
 from harness.job.workload import WorkloadSpec
 
@@ -166,11 +170,13 @@ def test_restart_rank_rewires_its_link(run_id: str, ledger: Ledger, tmp_path: Pa
 _HARNESS = textwrap.dedent("""
     import sys, time
     from pathlib import Path
+    from harness import signals
+    signals.install()  # as the `chaos` command does: SIGINT works whatever the parent ignored
     from chaos.inject import record_owner
     from chaos.ledger import Ledger
     from harness.cluster.api import ClusterSpec
     from harness.cluster.docker.cluster import DockerBackend
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {project!r}]
     from test_docker_backend import rank_config
     run_id, run_dir = sys.argv[1], Path(sys.argv[2])
     ledger = Ledger(run_id)
@@ -188,39 +194,57 @@ _HARNESS = textwrap.dedent("""
 """)
 
 
-def _start_harness(run_id: str, tmp_path: Path) -> subprocess.Popen:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background shell or CI runner leaves it
+
+
+@contextlib.contextmanager
+def _harness(run_id: str, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """A helper harness with 2 running ranks, started with SIGINT ignored; ended whatever
+    the test does (`stop_child`: SIGINT, SIGKILL at the deadline, then a heal)."""
     script = tmp_path / "killable_harness.py"
-    script.write_text(_HARNESS.format(tests=str(Path(__file__).parent)))
+    script.write_text(_HARNESS.format(tests=str(Path(__file__).parent), project=str(PROJECT)))
     child = subprocess.Popen([sys.executable, str(script), run_id, str(tmp_path / "run")],
-                             stdout=subprocess.PIPE, cwd=PROJECT, text=True)
+                             stdout=subprocess.PIPE, cwd=PROJECT, text=True, preexec_fn=_ignore_sigint)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "started"
         assert len(leftovers(run_id)) == 5  # 2 containers, their 2 pinned namespaces, the switch
-    except BaseException:
-        child.send_signal(signal.SIGINT)  # it cleans up on its way out
-        child.wait(timeout=60)
-        raise
-    return child
+        yield child
+    finally:
+        stop_child(child, run_id=run_id)
 
 
 def test_ctrl_c_leaves_nothing(run_id: str, tmp_path: Path) -> None:
-    child = _start_harness(run_id, tmp_path)
-    child.send_signal(signal.SIGINT)
-    assert child.wait(timeout=60) != 0
-    assert leftovers(run_id) == []
-    assert not Ledger(run_id).path.exists()
+    with _harness(run_id, tmp_path) as child:
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=60) != 0
+        assert leftovers(run_id) == []
+        assert not Ledger(run_id).path.exists()
 
 
-def test_heal_after_harness_killed(run_id: str, tmp_path: Path) -> None:
-    child = _start_harness(run_id, tmp_path)
-    child.kill()
-    child.wait(timeout=10)
-    assert len(leftovers(run_id)) == 5  # containers outlive a SIGKILLed harness
-    report = heal(undo_table(), run_id)  # the owner is dead: the ledger path removes containers and the switch
-    assert any(u.startswith("docker_container") for u in report.undone)
-    assert leftovers(run_id) == []
-    assert not Ledger(run_id).path.exists()
+def _running(run_id: str) -> list[str]:
+    client = engine()
+    try:
+        return [c.name for c in client.containers.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
+    finally:
+        client.close()
+
+
+def test_containers_leave_once_their_harness_is_killed(run_id: str, tmp_path: Path) -> None:
+    """The lease (harness.job.lease): a SIGKILLed harness renews nothing, so its ranks leave
+    within the lease's timeout and their containers stop; heal then removes what is left."""
+    with _harness(run_id, tmp_path) as child:
+        assert len(_running(run_id)) == 2
+        child.kill()
+        child.wait(timeout=10)
+        killed = time.monotonic()
+        wait_until(lambda: not _running(run_id), lease.TIMEOUT_S + lease.EXIT_GRACE_S + 10, "the containers to stop")
+        assert time.monotonic() - killed >= lease.TIMEOUT_S - 1  # by the lease, not by anything sooner
+        report = heal(undo_table(), run_id)  # the owner is dead: the ledger path removes containers and the switch
+        assert any(u.startswith("docker_container") for u in report.undone)
+        assert leftovers(run_id) == []
+        assert not Ledger(run_id).path.exists()
 
 
 def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:

@@ -4,6 +4,7 @@ These need root (CI has it) and take tens of seconds each: a 16-rank job on two 
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 import reports
 from chaos.ledger import state_dir
-from tests.conftest import REPO, chaos_cli, leftovers
+from tests.conftest import REPO, chaos_cli, leftovers, stop_child
 
 SCENARIO = REPO / "scenarios" / "link_down.yaml"
 pytestmark = [pytest.mark.requires_root]
@@ -51,23 +52,29 @@ def _start_run(tmp_path: Path, policy: str) -> subprocess.Popen:
         text=True)
     deadline = time.monotonic() + 120
     assert proc.stderr is not None
-    for line in proc.stderr:  # progress lines: wait until the fault is on
-        if "applied" in line:
-            return proc
-        assert time.monotonic() < deadline, "the fault was never applied"
-    raise AssertionError(f"chaos run ended before the fault: rc {proc.wait()}")
+    try:
+        for line in proc.stderr:  # progress lines: wait until the fault is on
+            if "applied" in line:
+                return proc
+            assert time.monotonic() < deadline, "the fault was never applied"
+        raise AssertionError(f"chaos run ended before the fault: rc {proc.wait()}")
+    except BaseException:
+        stop_child(proc)
+        raise
 
 
 def test_ctrl_c_during_a_fault_leaves_nothing(tmp_path, leaves_nothing):
     proc = _start_run(tmp_path, "baseline")
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop_child(proc)  # a test that fails kills what it started
     assert proc.returncode == 130, err
     assert "interrupted" in err
 
 
 def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
-    before_ledgers = ledgers()
     proc = _start_run(tmp_path, "baseline")
     proc.kill()
     proc.wait()
@@ -78,7 +85,8 @@ def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
     assert not any(x.startswith("rank") for x in leftovers(tmp_path))
     # ...but the namespaces and the ledger stay until a heal
     assert any(x.startswith("chaos-") for x in leftovers(tmp_path))
-    (ledger,) = ledgers() - before_ledgers
+    ledger = f"{json.loads(next(tmp_path.rglob('trial.json')).read_text())['run_id']}.jsonl"
+    assert ledger in ledgers()  # (other runs on this host may add ledgers meanwhile)
     healed = chaos_cli("heal")
     assert healed.returncode == 0, healed.stderr
     assert "healed" in healed.stdout

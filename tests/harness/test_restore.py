@@ -107,13 +107,3 @@ def test_checkpoint_restore_loads_the_newest_checkpoint_every_rank_has(tmp_path:
         at_4.load_state(strategies[rank].checkpoints.load(4))
         assert same(weights(workload), weights(at_4))
         assert not same(weights(at_4), weights(trained(rank, 0)))  # step 4 is not the initial state
-
-
-def test_checkpoint_restore_starts_over_when_one_rank_has_no_checkpoint(tmp_path: Path):
-    initial = weights(Workload(SPEC, seed=3, rank=0))
-    with_one, without = Checkpointer(tmp_path / "a"), Checkpointer(tmp_path / "b")
-    workloads = [trained(0, 2), trained(1, 2)]
-    with_one.save(2, workloads[0].state())
-    restore_all([FromCheckpoint(with_one), FromCheckpoint(without)], workloads, members=(0, 1))
-    assert [w.step for w in workloads] == [0, 0]
-    assert all(same(weights(w), initial) for w in workloads)

@@ -51,5 +51,5 @@ def test_breaker_within_exceeded_and_not_measured():
 
 
 def test_an_unknown_outcome_name_is_refused_when_the_expectation_is_made():
-    with pytest.raises(ValueError, match="'soon' is not one of no-fault, hung"):
+    with pytest.raises(ValueError, match="'soon' is not one of incomplete, no-fault, bypassed, hung"):
         Expectation(outcome=("soon",))

@@ -190,7 +190,10 @@ def test_torn_and_odd_lines_are_skipped(tmp_path):
 
 
 def test_an_empty_trial_has_no_fault_and_no_numbers():
-    row = trial_metrics(events_frame([]), fakes.History(policy="retry").done()[1])
+    history = fakes.History(policy="retry")
+    history.end(1.0)
+    events, info = history.done()
+    row = trial_metrics(events_frame(events), info)
     assert row["outcome"] == "no-fault"
     assert math.isnan(row["wasted_rank_s"])
 
@@ -228,6 +231,7 @@ def test_a_hang_outranks_the_crashes_that_came_before_it():
     h.each([0, 2], 10.05, "collective_error", step=40, gen=0, phase="step", cause="closed", error="closed")
     h.each([0, 2], 10.06, "exit", reason="crashed", code=70, error="Connection closed by peer")
     h.harness(40.0, "hang_detected", cap=30.0, idle_since=10.06)
+    h.harness(45.0, "trial_end", reason="hung")
     row = metrics_of(h.done())
     assert row["outcome"] == "hung"
     assert row["crashed_ranks"] == 2 and row["departed"] == 3

@@ -90,7 +90,7 @@ def test_a_folder_of_a_newer_format_is_refused_with_the_fix(tmp_path):
     (lambda t: {**t, "plan": {**t["plan"], "faults": [{**t["plan"]["faults"][0], "targets": ["r1"]}]}},
      "plan.faults.0.targets.0: expected a whole number, got 'r1'"),
     (lambda t: {**t, "plan": {**t["plan"], "expect": {"outcome": ["fast"]}}},
-     "plan.expect: outcome 'fast' is not one of no-fault"),
+     "plan.expect: outcome 'fast' is not one of incomplete"),
     (lambda t: {k: v for k, v in t.items() if k != "run_id"}, "run_id: missing"),
     (lambda t: {**t, "color": "red"}, "color: unknown field"),
 ])

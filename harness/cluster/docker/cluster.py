@@ -4,7 +4,9 @@ Bring-up: the switch (`chaos.topology`), the containers created from the rank te
 (labelled with the run id, each written to the ledger first), the control plane on the
 switch. A rank's start is `docker start`, then its namespace pinned under the host's name
 and plugged into the switch (`chaos.topology.make_namespace` with its pid, `plug`).
-Teardown undoes the ledger with every backend's undo table.
+Teardown undoes the ledger with every backend's undo table. While the cluster is up the
+harness holds a lease file in the run folder (`harness.job.lease`); a rank whose lease is
+not renewed for a few seconds (the harness died) leaves, so its container stops.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from chaos.mechanism import Mechanism
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
 from harness.cluster.backends import undo_table
 from harness.cluster.docker.engine import (
+    LABEL_OWNER,
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_RUN,
@@ -42,6 +45,7 @@ from harness.cluster.docker.mechanisms import EngineKill, EnginePause
 from harness.cluster.docker.template import COMPOSE_FILE, RankTemplate
 from harness.cluster.launcher import Launcher
 from harness.cluster.netns import start_control
+from harness.job import lease
 
 EXIT_WAIT_S = 10.0
 LINK_TIMEOUT_S = 120.0                 # how long a rank waits for its eth0 (16 starts on 2 cores)
@@ -91,6 +95,7 @@ class DockerCluster(Cluster):
         self._ranks = [_Rank(self.container_name(r)) for r in range(spec.ranks)]
         self._lock = threading.Lock()
         self.timings: dict[str, float] = {}
+        self._lease = lease.Holder(lease.lease_path(spec.run_dir.resolve()))
 
     # names and hosts
     def namespace(self, rank: int) -> str:
@@ -127,8 +132,10 @@ class DockerCluster(Cluster):
         return dict(
             image=self.image, name=self.container_name(rank), hostname=topology.host_name(rank),
             command=[self._python, "-m", "harness.cluster.container", "rank", "--config", self._config_path(rank),
-                     "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S)],
-            labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank"},
+                     "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S),
+                     "--lease", str(self._lease.path)],
+            labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank",
+                    LABEL_OWNER: f"{os.getpid()}:{proc.start_time(os.getpid())}"},
             network_mode="none", volumes=volumes, working_dir="/", init=False, detach=True,
             log_config={"type": "json-file", "config": {}}, **self.template.create_options(self._gpus))
 
@@ -296,6 +303,7 @@ class DockerCluster(Cluster):
                 if self._launcher is not None:
                     self._launcher.close()
         finally:
+            self._lease.release()
             undo_outstanding(self._ledger, undo_table())
             for st in self._ranks:
                 st.pid = st.started = None

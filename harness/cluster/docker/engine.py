@@ -15,9 +15,11 @@ LABEL_RUN = "io.chaos-harness.run"
 LABEL_RANK = "io.chaos-harness.rank"
 LABEL_ROLE = "io.chaos-harness.role"
 LABEL_IMAGE = "io.chaos-harness.image"
+LABEL_OWNER = "io.chaos-harness.owner"  # "<pid>:<start time>" of the harness that made it
 DOCKER_HOST_ENV = "DOCKER_HOST"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 API_TIMEOUT_S = 60
+PING_TIMEOUT_S = 5  # an engine that does not answer a ping in 5 s is down (a heal goes on without it)
 
 
 def engine_url() -> str:
@@ -33,8 +35,9 @@ def engine(base_url: str | None = None) -> Any:
                            "pip install 'chaos-harness[docker]'") from exc
     url = base_url or engine_url()
     try:
-        client = docker.DockerClient(base_url=url, version="auto", timeout=API_TIMEOUT_S)
+        client = docker.DockerClient(base_url=url, version="auto", timeout=PING_TIMEOUT_S)
         client.ping()
+        client.api.timeout = API_TIMEOUT_S  # an engine that answers gets the long timeout
     except Exception as exc:  # docker.errors.DockerException, requests' ConnectionError
         raise HarnessError(f"no Docker engine answers at {url}: {exc} "
                            "(start one with .ci/docker-engine.sh)") from exc

@@ -4,7 +4,9 @@ Containers are written to the ledger before they are created (op ``docker_contai
 pauses through the engine before they are made (op ``docker_unpause``); `heal_containers`
 finds labelled containers whose ledger was lost. `UNDOS` holds all three as a plain value;
 `harness.cluster.backends.undo_table()` combines it with the fault library's for a heal,
-a revert and a cluster's teardown. Both undos act only on what carries the run's label or
+a revert and a cluster's teardown. A container names the harness that made it (label
+``io.chaos-harness.owner``), so the sweep knows a live run even where its ledger is kept
+elsewhere (another `CHAOS_STATE_DIR`) and never removes it from under its owner. Both undos act only on what carries the run's label or
 is already gone.
 """
 from __future__ import annotations
@@ -16,11 +18,18 @@ from chaos.errors import HarnessError
 from chaos.heal import HealReport, owner_alive
 from chaos.ledger import Ledger
 from chaos.mechanism import UndoTable
-from harness.cluster.docker.engine import LABEL_RUN, conflict, engine, not_found, translated
+from chaos import proc
+from harness.cluster.docker.engine import LABEL_OWNER, LABEL_RUN, conflict, engine, not_found, translated
 
 
 def _labelled(container: Any, run_id: str) -> bool:
     return (container.labels or {}).get(LABEL_RUN) == run_id
+
+
+def _owner_alive(container: Any) -> bool:
+    """Whether the harness named by the container's owner label still lives."""
+    pid, _, started = (container.labels or {}).get(LABEL_OWNER, "").partition(":")
+    return pid.isdigit() and str(proc.start_time(int(pid))) == started
 
 
 def _removal_in_progress(exc: BaseException) -> bool:
@@ -83,7 +92,8 @@ def heal_containers(run_id: str | None = None, everything: bool = False,
         for c in containers:
             by_run.setdefault(c.labels[LABEL_RUN], []).append(c)
         for rid, found in sorted(by_run.items()):
-            if run_id is None and not everything and owner_alive(Ledger(rid, directory)):
+            if run_id is None and not everything and (
+                    owner_alive(Ledger(rid, directory)) or any(_owner_alive(c) for c in found)):
                 if rid not in report.skipped_live:
                     report.skipped_live.append(rid)
                 continue

@@ -61,15 +61,26 @@ class RankTemplate:
             doc = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise HarnessError(f"cannot read the compose file {path}: {exc}") from exc
-        services = doc.get("services") or {}
+        services = _mapping(_mapping(doc, path, "the file").get("services"), path, "services")
         rank = doc.get("x-rank") or next(
-            (s for s in services.values() if (s.get("labels") or {}).get(LABEL_ROLE) == "rank"), None)
+            (s for name, s in services.items() if (_mapping(s, path, f"services.{name}").get("labels") or {})
+             .get(LABEL_ROLE) == "rank"), None)
         if not rank:
             raise HarnessError(f"{path}: no rank template (an `x-rank` block or a service "
                                f"labelled {LABEL_ROLE}=rank)")
-        rank = _interpolate(rank)
-        devices = (((rank.get("deploy") or {}).get("resources") or {}).get("reservations") or {}) \
-            .get("devices") or []
+        rank = _interpolate(_mapping(rank, path, "the rank template"))
+        for name, (types, form) in _FIELD_FORMS.items():
+            if not isinstance(rank.get(name), types):
+                raise HarnessError(f"{path}: rank template: {name}: {rank.get(name)!r}; expected {form}")
+        if not rank["image"]:
+            raise HarnessError(f"{path}: rank template: image: empty; expected {_FIELD_FORMS['image'][1]}")
+        node = rank
+        for where in ("deploy", "deploy.resources", "deploy.resources.reservations"):
+            node = _mapping(node.get(where.rpartition(".")[2]), path, f"rank template: {where}")
+        devices = node.get("devices") or []
+        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+            raise HarnessError(f"{path}: rank template: deploy.resources.reservations.devices: {devices!r}; "
+                               "expected a list of device mappings")
         return cls(
             image=rank["image"],
             # CHAOS_* configure a rank started by `docker compose up`; the harness passes a config file.
@@ -94,6 +105,24 @@ class RankTemplate:
         if gpus and self.gpu_requests:
             options["device_requests"] = _device_requests(self.gpu_requests)
         return options
+
+
+# the rank template's fields the harness reads: their accepted YAML types and the form to write
+_FIELD_FORMS: dict[str, tuple[tuple[type, ...], str]] = {
+    "image": ((str,), "an image name, such as chaos-harness:latest"),
+    "environment": ((dict, list, type(None)), "a mapping or a list of NAME=value"),
+    "cap_add": ((list, type(None)), "a list of capabilities, such as [NET_ADMIN]"),
+    "ulimits": ((dict, type(None)), "a mapping such as {memlock: -1}"),
+}
+
+
+def _mapping(value: Any, path: Path, where: str) -> dict[str, Any]:
+    """`value` if it is a mapping (None: an empty one), else an error naming file and field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HarnessError(f"{path}: {where}: expected a mapping, got {type(value).__name__} {value!r:.60}")
+    return value
 
 
 def _flat(caps: Any) -> list[str]:

@@ -1,0 +1,81 @@
+"""A small DDP training script written the way users write them, for `chaos run` to test.
+
+    torchrun --nproc-per-node 2 examples/train_ddp.py --steps 200     # on its own
+    chaos run scenarios/byo_link_down.yaml                            # under faults
+
+Everything comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT). CUDA and NCCL when there are GPUs, CPU and gloo otherwise. The model, its
+optimizer and the step are saved every `--checkpoint-every` steps (rank 0, atomically) and
+loaded at start, so a restarted job resumes. `--timeout` is the process group's timeout:
+PyTorch's default (30 min for gloo) unless given. The harness measures it from outside: it
+changes nothing here.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1_000_000, help="stop after this many steps")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--step-period", type=float, default=0.25, help="seconds per step at least (pacing)")
+    parser.add_argument("--timeout", type=float, default=None, help="process group timeout in seconds")
+    parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    timeout = None if args.timeout is None else datetime.timedelta(seconds=args.timeout)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    rank = dist.get_rank()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = 0
+    if os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+        print(f"rank {rank}: resumed from {args.checkpoint} at step {step}", flush=True)
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    generator = torch.Generator().manual_seed(rank)
+
+    while step < args.steps:
+        started = time.monotonic()
+        inputs = torch.randn(args.batch, 64, generator=generator).to(device)
+        labels = torch.randint(0, 10, (args.batch,), generator=generator).to(device)
+        loss = nn.functional.cross_entropy(ddp(inputs), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+            if step % args.checkpoint_every == 0:
+                partial = args.checkpoint + ".tmp"
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
+                os.replace(partial, args.checkpoint)
+        time.sleep(max(0.0, args.step_period - (time.monotonic() - started)))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Error lines of a training job's output, classified: which kind of failure a line reports.
+
+`classify_line(line)` is the cause of the first rule whose pattern the line matches, or None
+for an ordinary line. The causes are those of `job_output` events (runfolder.events):
+
+    watchdog   NCCL's watchdog caught a collective timeout or is taking the process down
+    timeout    a collective, a store or a rendezvous timed out (gloo, NCCL, TCPStore, c10d)
+    reset      a connection reset by the peer, a broken pipe
+    closed     a connection closed by the peer or refused, a peer process gone
+    nccl       any other NCCL error (a remote process exited or a network error)
+    agent      the torchrun agent saw a worker fail, restarts its worker group or gives up
+
+The order matters: a watchdog line also says "timeout"; the rules are tried top-down. A
+Python traceback is not an error line by itself: its last line is (classified by its text),
+and an exception nobody caught ends the process, which the harness sees as an exit.
+"""
+from __future__ import annotations
+
+import re
+
+RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(pattern, re.IGNORECASE)) for cause, pattern in (
+    ("watchdog", r"watchdog caught collective operation timeout|taking the entire process down"
+                 r"|watchdog thread terminated"),
+    ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group failed|restarting worker group"
+              r"|ChildFailedError|RendezvousClosedError"),
+    ("timeout", r"timed out|connect timeout|timeout\(ms\)|socket timeout|DistStoreError"),
+    ("reset", r"connection reset|broken pipe"),
+    ("closed", r"connection closed|connection refused|failed to recv, got 0 bytes"
+               r"|remote process exited|connection was likely closed"),
+    ("nccl", r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError"),
+))
+
+
+def classify_line(line: str) -> str | None:
+    """The cause an output line reports (see the module's list), or None."""
+    for cause, pattern in RULES:
+        if pattern.search(line):
+            return cause
+    return None

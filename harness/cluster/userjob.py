@@ -1,0 +1,217 @@
+"""The user's own training job: what to run (`JobSpec`), its environment, and its two
+processes on a rank host, both forked by the rank launcher (`harness.cluster.zygote`).
+
+    exec child   becomes the user's command (execvpe in the host's namespace, so the pid the
+                 harness knows, kills and pauses is the job's own); stdout and stderr go into
+                 a pipe
+    tap          reads that pipe: every line into the host's log, and, timestamped on
+                 arrival, each error line `harness.cluster.classify` recognises as a
+                 `job_output` event and each line matching `step_pattern` as a `step`
+
+Environment: the torchrun contract (`rank_environment`). MASTER_ADDR is rank 0's host
+address on the cluster network, MASTER_PORT `JOB_MASTER_PORT`: with the `direct` launcher
+the job's rank 0 holds the TCPStore (init_method env://), as on a real multi-node launch
+where every node names the first node, so a fault on rank 0's link cuts every rank off the
+store exactly as it would there. The harness's own control plane stays on the switch and
+is not the job's business. The step hook (`harness.job.hook`) is put on PYTHONPATH; it and
+the tap write into the trial's events file named by CHAOS_EVENTS_PATH.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from chaos import topology
+from chaos.faults import Seconds
+from harness.cluster.classify import classify_line
+from harness.job.hook import chaos_hook
+from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, TRIAL_ENV
+import runfolder
+from runfolder import events as kinds
+from runfolder.events import EventRecorder
+
+JOB_MASTER_PORT = 29500            # torchrun's default; the harness's store uses 29400
+HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
+REPO_ROOT = Path(runfolder.__file__).resolve().parent.parent  # for the hook's recorder
+TRIAL_DIR_FIELD = "{trial_dir}"
+EXEC_FAILED = 127                  # a shell's code for a command it cannot run
+
+
+def _env_text(value: Any) -> Any:
+    # YAML reads `OMP_NUM_THREADS: 1` as a number; the environment holds text
+    if isinstance(value, dict):
+        return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
+    return value
+
+
+Env = Annotated[dict[str, str], BeforeValidator(_env_text)]
+
+
+class JobSpec(BaseModel):
+    """The user's training job, as a scenario's `job:` names it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: Annotated[tuple[str, ...], Field(min_length=1)]
+    workdir: str = "."                 # made absolute by the loader: relative to the scenario file
+    env: Env = {}
+    launcher: Literal["direct", "torchrun"] = "direct"
+    nproc_per_host: Literal[1] = 1
+    max_restarts: Annotated[int, Field(ge=0)] = 0
+    start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
+    step_pattern: str | None = Field(
+        default=None, description="a regular expression; each output line it matches counts as a step")
+
+    @model_validator(mode="after")
+    def _restarts_need_an_agent(self) -> "JobSpec":
+        if self.max_restarts and self.launcher == "direct":
+            raise ValueError("max_restarts: the direct launcher starts each rank once; restarts are "
+                             "torchrun's: set launcher: torchrun, or max_restarts: 0")
+        return self
+
+    @field_validator("step_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}; e.g. 'step \\d+'") from None
+        return value
+
+
+class JobVariant(BaseModel):
+    """Overrides of a job for one side of a comparison (`variants:` in a scenario)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: Env = {}                     # added to the job's env
+    args: tuple[str, ...] = ()        # appended to the job's command
+    launcher: Literal["direct", "torchrun"] | None = None
+    max_restarts: Annotated[int, Field(ge=0)] | None = None
+
+    def applied_to(self, job: JobSpec) -> JobSpec:
+        changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args)}
+        if self.launcher is not None:
+            changes["launcher"] = self.launcher
+        if self.max_restarts is not None:
+            changes["max_restarts"] = self.max_restarts
+        return JobSpec.model_validate({**job.model_dump(), **changes})
+
+
+def _python_first(search_path: str) -> str:
+    """`python` is the interpreter chaos runs in (it has torch) unless the job's PATH says otherwise."""
+    return os.pathsep.join([str(Path(sys.executable).parent), *filter(None, search_path.split(os.pathsep))])
+
+
+def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: str, events_path: str,
+                     ifname: str = "eth0", base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of `rank`'s process: `base` (default: the harness's), the hook first
+    on PYTHONPATH, the harness's Python first on PATH, the sockets on the host's link; for
+    the `direct` launcher the torchrun contract for one process per host (under `torchrun`
+    the agent sets it for its worker); then the job's own env (the user's settings win, as
+    they would over torchrun's defaults)."""
+    env = dict(os.environ if base is None else base)
+    python_path = [str(HOOK_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env.update({
+        "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname,
+        "PYTHONPATH": os.pathsep.join(python_path), "PATH": _python_first(env.get("PATH", "")),
+        "PYTHONUNBUFFERED": "1", EVENTS_ENV: events_path, REPO_ENV: str(REPO_ROOT), TRIAL_ENV: trial,
+        HOST_RANK_ENV: str(rank),
+    })
+    if job.launcher == "direct":
+        env.update({
+            "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(world), "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default",
+            "MASTER_ADDR": topology.host_address(0), "MASTER_PORT": str(JOB_MASTER_PORT),
+            "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
+        })
+    env.update(job.env)
+    return env
+
+
+def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str) -> list[str]:
+    """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
+    that runs it as its only worker (`--no-python`: the command is run as written), in a c10d
+    rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
+    the host's own address (the hostname is the machine's, the same on every host)."""
+    if job.launcher == "direct":
+        return list(job.command)
+    return ["torchrun", f"--nnodes={world}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
+            f"--local-addr={topology.host_address(rank)}", "--no-python", *job.command]
+
+
+def command_problem(job: JobSpec) -> str | None:
+    """Why the job cannot be started, or None."""
+    workdir = Path(job.workdir)
+    if not workdir.is_dir():
+        return f"job.workdir: {workdir} is not a directory; give a folder relative to the scenario file"
+    program = job.command[0]
+    search_path = job.env.get("PATH", _python_first(os.environ.get("PATH", "")))
+    found = (workdir / program).is_file() if "/" in program else shutil.which(program, path=search_path)
+    if not found:
+        return (f"job.command: {program!r} is not a program found on PATH or under {workdir}; "
+                "give an installed command (python, torchrun) or a path relative to job.workdir")
+    return None
+
+
+def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir: Path) -> dict[str, Any]:
+    """What the rank launcher's `exec` entry needs: argv, cwd, env, the step pattern.
+    `{trial_dir}` in an argument or an env value becomes the trial's folder (where a job
+    keeps its checkpoint, fresh for every trial)."""
+    def expand(text: str) -> str:
+        return text.replace(TRIAL_DIR_FIELD, str(trial_dir))
+    return {"argv": [expand(a) for a in argv], "cwd": job.workdir,
+            "env": {k: expand(v) for k, v in env.items()},
+            "step_pattern": job.step_pattern}
+
+
+# -- in the forked children of the rank launcher ------------------------------------------
+
+def exec_job(launch: dict[str, Any]) -> int:
+    """Become the user's command; returns only when exec failed (the code to exit with)."""
+    try:
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a new program must not
+            signal.signal(number, signal.SIG_DFL)
+        os.chdir(launch["cwd"])
+        os.execvpe(launch["argv"][0], launch["argv"], launch["env"])
+    except OSError as exc:
+        print(f"chaos: cannot run {launch['argv'][0]!r} in {launch['cwd']}: {exc.strerror}", file=sys.stderr)
+    return EXEC_FAILED
+
+
+def run_tap(fd: int, log_path: str, launch: dict[str, Any]) -> int:
+    """Copy the job's output from `fd` into the log until every writer closed it; record
+    classified error lines and pattern steps as events, each at the time its line arrived."""
+    recorder = EventRecorder(launch["env"][EVENTS_ENV], kinds.RANK, rank=launch["rank"])
+    pattern = re.compile(launch["step_pattern"]) if launch["step_pattern"] else None
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    steps, last_step, pending = 0, None, b""
+    while chunk := os.read(fd, 65536):
+        arrived = time.monotonic()
+        os.write(log, chunk)
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace").rstrip("\r")
+            cause = classify_line(line)
+            if cause is not None:
+                recorder.emit(kinds.JOB_OUTPUT, t=arrived, cause=cause, line=line[:500])
+            if pattern is not None and pattern.search(line):
+                steps += 1
+                recorder.emit(kinds.STEP, t=arrived, step=steps, gen=0, loss=None,
+                              dur=None if last_step is None else round(arrived - last_step, 6))
+                last_step = arrived
+    os.close(log)
+    recorder.close()
+    return 0

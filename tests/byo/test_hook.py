@@ -1,0 +1,102 @@
+"""The step hook (harness.job.hook) inside real jobs: 2 ranks of examples/train_ddp.py on
+loopback with the environment the harness gives a rank, and scripts that use no optimizer."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from harness.cluster.userjob import JobSpec, rank_environment
+from runfolder.events import read_events, schema_problems
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+DEADLINE_S = 180
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(argv: list[str], events: Path, ranks: int, cwd: Path) -> list[subprocess.CompletedProcess]:
+    """Start `ranks` processes with the harness's environment (on loopback instead of a
+    host's link) and wait for all of them."""
+    port = str(free_port())
+    procs = []
+    for rank in range(ranks):
+        env = rank_environment(JobSpec(command=tuple(argv)), rank, ranks, "hooktest", "default", str(events), "lo")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    try:
+        return [subprocess.CompletedProcess(p.args, p.wait(DEADLINE_S), p.stdout.read(), None) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+
+
+def kinds_by_rank(events: Path) -> dict[int, list[dict]]:
+    found: dict[int, list[dict]] = {}
+    for event in read_events(events)[0]:
+        assert schema_problems(event) == [], event
+        found.setdefault(event["rank"], []).append(event)
+    return found
+
+
+def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
+    events = tmp_path / "events.jsonl"
+    done = run_ranks([sys.executable, str(EXAMPLE), "--steps", "5", "--step-period", "0",
+                      "--checkpoint", str(tmp_path / "c.pt"), "--checkpoint-every", "2"], events, 2, tmp_path)
+    assert [d.returncode for d in done] == [0, 0], [d.stdout[-2000:] for d in done]
+    by_rank = kinds_by_rank(events)
+    for rank in (0, 1):
+        own = by_rank[rank]
+        assert [e["kind"] for e in own] == ["rank_start"] + ["step"] * 5
+        assert own[0]["world"] == 2 and own[0]["policy"] == "default"
+        steps = own[1:]
+        assert [e["step"] for e in steps] == [1, 2, 3, 4, 5]
+        assert len({e["pid"] for e in own}) == 1
+        times = [e["t"] for e in steps]
+        assert times == sorted(times) and steps[0]["dur"] is None and all(e["dur"] > 0 for e in steps[1:])
+    # the job resumes from its checkpoint: a second run starts at step 4 and makes one more
+    again = run_ranks([sys.executable, str(EXAMPLE), "--steps", "5", "--step-period", "0",
+                       "--checkpoint", str(tmp_path / "c.pt"), "--checkpoint-every", "2"], events, 2, tmp_path)
+    assert [d.returncode for d in again] == [0, 0]
+    assert "resumed from" in again[0].stdout and "at step 4" in again[0].stdout
+    assert [e["kind"] for e in kinds_by_rank(events)[0]].count("step") == 5 + 1
+
+
+def test_the_one_line_opt_in_records_steps_without_torch_optim(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""\
+        import chaos_hook
+        for _ in range(3):
+            chaos_hook.step()
+    """))
+    events = tmp_path / "events.jsonl"
+    done = run_ranks([sys.executable, str(script)], events, 1, tmp_path)
+    assert done[0].returncode == 0, done[0].stdout
+    assert [e["kind"] for e in kinds_by_rank(events)[0]] == ["rank_start", "step", "step", "step"]
+
+
+def test_python_processes_the_job_starts_do_not_measure(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import chaos_hook; "
+                      "chaos_hook.step()'], check=True)\n")
+    events = tmp_path / "events.jsonl"
+    done = run_ranks([sys.executable, str(script)], events, 1, tmp_path)
+    assert done[0].returncode == 0, done[0].stdout
+    assert [e["kind"] for e in kinds_by_rank(events)[0]] == ["rank_start"]
+
+
+def test_outside_the_harness_the_opt_in_does_nothing(tmp_path):
+    hook_dir = REPO / "harness" / "job" / "hook"
+    done = subprocess.run([sys.executable, "-c", "import chaos_hook; chaos_hook.step(); print('ok')"],
+                          env={"PYTHONPATH": str(hook_dir)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr

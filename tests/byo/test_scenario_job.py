@@ -1,0 +1,71 @@
+"""A scenario's `job:` and `variants:` -> the trial plans (one per variant) and --dry-run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.errors import UsageError
+from harness.run.plan import build_plan
+from harness.run.scenario import load_scenario
+from tests.conftest import chaos_cli
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((REPO / "scenarios").glob("byo_*.yaml"))
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(body)
+    return path
+
+
+def test_variants_become_trials_with_their_overrides(tmp_path):
+    (tmp_path / "job").mkdir()
+    scenario = load_scenario(write(tmp_path, """
+cluster: {ranks: 2}
+job: {command: [python, t.py], workdir: job, env: {A: 1}, step_pattern: 'step \\d+'}
+variants:
+  plain: {}
+  short: {args: [--timeout, "5"], env: {B: x}, launcher: torchrun, max_restarts: 2}
+expect: {short: {outcome: crashed}}
+"""))
+    assert scenario.trial_names() == ["plain", "short"]
+    plain, short = build_plan(scenario, "plain").trial, build_plan(scenario, "short").trial
+    assert plain.job["workdir"] == str(tmp_path / "job")  # relative to the scenario file
+    assert plain.job["command"] == ["python", "t.py"] and plain.job["env"] == {"A": "1"}
+    assert short.job["command"] == ["python", "t.py", "--timeout", "5"]
+    assert short.job["env"] == {"A": "1", "B": "x"} and short.job["max_restarts"] == 2
+    assert plain.policy_spec == {} and short.expect.outcome == ("crashed",)
+
+
+def test_a_job_without_variants_is_one_trial(tmp_path):
+    scenario = load_scenario(write(tmp_path, "cluster: {ranks: 2}\njob: {command: [python]}\n"))
+    assert scenario.trial_names() == ["job"]
+    assert build_plan(scenario, "job").trial.job["launcher"] == "direct"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("variants: {a: {}}\n", "variants: they vary a user's job"),
+    ("job: {command: []}\n", "job.command"),
+    ("job: {command: [python], step_pattern: 'step ('}\n", "job.step_pattern: not a regular expression"),
+    ("job: {command: [python]}\nvariants: {a: {}}\nexpect: {b: {outcome: hung}}\n", "expect.b: no such variant"),
+    ("job: {command: [python], launcher: mpirun}\n", "job.launcher"),
+    ("job: {command: [python], max_restarts: 2}\n", "job.max_restarts: the direct launcher starts each rank once"),
+    ("job: {command: [python]}\nvariants: {a: {max_restarts: 2}}\n",
+     "variants.a: max_restarts: the direct launcher starts each rank once"),
+    ("job: {command: [python]}\nvariants: {a: {argz: [x]}}\n", "variants.a.argz: unknown field"),
+])
+def test_job_errors_name_the_field(tmp_path, body, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")) as err:
+        load_scenario(write(tmp_path, "cluster: {ranks: 2}\n" + body))
+    assert str(err.value).startswith(str(tmp_path / "s.yaml") + ":")
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_shipped_byo_scenarios_plan(path):
+    assert path.exists()
+    done = chaos_cli("run", str(path), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "variants of your job, in this order:" in done.stdout
+    assert "train_ddp.py" in done.stdout
