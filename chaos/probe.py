@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import glob
+import json
 import os
 import socket
 import sys
@@ -24,7 +26,7 @@ from typing import Callable, Iterator
 from chaos import bpf, netem, netlink, nfq, nft, tc, topology
 from chaos.errors import ChaosError
 from chaos.faults import Loss
-from chaos.ledger import Ledger
+from chaos.ledger import Ledger, state_dir
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 CHECKS = ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay",
@@ -173,10 +175,39 @@ def probe() -> Capabilities:
     return Capabilities(**found, reasons=reasons, seconds=time.monotonic() - start)  # type: ignore[arg-type]
 
 
+LAST_PROBE_FILE = "capabilities.json"  # in the state directory (a tmpfs: gone at reboot)
+
+
+def _this_kernel() -> dict[str, str]:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return {"boot_id": f.read().strip(), "kernel": os.uname().release}
+
+
 @functools.cache
 def capabilities() -> Capabilities:
-    """The probe's result, computed once per process."""
-    return probe()
+    """The probe's result, computed once per process and kept for `last_probe`."""
+    caps = probe()
+    path = state_dir() / LAST_PROBE_FILE
+    with contextlib.suppress(OSError):  # a dry run then probes again: slower, never wrong
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**_this_kernel(), "capabilities": dataclasses.asdict(caps)}))
+        tmp.replace(path)
+    return caps
+
+
+def last_probe() -> Capabilities | None:
+    """What the last probe on this boot and kernel found, without probing (a dry run touches
+    nothing and answers at once); None when there was none. Runs and `chaos doctor` always
+    probe afresh, so a module loaded since is seen there."""
+    try:
+        stored = json.loads((state_dir() / LAST_PROBE_FILE).read_text())
+        if {k: stored[k] for k in ("boot_id", "kernel")} != _this_kernel():
+            return None
+        found = stored["capabilities"]
+        return Capabilities(**{**found, "nft_families": tuple(found["nft_families"])})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def doctor_command(args: argparse.Namespace) -> int:

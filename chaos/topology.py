@@ -17,7 +17,6 @@ import ipaddress
 from pathlib import Path
 from typing import Sequence
 
-from chaos import neighbours, netlink
 from chaos.api import Host
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
@@ -71,6 +70,7 @@ def hosts_of(run_id: str, count: int) -> tuple[Host, ...]:
 def make_namespace(ledger: Ledger, name: str, pid: int | None = None) -> None:
     """Record, then make namespace `name`; with `pid`, name that process's network namespace
     instead (as `ip netns attach` does), so that it outlives the process."""
+    from chaos import netlink  # pyroute2: only where the layout is built, not where it is named
     entry = ledger.record("netns", name=name)
     if pid is None:
         netlink.create_namespace(name)
@@ -81,6 +81,7 @@ def make_namespace(ledger: Ledger, name: str, pid: int | None = None) -> None:
 
 def build_switch(ledger: Ledger, switch_ns: str) -> None:
     """The switch namespace with its bridge (the control plane's address); hosts plug in later."""
+    from chaos import netlink  # pyroute2: only where the layout is built, not where it is named
     make_namespace(ledger, switch_ns)
     with netlink.translated("build switch"), netlink.route(switch_ns) as ipr:
         ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
@@ -97,6 +98,7 @@ def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = N
     """Link each host to the switch: a veth from its port on the bridge to its eth0 (made in
     the host's namespace, which must exist), with its addresses, both ends up; then each host
     knows the switch and `peers` (the run's hosts; default `hosts`), the switch each host."""
+    from chaos import neighbours, netlink  # pyroute2: only where the layout is built, not where it is named
     with netlink.translated("plug hosts into the switch"), netlink.route(switch_ns) as ipr:
         bridge = netlink.link_index(ipr, BRIDGE)
         for h in hosts:
@@ -115,6 +117,7 @@ def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = N
 
 def unplug(switch_ns: str, host: Host) -> None:
     """Remove a host's port (and so its veth); one already gone is fine."""
+    from chaos import netlink  # pyroute2: only where the layout is built, not where it is named
     with netlink.translated(f"remove port {host.port}", gone_ok=True), netlink.route(switch_ns) as ipr:
         found = ipr.link_lookup(ifname=host.port)
         if found:

@@ -96,11 +96,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _mechanism_names() -> Callable[[object], str]:
-    """Which mechanism each fault kind gets here, as `chaos doctor` probes it (root only)."""
+    """Which mechanism each fault kind gets here: from the last probe on this boot if there
+    was one (so a dry run answers at once), else from a probe now (root only)."""
     if os.geteuid() != 0:
         return lambda fault: "the mechanism the probe picks at run time (`chaos doctor` as root shows it)"
-    from chaos.inject import default_mechanisms
-    mechanisms = default_mechanisms()
+    from chaos.inject import choose_mechanisms
+    from chaos.probe import capabilities, last_probe
+    mechanisms = choose_mechanisms(last_probe() or capabilities())
     return lambda fault: mechanisms[fault.kind].name  # type: ignore[attr-defined]
 
 
