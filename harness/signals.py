@@ -13,24 +13,37 @@ import signal
 from types import FrameType
 
 _installed_by: int | None = None
+_requested: BaseException | None = None  # the stop asked for, kept for `check`
 
 
 class Terminated(BaseException):
-    """The process was asked to stop (SIGTERM)."""
+    """The process was asked to stop (SIGTERM or SIGHUP)."""
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+def _stop(signum: int, frame: FrameType | None) -> None:
+    global _requested
     if os.getpid() != _installed_by:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    raise Terminated(f"received {signal.Signals(signum).name}")
+    name = signal.Signals(signum).name
+    _requested = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(f"received {name}")
+    raise _requested
 
 
 def install() -> None:
     """Turn SIGTERM and SIGHUP into `Terminated` and SIGINT into KeyboardInterrupt."""
-    global _installed_by
+    global _installed_by, _requested
     _installed_by = os.getpid()
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGHUP, _raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _requested = None
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _stop)
+
+
+def check() -> None:
+    """Raise a stop that was asked for again, for the loops that wait (the orchestrator's
+    poll). Python discards an exception raised while it runs a finalizer (a `__del__`, a
+    logging or weakref callback), and a signal handler may run just there: the request
+    would be lost and the run would go on."""
+    if _requested is not None:
+        raise type(_requested)(*_requested.args)

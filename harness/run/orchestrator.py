@@ -31,6 +31,7 @@ from chaos.errors import HarnessError, UsageError
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms, record_owner, undo_outstanding
 from chaos.ledger import Ledger
+from harness import signals
 from harness.cluster.api import Backend, Cluster, ClusterSpec
 from harness.cluster.backends import undo_table
 from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
@@ -216,6 +217,7 @@ class Trial:
         logs = self.trial_dir / LOGS_DIR
         while not monitor.all_made(want):
             self.sleep(POLL_S)
+            signals.check()
             monitor.poll()
             self._reap(cluster, monitor, recorder)
             if monitor.exited:
@@ -276,6 +278,7 @@ class Trial:
                 phase = f"settling (idle {idle:.0f}/{plan.hang_cap:g} s)"
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             self.sleep(POLL_S)
+            signals.check()
 
     def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
         """Samples around each fault on the network, the first as long before its apply as
