@@ -59,6 +59,11 @@ def config_from_env(env: Mapping[str, str]) -> dict:
         overrides["timeout"] = _get(env, "CHAOS_POLICY_TIMEOUT")
     if _get(env, "CHAOS_MAX_RETRIES"):
         overrides["max_retries"] = int(_get(env, "CHAOS_MAX_RETRIES") or 0)
+    if _get(env, "CHAOS_POLICY_OVERRIDES"):  # any other policy field, as a JSON object (k8s export)
+        try:
+            overrides.update(json.loads(_get(env, "CHAOS_POLICY_OVERRIDES") or "{}"))
+        except (ValueError, TypeError) as exc:
+            raise SystemExit(f"compose_entry: CHAOS_POLICY_OVERRIDES is not a JSON object of policy fields: {exc}") from None
     workload = {"step_period": _get(env, "CHAOS_STEP_PERIOD")} if _get(env, "CHAOS_STEP_PERIOD") else {}
     max_steps = int(_get(env, "CHAOS_MAX_STEPS", "0") or 0) or None
     rank, world = int(_get(env, "CHAOS_RANK") or 0), int(_get(env, "CHAOS_WORLD_SIZE") or 0)

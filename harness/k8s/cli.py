@@ -38,8 +38,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Kubeflow Trainer TrainJob (default) or the training operator v1's PyTorchJob")
     parser.add_argument("--name", help="the job's name (default: <scenario>-<policy>)")
     parser.add_argument("--checkpoint-claim", metavar="PVC",
-                        help="a ReadWriteMany PersistentVolumeClaim for the ranks' shared checkpoints "
-                             "(needed by a policy that restores a checkpoint after a retry)")
+                        help="a ReadWriteMany PersistentVolumeClaim for the ranks' checkpoints, to keep "
+                             "them beyond the pods (a restore does not need it)")
     parser.add_argument("--gpus-per-rank", type=int, default=0, metavar="N",
                         help="nvidia.com/gpu per rank pod (default 0: CPU)")
 

@@ -8,6 +8,7 @@ the export is refused naming each field the environment cannot carry.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from chaos.errors import UsageError
@@ -41,9 +42,13 @@ def rank_variables(plan: TrialPlan, control_host: str) -> dict[str, str]:
         "CHAOS_RUN_DIR": RUN_DIR,
         "CHAOS_SEED": str(plan.seed),
         "CHAOS_MAX_STEPS": "",  # train until stopped, as under the harness: the trial ends by its rules
-        "CHAOS_POLICY": spec["base"],
+        "CHAOS_POLICY": spec["name"],
         "CHAOS_POLICY_TIMEOUT": duration_text(spec["timeout"]),
         "CHAOS_MAX_RETRIES": str(spec["max_retries"]),
+        # the rest of the policy (its base for a label such as retry_fd, backoff, breaker,
+        # detector...), so that every policy reaches the rank exactly
+        "CHAOS_POLICY_OVERRIDES": json.dumps({k: v for k, v in spec.items()
+                                              if k not in ("name", "timeout", "max_retries")}, sort_keys=True),
         "CHAOS_STEP_PERIOD": duration_text(plan.workload["step_period"]),
         "GLOO_SOCKET_IFNAME": IFNAME,
         "NCCL_SOCKET_IFNAME": IFNAME,
@@ -62,7 +67,7 @@ def check_reaches_rank(plan: TrialPlan, variables: dict[str, str], where: str) -
                for key, value in (("seed", plan.seed), ("world_size", plan.ranks)) if config[key] != value]
     if differ:
         raise UsageError(
-            f"{where}: policy {plan.policy!r} cannot reach a rank on Kubernetes: the rank container's entry "
+            f"{where}: trial {plan.policy!r} cannot reach a rank on Kubernetes: the rank container's entry "
             f"point builds its config from CHAOS_* variables (harness/cluster/container.py), which cannot "
             f"carry: {'; '.join(differ)}. Export a policy that sets only what those variables carry, or run "
             "this one with `chaos run`")

@@ -97,11 +97,6 @@ def export_trial(scenario_file: Path, policy: str, image: str = DEFAULT_IMAGE, n
     op = OPERATORS[api]
     job = job_name(scenario.name, policy, name)
     env = rank_env(plan, op.control_host(job), op.index_label, f"{scenario_file}: policies.{policy}")
-    spec = plan.policy_spec
-    if spec["restore"] == "checkpoint" and spec["max_retries"] > 0 and checkpoint_claim is None:
-        raise UsageError(f"{scenario_file}: policies.{policy}: after a retry the ranks restore the newest "
-                         "checkpoint they all have; across nodes that needs one volume they all mount: pass "
-                         "--checkpoint-claim NAME (a ReadWriteMany PersistentVolumeClaim in the namespace)")
     text = Path(scenario_file).read_text(encoding="utf-8")
     pods = Pods(op, job, namespace)
     mappings: list[FaultMapping] = []

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 TRIALS = [(path, policy) for path in SCENARIOS for policy in load_scenario(path).policies]
 APIS = sorted(OPERATORS)
-POLICY_REFUSAL = re.compile(r"policies\.[\w-]+: policy '[\w-]+' cannot reach a rank on Kubernetes: .*cannot carry: ")
+POLICY_REFUSAL = re.compile(r"policies\.[\w-]+: trial '[\w-]+' cannot reach a rank on Kubernetes: .*cannot carry: ")
 FAULT_REFUSAL = re.compile(r":\d+: faults\.\d+: (\w+) has no exact equivalent in Chaos Mesh: ")
 
 
@@ -98,15 +98,31 @@ def test_pause_is_refused_naming_file_line_fault_kind_and_why():
     assert "SIGSTOP" in message and "pod-failure" in message
 
 
-def test_a_policy_the_environment_cannot_carry_is_refused_naming_each_field():
+def test_a_trial_the_environment_cannot_carry_is_refused_naming_each_field(tmp_path):
+    data = yaml.safe_load((REPO / "scenarios" / "link_down.yaml").read_text())
+    data["workload"] = {**data.get("workload", {}), "checkpoint_every": 3, "hidden": 128}
+    path = tmp_path / "workload.yaml"
+    path.write_text(yaml.safe_dump(data))
     with pytest.raises(UsageError) as caught:
-        export_trial(REPO / "scenarios" / "link_down.yaml", "retry")
+        export_trial(path, "retry")
     message = str(caught.value)
-    for field in ("backoff_base: 1.0 (a rank would run 2.0)", "backoff_cap: 8.0 (a rank would run 60.0)",
-                  "rendezvous_timeout: 30.0 (a rank would run None)"):
-        assert f"policy {field}" in message
-    assert "max_retries" not in message and "timeout: 5.0" not in message  # those the environment carries
+    for field in ("checkpoint_every: 3 (a rank would run 10)", "hidden: 128 (a rank would run 256)"):
+        assert f"workload {field}" in message
+    assert "policy " not in message.split("cannot carry: ")[1].split(". ")[0]  # the whole policy reaches the rank
     assert "harness/cluster/container.py" in message
+
+
+def test_every_policy_field_reaches_the_rank():
+    """A label with its own base and every knob set (retry_fd: base retry, a detector) reads
+    back exactly as planned."""
+    path = REPO / "scenarios" / "detector_link_down.yaml"
+    for policy in load_scenario(path).policies:
+        export = export_trial(path, policy, api="pytorchjob")
+        job = next(d for d in exported(export) if d["kind"] == "PyTorchJob")
+        container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        config = config_from_env({**env, "CHAOS_RANK": "1"})
+        assert config["policy"] == build_plan(load_scenario(path), policy).trial.policy_spec
 
 
 def test_the_rank_environment_reads_back_as_the_trials_plan():
@@ -124,13 +140,14 @@ def test_the_rank_environment_reads_back_as_the_trials_plan():
     assert config["store_address"] == f"{export.job}-master-0" and config["max_steps"] is None
 
 
-def test_a_checkpoint_restoring_policy_needs_a_shared_volume(tmp_path):
+def test_a_checkpoint_restoring_policy_may_keep_its_checkpoints_on_a_shared_volume(tmp_path):
+    """Node-local disks are enough (rank 0's checkpoint is sent to the ranks that lack it,
+    harness/job/restore.py); a claim keeps the checkpoints beyond the pods."""
     data = yaml.safe_load((REPO / "scenarios" / "link_down.yaml").read_text())
     data.update(policies={"retry": {"timeout": "5s"}}, expect={})
     path = tmp_path / "retry.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UsageError, match="--checkpoint-claim NAME"):
-        export_trial(path, "retry")
+    assert admission_problems(exported(export_trial(path, "retry"))) == []
     export = export_trial(path, "retry", checkpoint_claim="shared-ckpt")
     runtime = next(d for d in exported(export) if d["kind"] == "ClusterTrainingRuntime")
     node = runtime["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
