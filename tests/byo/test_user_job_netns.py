@@ -123,9 +123,10 @@ settle_steps: 8
     assert done.returncode == 0, done.stderr
     row = metrics_row(out)
     assert row["outcome"] == "recovered" and row["detect_cause"] == "timeout"
-    # one new worker per host per restart of the group; a second when the first restarted
-    # group times out too while the link is still down (max_restarts 2)
-    assert row["restarts"] in (2, 4)
+    # one new worker per host per restart of the group. How many rounds depends on when the
+    # restarted group times out again while the link is down; torchrun also restarts the group
+    # without counting it against max_restarts when an agent rejoins (a membership change).
+    assert row["restarts"] >= 2 and row["restarts"] % 2 == 0
     events = events_of(out)
     assert any(e["kind"] == "job_output" and e["cause"] == "agent" for e in events)
     logs = "".join(p.read_text() for p in out.glob("*/trials/*/logs/r00*.log"))
