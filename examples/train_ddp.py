@@ -74,6 +74,9 @@ def main() -> None:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
                 os.replace(partial, args.checkpoint)
         time.sleep(max(0.0, args.step_period - (time.monotonic() - started)))
+    # Every rank finishes its last collective before any tears down: a rank whose peer
+    # closed the connection mid-teardown can abort in gloo's destructor.
+    dist.barrier()
     dist.destroy_process_group()
 
 
