@@ -132,7 +132,10 @@ def leaves_nothing(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+# the console script pip installed beside this interpreter, as a user runs it
+CHAOS = str(Path(sys.executable).parent / "chaos")
+
+
 def chaos_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    """Run the `chaos` command as a user would."""
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, **kwargs)
+    """Run the installed `chaos` command as a user would."""
+    return subprocess.run([CHAOS, *args], cwd=REPO, capture_output=True, text=True, **kwargs)

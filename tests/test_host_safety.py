@@ -27,7 +27,7 @@ from harness.run.plan import build_plan
 from harness.run.progress import Progress
 from harness.run.scenario import load_scenario
 from runfolder.layout import trial_dir
-from tests.conftest import REPO, chaos_cli, leftovers, stop_child
+from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
 from tests.run.test_trial_fake import FLAPS
 
 root = pytest.mark.requires_root
@@ -155,7 +155,7 @@ def test_two_runs_at_once_on_one_host_stay_isolated(tmp_path: Path) -> None:
     scenario = tmp_path / "small.yaml"
     scenario.write_text(SMALL)
     outs = [tmp_path / "a", tmp_path / "b"]
-    runs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(scenario), "--out", str(out)],
+    runs = [subprocess.Popen([CHAOS, "run", str(scenario), "--out", str(out)],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for out in outs]
     try:

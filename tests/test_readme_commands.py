@@ -11,16 +11,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import CHAOS, REPO
+
 README = REPO / "README.md"
-CHAOS = shutil.which("chaos", path=str(Path(sys.executable).parent)) or shutil.which("chaos")
 PLACEHOLDER = re.compile(r"[A-Z]{2,}|\[|\.\.\.|\|")
 
 
@@ -41,7 +39,7 @@ LINES = readme_command_lines()
 
 def test_the_readme_shows_chaos_commands():
     assert len(LINES) >= 5, LINES
-    assert CHAOS is not None, "the `chaos` entry point is not installed (pip install -e .)"
+    assert Path(CHAOS).is_file(), f"the `chaos` entry point is not installed at {CHAOS} (pip install -e .)"
 
 
 def _chaos(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 import reports
 from chaos.ledger import state_dir
-from tests.conftest import REPO, chaos_cli, leftovers, stop_child
+from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
 
 SCENARIO = REPO / "scenarios" / "link_down.yaml"
 pytestmark = [pytest.mark.requires_root]
@@ -27,19 +26,20 @@ def ledgers() -> set[str]:
 
 
 @pytest.mark.slow
-def test_link_down_under_the_four_policies(tmp_path, leaves_nothing):
-    done = chaos_cli("run", str(SCENARIO), "--out", str(tmp_path), "--quiet", timeout=900)
+def test_link_down_through_the_installed_command(tmp_path, leaves_nothing):
+    """Two of the four policies through `chaos` itself (all four run, judged by their expect
+    block, as scenarios/link_down.yaml under the pytest plugin)."""
+    done = chaos_cli("run", str(SCENARIO), "--policy", "baseline", "--policy", "timeout",
+                     "--out", str(tmp_path), "--quiet", timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = tmp_path.iterdir()
     table = reports.analyze_run(run_dir).set_index("policy")
+    assert list(table.index) == ["baseline", "timeout"]
     assert table.loc["baseline", "outcome"] == "hung"
     assert table.loc["baseline", "hung_cap"] == 20
     assert table.loc["timeout", "outcome"] == "failed-fast"
     assert 5.0 <= table.loc["timeout", "ttd_s"] <= 7.0
     assert table.loc["timeout", "detect_ranks"] == 16
-    assert table.loc["retry", "outcome"] == "recovered"
-    assert table.loc["retry", "ttr_after_end_s"] < 15
-    assert table.loc["isolation", "outcome"] == "isolated"
     for name in ("report.md", "report.html", "metrics.csv"):
         assert (run_dir / name).stat().st_size > 0
     assert "hung >= 20 s" in done.stdout or ">= 20 s" in done.stdout
@@ -47,7 +47,7 @@ def test_link_down_under_the_four_policies(tmp_path, leaves_nothing):
 
 def _start_run(tmp_path: Path, policy: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(SCENARIO), "--policy", policy,
+        [CHAOS, "run", str(SCENARIO), "--policy", policy,
          "--out", str(tmp_path)], cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True)
     deadline = time.monotonic() + 120
@@ -113,7 +113,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
 def test_not_root_is_refused_with_the_fix():
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-m", "harness.cli", "run", str(SCENARIO)],
+         CHAOS, "run", str(SCENARIO)],
         cwd=REPO, capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
     assert done.returncode == 2, done.stderr
     assert "needs root" in done.stderr and len(done.stderr.strip().splitlines()) == 1
