@@ -130,6 +130,7 @@ def measured_time(row: Mapping[str, Any]) -> str:
     """The one number the outcome is about; a hang shows its cap, never a made-up figure."""
     outcome = row.get("outcome")
     pick = {"hung": None, "failed-fast": "ttd_s", "retries-exhausted": "ttd_s", "crashed": "ttd_s",
+            "exited-clean": "ttd_s",
             "recovered": "ttr_s", "continued": "ttr_s", "isolated": "breaker_open_s",
             "absorbed": "max_stall_s"}
     if outcome == "hung":
@@ -237,9 +238,17 @@ def format_table(df: pd.DataFrame) -> str:
     """The comparison table (Markdown, readable as plain text) for the terminal and report.md;
     with a per-fault table below it when a trial had more than one fault."""
     table = markdown_table(TABLE_COLUMNS, table_rows(df))
-    if any(len(fault_indices(row)) > 1 for _, row in df.iterrows()):
-        table += "\n\nEvery fault, each timed from its own start:\n\n" + markdown_table(FAULT_COLUMNS, fault_rows(df))
+    if several_faults(df):
+        table += f"\n\n{EVERY_FAULT}:\n\n" + markdown_table(FAULT_COLUMNS, fault_rows(df))
     return table
+
+
+EVERY_FAULT = "Every fault, each timed from its own start"
+
+
+def several_faults(df: pd.DataFrame) -> bool:
+    """Whether a trial had more than one fault (the reports then add the per-fault table)."""
+    return any(len(fault_indices(row)) > 1 for _, row in df.iterrows())
 
 
 def compare_table(runs: list[tuple[str, pd.DataFrame]]) -> str:

@@ -14,7 +14,8 @@ from reports import metrics as metric_definitions
 from reports.analysis import run_frame, run_label
 from reports.history import RunRecord, load_run
 from reports.plots import timeline_png
-from reports.tables import TABLE_COLUMNS, compare_table, format_table, markdown_table, table_rows
+from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, compare_table, fault_rows, format_table,
+                            markdown_table, several_faults, table_rows)
 from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, plot_file
 # (column, label) of the per-trial summary; every column is in metrics.csv
 KEY_METRICS: tuple[tuple[str, str], ...] = (
@@ -98,8 +99,10 @@ def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes]) -> 
     out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
            f"<style>{_STYLE}</style></head><body><h1>{title}</h1>",
            _html_table(("", ""), [[k, v] for k, v in _meta_lines(run)]),
-           "<h2>Measured against the source document</h2>", _html_table(TABLE_COLUMNS, table_rows(df)),
-           "<h2>Trials</h2>"]
+           "<h2>Measured against the source document</h2>", _html_table(TABLE_COLUMNS, table_rows(df))]
+    if several_faults(df):
+        out += [f"<h3>{EVERY_FAULT}</h3>", _html_table(FAULT_COLUMNS, fault_rows(df))]
+    out.append("<h2>Trials</h2>")
     for _, row in df.iterrows():
         out += [f"<h3>{html.escape(str(row['trial']))}: {html.escape(str(row['outcome']))}</h3>",
                 _html_table(("metric", "value"), _summary_rows(row))]

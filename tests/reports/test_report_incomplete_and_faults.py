@@ -13,6 +13,8 @@ from reports.history import events_frame
 from reports.metrics import trial_metrics
 from reports.plots import timeline_figure
 from reports.tables import fault_rows, format_table, table_rows
+from reports.writer import write_reports
+from runfolder.layout import REPORT_HTML, REPORT_MARKDOWN
 
 
 def killed_during_the_fault():
@@ -104,6 +106,15 @@ def test_the_table_lists_every_fault():
 def test_one_fault_adds_no_fault_table():
     frame = pd.DataFrame([metrics_of(fakes.recovered())])
     assert "Every fault" not in format_table(frame)
+
+
+def test_the_html_report_lists_every_fault_as_the_markdown_one_does(tmp_path):
+    run_dir = fakes.write_run(tmp_path / "run", {"retry": two_faults(), "timeout": fakes.recovered()})
+    written = write_reports(run_dir)
+    page = written[REPORT_HTML].read_text()
+    assert "Every fault, each timed from its own start" in page
+    assert "<td>link_down on r2</td><td>+10.0 s</td><td>1.5 s</td><td>4.0 s</td>" in page
+    assert "Every fault, each timed from its own start" in written[REPORT_MARKDOWN].read_text()
 
 
 def test_the_plot_labels_every_fault_with_its_figures():
