@@ -67,7 +67,7 @@ def incomplete_text(run: RunRecord, frame: pd.DataFrame) -> str:
              for _, row in frame.iterrows() if row["outcome"] == "incomplete"]
     missing = missing_trials(run)
     if missing:
-        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial folder)")
+        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial.json)")
     return "".join(f"{line}\n" for line in lines) + ("\n" if lines else "")
 
 

@@ -32,9 +32,11 @@ def trial_dir(run_dir: Path, trial: str) -> Path:
 
 
 def trial_dirs(run_dir: Path) -> list[Path]:
-    """The trial folders of a run, by name (reports order them as run.json lists them)."""
+    """The trial folders of a run, by name (reports order them as run.json lists them). A
+    trial began when its trial.json was written: a folder without one (the harness killed
+    between the two) is a trial that never began, not a broken run."""
     trials = Path(run_dir) / TRIALS_DIR
-    return sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+    return sorted(p for p in trials.iterdir() if (p / TRIAL_FILE).is_file()) if trials.is_dir() else []
 
 
 def plot_file(trial: str) -> str:

@@ -72,7 +72,15 @@ def test_chaos_report_says_the_run_is_incomplete(tmp_path, capsys):
     assert report_main([str(run_dir), "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "INCOMPLETE: trial timeout: no trial_end: the trial did not finish (while running" in printed
-    assert "INCOMPLETE: never began: retry (listed in run.json, no trial folder)" in printed
+    assert "INCOMPLETE: never began: retry (listed in run.json, no trial.json)" in printed
+
+
+def test_a_trial_folder_without_trial_json_never_began(tmp_path, capsys):
+    run_dir = fakes.write_run(tmp_path / "run", {"timeout": fakes.recovered(), "retry": fakes.recovered()})
+    (run_dir / "trials" / "retry" / "trial.json").unlink()  # killed between mkdir and trial.json
+    assert report_main([str(run_dir), "--out", str(tmp_path / "out")]) == 0
+    assert "INCOMPLETE: never began: retry (listed in run.json, no trial.json)" in capsys.readouterr().out
+    assert list(analyze_run(run_dir)["trial"]) == ["timeout"]
 
 
 def test_a_complete_run_prints_no_incomplete_line(tmp_path, capsys):
