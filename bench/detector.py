@@ -5,6 +5,21 @@
         [--policies pytorch_default,timeout,retry,isolation,retry_fd,elastic,elastic_rejoin,torchrun] \
         [--control-runs 10] [--out DIR]
     .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
+    sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
+        [--suspect-after 0.8 0.4] [--hogs 2]
+    .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...]
+
+`--suspect-after` measures the detector policies with each silence threshold side by side
+(the row "default" is the policies' own); `--hogs N` runs N busy processes beside the job
+the whole time (the issue's "no false trip with two CPU hogs").
+
+With --ranks, per size, scaled the way `chaos run --ranks` scales a scenario (docs/scale.md):
+a blackhole on rank 5 that never heals under `elastic`, rank 5's link down 10 s under
+`elastic_rejoin`, and `--control-seconds` of steps with no fault under `elastic`. One row
+per size: first and last surviving rank's suspect time, survivors stepping again, all
+back after the heal, false trips, and the harness's own CPU share (its process's CPU
+seconds from /proc over the trial's wall time, with the load average beside it). The
+figures come from the stored run folders through reports; a size that fails says why.
 
 For the 16-rank job and each fault on rank 5 (kill; blackhole that never heals; link down
 10 s; freeze 10 s; 20% loss for 20 s), every policy runs on a fresh cluster:
@@ -31,20 +46,30 @@ survivors stepping again <= 3 s after a permanent fault starts, zero false trips
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import json
 import math
+import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torchrun_kill
 import yaml
 
 import reports
+from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.job.policies import DetectorSpec
+from harness.run.scenario import Scenario, load_scenario, scaled_to_cores
 from runfolder.layout import RUN_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,20 +96,33 @@ POLICIES = {
     "elastic_rejoin": {"base": "elastic", "rejoin": True, "rejoin_within": "15s"},
 }
 EXTERNAL = {"torchrun": ("kill",)}  # not harness policies: the faults each is measured on
+CONTROL = "control"  # no fault: every suspect event is a false trip
+PR_SET_PDEATHSIG = 1
+# --ranks: the silent faults, each under the detector policy that shows its figure: the
+# survivors going on without a rank silent for good, and all of them back after a heal
+SCALE_TRIALS = {"blackhole": "elastic", "link_down": "elastic_rejoin", CONTROL: "elastic"}
+CPU_FILE = "harness_cpu.json"  # per trial of a size: the harness's CPU seconds, wall, load
+DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes (their base is elastic)
 
 
-def scenario_text(fault: str, policies: list[str]) -> str:
+def scenario_text(fault: str, policies: list[str], suspect_after: float | None = None) -> str:
+    """The 16-rank scenario of `fault` on rank 5 (CONTROL: none) under `policies`; with
+    `suspect_after`, the detector policies suspect a peer after that silence instead of their
+    default."""
     policies = [p for p in policies if p in POLICIES]
-    spec = dict(FAULTS[fault])
-    duration = spec.pop("duration", None)
-    event = {**spec, "target": {"rank": 5}, "start": "1s"}
-    if duration:
-        event["duration"] = duration
+    specs = {p: POLICIES[p] for p in policies}
+    if suspect_after is not None:
+        specs = {p: {**spec, "detector": {"suspect_after": f"{suspect_after:g}s"}} if p in DETECTOR_POLICIES else spec
+                 for p, spec in specs.items()}
+    events = []
+    if fault != CONTROL:
+        spec = dict(FAULTS[fault])
+        duration = spec.pop("duration", None)
+        events.append({**spec, "target": {"rank": 5}, "start": "1s", **({"duration": duration} if duration else {})})
     return yaml.safe_dump({
         "name": f"bench_{fault}", "seed": 1, "cluster": {"ranks": 16},
         "workload": {"step_period": "250ms", "checkpoint_every": 10}, "warmup_steps": 12,
-        "faults": [event], "hang_cap": "20s", "settle_steps": 8,
-        "policies": {p: POLICIES[p] for p in policies}}, sort_keys=False)
+        "faults": events, "hang_cap": "20s", "settle_steps": 8, "policies": specs}, sort_keys=False)
 
 
 def breaker_or_exclusion(row) -> float:
@@ -164,6 +202,128 @@ def print_table(rows: list[dict]) -> None:
             ratio(DOCUMENT["breaker"], r["breaker"])]) + " |")
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system), from /proc/self/stat."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def scale_scenario(path: Path, ranks: int, control_s: float) -> Scenario:
+    """The bench scenario at `ranks` ranks, scaled the way `chaos run --ranks` scales it; the
+    control watches for `control_s` seconds of steps."""
+    scenario = scaled_to_cores(load_scenario(path, {"cluster.ranks": ranks}))
+    if scenario.faults:
+        return scenario
+    return scenario.model_copy(update={"settle_steps": math.ceil(control_s / scenario.workload.step_period)})
+
+
+def measure_size(ranks: int, out: Path, control_s: float, progress: Progress,
+                 suspect_after: float | None = None) -> None:
+    """Every SCALE_TRIALS trial at `ranks` ranks into out; the harness's CPU seconds, wall and
+    load of each (or why it failed) into out/CPU_FILE."""
+    out.mkdir(parents=True, exist_ok=True)
+    cpu: dict[str, dict] = {}
+    for fault, policy in SCALE_TRIALS.items():
+        path = out / f"bench_{fault}.yaml"
+        path.write_text(scenario_text(fault, [policy], suspect_after))
+        wall0, cpu0 = time.monotonic(), cpu_seconds()
+        try:
+            run_scenario(scale_scenario(path, ranks, control_s), path, [policy], out,
+                         backend_named("netns"), progress)
+            cpu[fault] = {"cpu_s": cpu_seconds() - cpu0, "wall_s": time.monotonic() - wall0}
+        except (ChaosError, OSError) as exc:  # a size that fails says why; the others run
+            cpu[fault] = {"failed": f"{type(exc).__name__}: {exc}"}
+        cpu[fault]["load_1m"] = os.getloadavg()[0]
+        (out / CPU_FILE).write_text(json.dumps(cpu, indent=1))
+
+
+def size_dir(out: Path, ranks: int, suspect_after: float | None) -> Path:
+    return out / (f"ranks-{ranks}" if suspect_after is None else f"ranks-{ranks}-suspect-{suspect_after:g}s")
+
+
+def size_row(ranks: int, suspect_after: float | None, out: Path, control_s: float) -> list[str]:
+    """One size's figures, from its run folders (reports) and CPU_FILE."""
+    cpu = json.loads((out / CPU_FILE).read_text()) if (out / CPU_FILE).is_file() else {}
+    cells, failures = [str(ranks), "default" if suspect_after is None else f"{suspect_after:g}s"], []
+    for fault in SCALE_TRIALS:
+        run_dir = latest_run(out, f"bench_{fault}")
+        failed = cpu.get(fault, {}).get("failed")
+        if failed or run_dir is None:
+            failures.append(f"{fault}: {failed or 'not measured'}")
+            cells += ["failed"] * (2 if fault == CONTROL else 5)
+            continue
+        r = reports.analyze_run(run_dir).iloc[0]
+        if fault == CONTROL:
+            cells.append(f"{int(r['suspect_events'])} in ~{control_s:g} s of steps")
+        else:
+            outcome = r["outcome"] + (f" >= {r['hung_cap']:g}s" if r["outcome"] == "hung" else "")
+            after = r["ttr_s"] if fault == "blackhole" else r["ttr_after_end_s"]
+            cells += [outcome, fmt(r["ttd_s"]), fmt(r["ttd_max_s"]), fmt(after)]
+        share = cpu[fault]["cpu_s"] / cpu[fault]["wall_s"]
+        cells.append(f"{share:.0%} (load {cpu[fault]['load_1m']:.1f})")
+    return cells + ["; ".join(failures)]
+
+
+def print_scale(sizes: list[int], settings: list[float | None], out: Path, control_s: float, hogs: int) -> None:
+    head = ("ranks", "suspect after", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
+            "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
+            "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
+            "failed")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for ranks in sizes:
+        for suspect_after in settings:
+            print("| " + " | ".join(size_row(ranks, suspect_after, size_dir(out, ranks, suspect_after),
+                                             control_s)) + " |")
+    print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; suspect after: the detector's "
+          f"silence threshold (default {DetectorSpec().suspect_after:g} s); k: the scale factor of docs/scale.md; times from the fault's start "
+          "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
+          "silent one included; harness "
+          "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end; "
+          "targets (issue 16): every survivor suspects a silent rank within 0.5 s at 16 ranks and 1.0 s "
+          "at 64, survivors step again within 1.0 s at 16, all back within 0.5 s of a heal, no false trip")
+
+
+HOG = "while True: pass"
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`count` busy processes beside the job, for as long as the block runs; each dies with
+    this process (PR_SET_PDEATHSIG), so not even a SIGKILL of the bench leaves one behind."""
+    def die_with_parent() -> None:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=die_with_parent) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if min(args.ranks) < 6:
+        parser.error(f"--ranks {min(args.ranks)}: the fault is on rank 5; give 6 or more")
+    if args.analyze is not None and not args.analyze.is_dir():
+        parser.error(f"--analyze {args.analyze}: no such folder")
+    settings = args.suspect_after or [None]
+    if any(s is not None and s <= 2 * DetectorSpec().interval for s in settings):
+        parser.error(f"--suspect-after: give more than twice the heartbeat period ({DetectorSpec().interval:g} s)")
+    out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
+    if args.analyze is None:
+        progress = Progress(quiet=args.quiet)
+        signals.install()
+        with cpu_hogs(args.hogs):
+            for ranks in args.ranks:
+                for suspect_after in settings:
+                    measure_size(ranks, size_dir(out, ranks, suspect_after), args.control_seconds, progress,
+                                 suspect_after)
+    print_scale(args.ranks, settings, out, args.control_seconds, args.hogs)
+    print(f"\nrun folders: {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
@@ -173,8 +333,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--analyze", type=Path, default=None, metavar="DIR",
                         help="measure nothing: print the table of the run folders in DIR "
                              "(the --out of an earlier run)")
+    parser.add_argument("--ranks", type=int, nargs="+", default=None, metavar="N",
+                        help="per size: the silent faults under the detector and a fault-free "
+                             "control (instead of --faults/--policies/--control-runs)")
+    parser.add_argument("--control-seconds", type=float, default=60.0,
+                        help="with --ranks: how long the fault-free control steps (default 60)")
+    parser.add_argument("--suspect-after", type=float, nargs="+", default=None, metavar="S",
+                        help="with --ranks: also measure the detector policies with these silence "
+                             "thresholds in seconds, side by side (default: only the policies' own)")
+    parser.add_argument("--hogs", type=int, default=0,
+                        help="with --ranks: this many busy CPU processes beside the job throughout")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if args.ranks is not None:
+        return main_scale(args, parser)
     faults, policies = args.faults.split(","), args.policies.split(",")
     unknown = ([f for f in faults if f not in FAULTS]
                + [p for p in policies if p not in POLICIES and p not in EXTERNAL])

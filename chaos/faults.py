@@ -7,10 +7,11 @@ naming the field, the value and the accepted form.
 """
 from __future__ import annotations
 
+import math
 import signal
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
                       model_validator)
 
 from chaos import units
@@ -58,10 +59,27 @@ class Kill(FaultBase):
     reversible: ClassVar[bool] = False
 
 
+def _finite_duration(seconds: float) -> float:
+    if not math.isfinite(seconds):
+        raise ValueError(f"{seconds!r} is not a finite time; expected {units.DURATION_FORM}")
+    return seconds
+
+
 class Pause(FaultBase):
     """The rank's process is frozen with SIGSTOP and thawed with SIGCONT (a GC or scheduler stall)."""
 
     kind: Literal["pause"] = "pause"
+    acts_on: ClassVar[str] = "process"
+
+
+class GpuHang(FaultBase):
+    """A kernel spins on the rank's GPU for `duration` (the scenario's timing field, required
+    and finite: a kernel cannot be stopped once queued), queued on the stream the training
+    uses: the rank stops making progress while its process and its link stay alive. The
+    rank plays it (harness.job.gpufault) from a command file (chaos.cmdfile)."""
+
+    kind: Literal["gpu_hang"] = "gpu_hang"
+    duration: Annotated[Seconds, AfterValidator(_finite_duration), Field(gt=0)]
     acts_on: ClassVar[str] = "process"
 
 
@@ -210,9 +228,10 @@ class Partition(FaultBase):
 
 # The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject.
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
-    LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause)
+    LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
+    GpuHang)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause], Field(discriminator="kind")]
+                        Partition, Kill, Pause, GpuHang], Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 

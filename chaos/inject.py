@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any, Sequence
 
-from chaos import netlink, nft, probe, proc, tc
+from chaos import cmdfile, netlink, nft, probe, proc, tc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import FaultBase, Kill
@@ -68,6 +68,7 @@ UNDOS = UndoTable.combine({
                                "stop_process": _undo_stop_process}),
     "chaos.tc": tc.UNDOS,
     "chaos.nft": nft.UNDOS,
+    "chaos.cmdfile": cmdfile.UNDOS,
 })
 
 
@@ -87,26 +88,38 @@ def _require_pid(fault: FaultBase, host: Host) -> int:
     return host.pid
 
 
+# A process fault hits the host's whole workload, as a node's failure would: the rank's
+# process and every process under it (a torchrun agent and its workers, a job's data
+# loaders). A descendant that ends meanwhile is already gone, not an error.
 class SignalKill(Mechanism):
-    name = "signal to the rank process"
+    name = "signal to the rank's process and its descendants"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
         pid = _require_pid(fault, host)
+        below = proc.descendants(pid)  # before the signal: a dead parent's children move away
         proc.send_signal(pid, fault.signal, proc.start_time(pid))
+        for child, started in below:
+            proc.send_signal(child, fault.signal, started, gone_ok=True)
         return []  # a kill has nothing to undo
 
 
 class SignalStop(Mechanism):
-    name = "SIGSTOP / SIGCONT of the rank process"
+    name = "SIGSTOP / SIGCONT of the rank's process and its descendants"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         pid = _require_pid(fault, host)
-        started = proc.start_time(pid)
+        entries = [self._stop(ledger, pid, proc.start_time(pid), gone_ok=False)]
+        # the stopped parent starts no one else; its descendants are stopped after it
+        entries += [self._stop(ledger, child, started, gone_ok=True) for child, started in proc.descendants(pid)]
+        return entries
+
+    @staticmethod
+    def _stop(ledger: Ledger, pid: int, started: int | None, gone_ok: bool) -> Entry:
         entry = ledger.record("sigcont", pid=pid, started=started)
-        proc.send_signal(pid, signal.SIGSTOP, started)
+        proc.send_signal(pid, signal.SIGSTOP, started, gone_ok=gone_ok)
         ledger.mark(entry, "done")
-        return [entry]
+        return entry
 
 
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
@@ -128,6 +141,8 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "partition": NftPartition() if caps.nft_bridge else Unavailable(caps.why_not("nft_bridge")),
         "kill": SignalKill(),
         "pause": SignalStop(),
+        # the trial gives the run folder it writes to (harness.run.orchestrator)
+        "gpu_hang": cmdfile.CommandFile(None),
     }
 
 

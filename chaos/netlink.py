@@ -117,6 +117,9 @@ NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLA_F_NESTED = 0x8000
 _NLMSG_HEADER = struct.Struct("=IHHII")
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # <asm-generic/socket.h>; the socket module lacks them
+SOCKET_BUFFER = 1 << 16     # what a netlink socket's default buffers surely hold
+ACK_BYTES = 1024            # what one acknowledgement costs the receive buffer (its skb, not its 36 bytes)
 
 
 def nla(attr_type: int, payload: bytes) -> bytes:
@@ -182,7 +185,13 @@ def send_acked(ns: str | None, protocol: int, messages: Sequence[bytes], what: s
                 stamped.append(_NLMSG_HEADER.pack(length, msg_type, flags, seq, pid) + msg[_NLMSG_HEADER.size:])
                 if flags & NLM_F_ACK:
                     seqs.add(seq)
-            sock.sendall(b"".join(stamped))
+            payload = b"".join(stamped)
+            # One datagram (an nftables batch is one transaction): a 64-rank partition's
+            # thousands of rules pass the default socket buffers, which root may raise.
+            if len(payload) > SOCKET_BUFFER:
+                sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, len(payload) + SOCKET_BUFFER)
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, len(seqs) * ACK_BYTES + SOCKET_BUFFER)
+            sock.sendall(payload)
             error = 0
             while seqs:
                 for msg_type, _, seq, body in parse_messages(sock.recv(1 << 16)):

@@ -26,13 +26,36 @@ def enter_netns(path: str) -> None:
         os.close(fd)
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3 on), or None when gone."""
     try:
-        stat = open(f"/proc/{pid}/stat").read()
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every process descended from `pid`, parents before children, each with its start
+    time: what a host runs under its one process (torchrun's workers live in sessions of
+    their own, so neither a process group nor a session names them all)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for name in os.listdir("/proc"):
+        fields = _stat(int(name)) if name.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append((int(name), int(fields[19])))
+    found, parents = [], [pid]
+    while parents:
+        level = [child for parent in parents for child in children.get(parent, [])]
+        found += level
+        parents = [child for child, _ in level]
+    return found
 
 
 def send_signal(pid: int, signum: int, started: int | None, gone_ok: bool = False) -> bool:

@@ -44,7 +44,7 @@ def require_root(what: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario
+    from harness.run.scenario import load_scenario, scaled_to_cores, scaling_note
 
     overrides = {}
     if args.ranks is not None:
@@ -54,6 +54,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.backend is not None:
         overrides["cluster.backend"] = args.backend
     scenario = load_scenario(args.scenario, overrides)
+    if args.ranks is not None:  # the scenario's times follow the ranks per core (docs/scale.md)
+        scenario = scaled_to_cores(scenario)
+        note = scaling_note(args.ranks)
+        if note:
+            print(note)
     policies = args.policy or scenario.trial_names()
     unknown = [p for p in policies if p not in scenario.trial_names()]
     if unknown:
@@ -170,7 +175,8 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO),
                      help="scenario YAML file (default: the shipped link-down scenario)")
     run.add_argument("--policy", action="append", help="policy to run (repeatable; default: all in the file)")
-    run.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks)")
+    run.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks; past 8 per core the "
+                     "step period, timeouts, hang cap and expected bounds stretch with it: docs/scale.md)")
     run.add_argument("--seed", type=int, help="seed (overrides the scenario's)")
     run.add_argument("--backend", choices=["netns", "docker"], help="host backend (default: the scenario's, netns)")
     run.add_argument("--out", default="runs", help="folder for run folders (default: ./runs)")

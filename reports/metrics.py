@@ -6,7 +6,10 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
 
   fault start / end   t of fault_applied / fault_reverted of the first fault (index order);
                       end is NaN for a fault that did not heal while the harness watched
-                      (kill, or reverted only at teardown).
+                      (kill, or reverted only at teardown). A gpu_hang (a kernel spinning
+                      on the rank's GPU) is silent like pause and judged by the same rules;
+                      its start is when its command was written (the rank queues the
+                      kernel within harness.job.gpufault.POLL_S of it).
   observation end     when the harness stopped watching: the first of hang_detected,
                       a fault reverted at teardown, a rank reaped by the harness's stop
                       (rank_exited stopped), a rank exiting "terminated" (asked to stop),
@@ -22,7 +25,8 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       on any rank at or after fault start (and before the observation
                       end), minus fault start; also the
                       first rank, and min / median / max of the per-rank first detections.
-  resumed             a survivor's first step after its last disruption: its last
+  resumed             a survivor's first step (of every process of its host: a user's job
+                      with nproc_per_host > 1) after its last disruption: its last
                       detection or restore after fault start; for a survivor that saw no
                       error, after fault end (fault start for a fault that does not heal).
   TTR                 when every survivor has resumed, minus fault start (and minus fault
@@ -42,6 +46,12 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
   user's job          (trial plan `job`) also detects by a rank's departure after fault
                       start that no kill fault explains (cause "exit"), and by classified
                       error lines of its output (job_output).
+  steps not observed  a user's job that made no step by its start_timeout while every rank
+                      lived (steps_not_observed): TTD from exits and classified lines as
+                      above; TTR, max stall, wasted rank-seconds and steps/s are NaN (not
+                      observed); the outcome is crashed, exited-clean (every process ended,
+                      none by an error) or running-at-cap (still running hang_cap after the
+                      last fault action: hung and training cannot be told apart).
   excluded            first exclude (the survivors of an elastic policy leave a rank out of
                       their next proposal) minus fault start.
   suspect events      failure-detector suspicions before the observation end (at the end
@@ -55,6 +65,9 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       (until fault end or the observation end, while the rank lived: a
                       stall counts as 0), and after every survivor resumed (recovered,
                       continued, absorbed) until the observation end.
+  GPU memory freed    after a kill fault on a rank on a GPU: the slowest killed rank's time
+                      from the kill until NVML no longer lists GPU memory for its pid
+                      (gpu_memory_freed); NaN: not observed (no NVML, ranks on the CPU).
 
 Per fault (every fault of the timeline, `fault_figures`; columns f<i>_*): the same TTD,
 TTR and breaker open, measured from that fault's start within its own window, which ends
@@ -77,7 +90,8 @@ incomplete          the events have no trial_end: the harness was killed (or is 
                     the last event) and judges nothing else.
 
 Outcome: the first rule of OUTCOME_RULES that applies, in this order: incomplete, no-fault,
-bypassed, hung, crashed, continued, recovered, isolated, retries-exhausted, failed-fast, absorbed;
+bypassed, hung, crashed, exited-clean, running-at-cap, continued, recovered, isolated,
+retries-exhausted, failed-fast, absorbed;
 inconclusive when none does. A new policy's outcome is one more rule in that tuple, and its
 name in runfolder.plan.OUTCOMES (the names a scenario may expect).
 """
@@ -93,9 +107,9 @@ from typing import Any, Callable
 import pandas as pd
 
 from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED,
-                              FAULT_REVERTED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
+                              FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
-                              STEP, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
+                              STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
 
@@ -163,8 +177,11 @@ class TrialFacts:
     breaker_opens: dict[int, float]     # rank -> first breaker_open
     end_reason: str                     # the harness's trial_end reason ("" when missing)
     stopped_at: str                     # where an incomplete trial ended ("" with a trial_end)
-    step_times: dict[int, tuple[float, ...]] = field(repr=False)
+    # rank -> the step times of each process of its host (a user's job with nproc_per_host
+    # > 1 has several; a rank that never stepped: one process without steps)
+    step_times: dict[int, tuple[tuple[float, ...], ...]] = field(repr=False)
     traffic: tuple[LinkTraffic, ...] = ()  # per application of a fault on the network
+    steps_observed: bool = True         # False: a user's job that made no step by its start_timeout
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -239,7 +256,8 @@ def _observation_end(events: pd.DataFrame) -> float:
 # the harness's phase after each of its events, for saying where an incomplete trial ended
 PHASE_AFTER: dict[str, str] = {
     TRIAL_START: "building the cluster", CLUSTER_UP: "starting the ranks", RANK_SPAWNED: "starting the ranks",
-    WARMUP_DONE: "running the fault timeline", FAULT_APPLIED: "running the fault timeline",
+    WARMUP_DONE: "running the fault timeline", STEPS_NOT_OBSERVED: "running the fault timeline",
+    FAULT_APPLIED: "running the fault timeline",
     FAULT_REVERTED: "running the fault timeline", HANG_DETECTED: "stopping a hung trial",
     RANK_EXITED: "watching the ranks",
 }
@@ -349,8 +367,10 @@ def _count_restarts(events: pd.DataFrame, start: float) -> float:
 
 
 def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
-             detections: dict[int, float], step_times: dict[int, tuple[float, ...]],
+             detections: dict[int, float], step_times: dict[int, tuple[tuple[float, ...], ...]],
              end: float) -> dict[int, float]:
+    """A survivor's time of resuming: when the last of its processes stepped after its last
+    disruption (a user's job with nproc_per_host > 1 has several per host)."""
     restores = _of_kind(events, RESTORED)
     restores = restores[restores["t"] >= fault.start]
     errors = _of_kind(events, *DETECTION_KINDS)
@@ -362,9 +382,9 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
             disrupted = max(marks)
         else:
             disrupted = fault.start if math.isnan(fault.end) else fault.end
-        later = [t for t in step_times.get(rank, ()) if t > disrupted]
-        if later:
-            resumed[rank] = later[0]
+        firsts = [[t for t in times if t > disrupted][:1] for times in step_times.get(rank, ())]
+        if firsts and all(firsts):
+            resumed[rank] = max(first[0] for first in firsts)
     return resumed
 
 
@@ -374,9 +394,12 @@ def _final_world(events: pd.DataFrame, start: float) -> int | None:
     return int(groups.iloc[-1]["world"]) if len(groups) and "world" in groups else None
 
 
-def _step_times(events: pd.DataFrame) -> dict[int, tuple[float, ...]]:
+def _step_times(events: pd.DataFrame) -> dict[int, tuple[tuple[float, ...], ...]]:
+    """Each rank's step times per process of its host (local_rank; one process without it)."""
     steps = _of_kind(events, STEP)
-    return {int(r): tuple(float(t) for t in g["t"]) for r, g in steps.groupby("rank")}
+    local = steps["local_rank"].fillna(0) if "local_rank" in steps else pd.Series(0, index=steps.index)
+    return {int(r): tuple(tuple(float(t) for t in w["t"]) for _, w in g.groupby(local[g.index]))
+            for r, g in steps.groupby("rank")}
 
 
 def link_traffic(events: pd.DataFrame) -> tuple[LinkTraffic, ...]:
@@ -424,7 +447,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
                       detections=detections, detection_cause=cause, departures=gone,
                       resumed=resumed, final_world=world, breaker_opens=opens,
                       end_reason=_end_reason(events), stopped_at=_stopped_at(events), step_times=steps,
-                      traffic=link_traffic(events))
+                      traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)))
 
 
 @dataclass(frozen=True)
@@ -512,6 +535,21 @@ def _crashed(f: TrialFacts) -> str | None:
     return f"{_ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
 
 
+def _exited_clean(f: TrialFacts) -> str | None:
+    if f.steps_observed or f.end_reason != "all-exited":
+        return None
+    killed = [d.rank for d in f.departures.values() if d.how == "killed"]
+    by_fault = f", {_ranks_text(killed)} killed by the fault" if killed else ""
+    return f"every rank's process ended, none by an error{by_fault}; steps not observed"
+
+
+def _running_at_cap(f: TrialFacts) -> str | None:
+    if f.steps_observed or f.end_reason != "cap":
+        return None
+    return (f"{len(f.survivors)} of {len(f.ranks)} ranks still running at the harness cap after the last "
+            "fault action; steps not observed, so hung cannot be told from still training")
+
+
 def _continued(f: TrialFacts) -> str | None:
     if not (f.detections and f.all_survivors_resumed and f.final_world is not None
             and f.final_world < len(f.ranks)):
@@ -550,6 +588,8 @@ OUTCOME_RULES: tuple[tuple[str, Callable[[TrialFacts], str | None]], ...] = (
     ("bypassed", _bypassed),
     ("hung", _hung),
     ("crashed", _crashed),
+    ("exited-clean", _exited_clean),
+    ("running-at-cap", _running_at_cap),
     ("continued", _continued),
     ("recovered", _recovered),
     ("isolated", _isolated),
@@ -585,11 +625,12 @@ def median_rate(rates: list[float]) -> float:
     return statistics.median(rates) if rates else NAN
 
 
-def normal_step_interval(step_times: dict[int, tuple[float, ...]], before: float) -> float:
-    """Median interval between a rank's consecutive steps before `before` (pooled over ranks)."""
+def normal_step_interval(step_times: dict[int, tuple[tuple[float, ...], ...]], before: float) -> float:
+    """Median interval between a process's consecutive steps before `before` (pooled over
+    every process of every rank)."""
     def intervals(limit: float) -> list[float]:
         out = []
-        for times in step_times.values():
+        for times in itertools.chain.from_iterable(step_times.values()):
             kept = [t for t in times if t < limit]
             out += [b - a for a, b in itertools.pairwise(kept)]
         return out
@@ -621,9 +662,10 @@ def waste(events: pd.DataFrame, facts: TrialFacts, threshold: float) -> tuple[fl
     total, longest = 0.0, 0.0
     for rank in facts.ranks:
         lo, hi = _alive_window(events, facts, rank, start)
-        gaps = progress_gaps(facts.step_times.get(rank, ()), lo, hi, threshold)
-        total += sum(gaps)
-        longest = max([longest, *gaps])
+        for times in facts.step_times.get(rank, ((),)):
+            gaps = progress_gaps(times, lo, hi, threshold)
+            total += sum(gaps)
+            longest = max([longest, *gaps])
     return total, longest
 
 
@@ -664,6 +706,7 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
         row.update(figures.columns())
     row.update(_traffic_columns(facts))
     row.update(_gpu_release_columns(events))
+    row.update(_gpu_freed_columns(events))
     return row
 
 
@@ -677,6 +720,13 @@ def _gpu_release_columns(events: pd.DataFrame) -> dict[str, Any]:
         return {"gpu_released_s": NAN, "gpu_release_within_bar": pd.NA}
     slowest = float((released["t"] - released["breaker_t"]).max())
     return {"gpu_released_s": slowest, "gpu_release_within_bar": slowest <= GPU_RELEASE_BAR_S}
+
+
+def _gpu_freed_columns(events: pd.DataFrame) -> dict[str, Any]:
+    """gpu_freed_after_kill_s: the slowest killed rank's time from its kill until NVML no
+    longer listed GPU memory for its process (gpu_memory_freed). NaN: not observed."""
+    freed = _of_kind(events, GPU_MEMORY_FREED)
+    return {"gpu_freed_after_kill_s": float((freed["t"] - freed["killed_t"]).max()) if len(freed) else NAN}
 
 
 def _traffic_columns(facts: TrialFacts) -> dict[str, Any]:
@@ -729,18 +779,20 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
                      rejoined_s=float(admitted["t"].max()) - start)
     if facts.hang is not None:
         times.update(hung_cap=facts.hang.cap, hung_since_s=facts.hang.idle_since - start)
-    threshold = WASTE_GAP_FACTOR * normal_step_interval(facts.step_times, start)
-    wasted, stall = waste(events, facts, threshold)
-    times.update(wasted_rank_s=wasted, waste_gap_threshold_s=threshold, max_stall_s=stall,
-                 observed_s=facts.observation_end - start, retries=_count_retries(events, start),
+    times.update(observed_s=facts.observation_end - start, retries=_count_retries(events, start),
                  restarts=_count_restarts(events, start),
-                 steps_rolled_back=_rolled_back(events, start), cuda_reserved_after=_cuda_after(events),
-                 **_rates(events, facts, resumed_at))
+                 steps_rolled_back=_rolled_back(events, start), cuda_reserved_after=_cuda_after(events))
+    if facts.steps_observed:  # without steps, stalls, waste and rates are not observed
+        threshold = WASTE_GAP_FACTOR * normal_step_interval(facts.step_times, start)
+        wasted, stall = waste(events, facts, threshold)
+        times.update(wasted_rank_s=wasted, waste_gap_threshold_s=threshold, max_stall_s=stall,
+                     **_rates(events, facts, resumed_at))
     return times
 
 
 def _rates(events: pd.DataFrame, facts: TrialFacts, after_from: float) -> dict[str, float]:
-    """Steps/s before the fault, during it (while each rank lived) and after recovery."""
+    """Steps/s of a process (median over every process of every rank) before the fault,
+    during it (while its rank lived) and after recovery."""
     fault = facts.fault
     assert fault is not None
     steps = facts.step_times
@@ -748,13 +800,14 @@ def _rates(events: pd.DataFrame, facts: TrialFacts, after_from: float) -> dict[s
     during = []
     for rank in facts.ranks:
         lo, hi = _alive_window(events, facts, rank, fault.start)
-        during.append(step_rate(steps.get(rank, ()), lo, min(hi, during_to)))
+        during += [step_rate(times, lo, min(hi, during_to)) for times in steps.get(rank, ((),))]
     return {
-        # from each rank's first step, which is not counted: it includes forming the group
-        "steps_per_s_before": median_rate([step_rate(t[1:], t[0], fault.start) for t in steps.values()]),
+        # from each process's first step, which is not counted: it includes forming the group
+        "steps_per_s_before": median_rate([step_rate(t[1:], t[0], fault.start)
+                                           for t in itertools.chain.from_iterable(steps.values())]),
         "steps_per_s_during": median_rate(during),
-        "steps_per_s_after": median_rate([step_rate(steps.get(r, ()), after_from, facts.observation_end)
-                                          for r in facts.survivors]),
+        "steps_per_s_after": median_rate([step_rate(times, after_from, facts.observation_end)
+                                          for r in facts.survivors for times in steps.get(r, ((),))]),
     }
 
 

@@ -113,10 +113,20 @@ def _gpu_released(row: Mapping[str, Any]) -> str:
     return f"; GPU memory <= 512 MiB {_s(secs)} after the breaker ({verdict} the 50 s bar)"
 
 
+def _gpu_freed(row: Mapping[str, Any]) -> str:
+    """Beside a kill: the killed process's GPU memory gone, per process (NVML)."""
+    secs = _num(row, "gpu_freed_after_kill_s")
+    if math.isnan(secs):
+        return " (GPU memory freed: not observed)"
+    return f" (its GPU memory gone {secs:.2f} s after the kill)"
+
+
 def what_happened(row: Mapping[str, Any]) -> str:
     """The measured story of a trial in the document's style: fault -> detection -> outcome."""
     targets = " ".join(f"r{t}" for t in str(row.get("fault_targets") or "").split())
     parts = [f"{targets} {row.get('fault')}".strip() if row.get("fault") else "no fault"]
+    if row.get("fault") == "kill":
+        parts[0] += _gpu_freed(row)
     if row.get("outcome") != "no-fault":
         parts.append(_detection_text(row))
     if row.get("outcome") == "crashed":

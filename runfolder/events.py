@@ -47,7 +47,9 @@ def _kind(name: str, src: str, fields: tuple[str, ...], meaning: str, optional: 
 
 
 # -- written by a rank --------------------------------------------------------------------
-RANK_START = _kind("rank_start", RANK, ("policy", "world"), "the rank process began")
+RANK_START = _kind("rank_start", RANK, ("policy", "world"),
+                   "the rank process began (local_rank: which of its host's processes, from a "
+                   "user's job)", optional=("local_rank",))
 RENDEZVOUS = _kind("rendezvous", RANK, ("gen", "arrived", "world"),
                    "still waiting for the others to join generation gen (every 5 s)")
 GROUP_READY = _kind("group_ready", RANK, ("gen", "world", "group_rank", "secs"),
@@ -61,7 +63,8 @@ RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
                  "process that starts again from the seeded weights: bench/torchrun_kill.py)",
                  optional=("peer", "bytes"))
 STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
-             "a training step completed (a user's job: loss null, dur null for its first)")
+             "a training step completed (a user's job: loss null, dur null for its first; "
+             "local_rank: which of its host's processes, from the hook)", optional=("local_rank",))
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
 SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
                 "the failure detector suspects `peer`; via = cause: connection (its process is "
@@ -116,6 +119,10 @@ CLUSTER_UP = _kind("cluster_up", HARNESS, ("secs",), "every host and the control
 RANK_SPAWNED = _kind("rank_spawned", HARNESS, ("pid",), "rank `rank`'s process started")
 WARMUP_DONE = _kind("warmup_done", HARNESS, ("step",),
                     "every rank made the warm-up steps; fault offsets count from here")
+STEPS_NOT_OBSERVED = _kind("steps_not_observed", HARNESS, ("waited_s",),
+                           "a user's job: no rank made a step within its start_timeout (waited_s) "
+                           "while every rank's process lived; warm-up ends on time alone, fault "
+                           "offsets count from here, and the trial is judged by exits alone")
 # Traffic through the links (a fault on the network only; lists indexed by rank): bytes
 # each rank's switch port carried both ways (chaos.linkstats) and the steps each rank made,
 # over a window: before an apply, as long as the fault lasts (less when warm-up ended
@@ -133,13 +140,18 @@ GPU_MEMORY_RELEASED = _kind("gpu_memory_released", HARNESS, ("breaker_t", "held"
                             "rank `rank`'s process holds at most 512 MiB of GPU memory (NVML per "
                             "pid; 0 once it exited), watched from its breaker_open at breaker_t; "
                             "held: bytes at t. Never written where NVML cannot be asked")
+GPU_MEMORY_FREED = _kind("gpu_memory_freed", HARNESS, ("killed_t", "killed_pid"),
+                         "NVML no longer lists GPU memory for rank `rank`'s process killed_pid, "
+                         "watched from its kill (the fault's apply) at killed_t. Written for ranks "
+                         "on a GPU only, never where NVML cannot be asked")
 RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
                     "the harness reaped rank `rank`'s process; stopped: true when the harness "
                     "stopped it", optional=("stopped",))
 HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
                       "no step and no policy action for `cap` seconds")
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
-                  "reason: all-exited | settled | hung | deadline | error")
+                  "reason: all-exited | settled | hung | deadline | error | cap (steps not "
+                  "observed: ranks still running hang_cap after the last fault action)")
 
 
 def schema_problems(event: dict[str, Any]) -> list[str]:

@@ -15,8 +15,9 @@ APPLY = "apply"
 REVERT = "revert"
 # Every outcome a trial can have, in the order the reports' rules try them
 # (reports.metrics.OUTCOME_RULES); "inconclusive" when no rule applies.
-OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "crashed", "continued", "recovered",
-                             "isolated", "retries-exhausted", "failed-fast", "absorbed", "inconclusive")
+OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "crashed", "exited-clean",
+                             "running-at-cap", "continued", "recovered", "isolated", "retries-exhausted",
+                             "failed-fast", "absorbed", "inconclusive")
 
 
 @dataclass(frozen=True)

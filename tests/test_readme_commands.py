@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -67,5 +68,10 @@ def test_readme_command_line_works(line):
     needs_root = sub in ("heal", "doctor", "calibrate", "run") and "--dry-run" not in words
     if needs_root and os.geteuid() != 0:
         pytest.skip("needs root")
-    done = _chaos(*words[1:], timeout=600)
+    before = set(REPO.iterdir())
+    try:
+        done = _chaos(*words[1:], timeout=600)
+    finally:  # what the command made where a user runs it (`nights/` of `chaos nightly`) goes
+        for made in set(REPO.iterdir()) - before:
+            shutil.rmtree(made) if made.is_dir() else made.unlink()
     assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stderr[-2000:]}"

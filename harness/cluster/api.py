@@ -28,6 +28,8 @@ class ClusterSpec:
     run_id: str
     ranks: int
     run_dir: Path            # where ranks write events, logs and checkpoints
+    job_dir: Path | None = None  # a user's job's workdir, which every host must see at its path
+    gpus: tuple[int | None, ...] = ()  # each rank's host GPU (harness.job.device.Placement.gpu_of); () none
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Entry points of a process that is PID 1 of a container (docker backend, `docker compose up`).
 
     python -m harness.cluster.container rank --config FILE [--link-timeout S] [--barrier S]
-                                          one rank, from a RankConfig file (the harness)
+                                          one rank, from a RankConfig file (the harness), or
+                                          the user's own job when the file is a launch
+                                          (harness.cluster.userjob.launch_command)
     python -m harness.cluster.container rank      one rank, configured from the CHAOS_* environment
                                           (a plain `docker compose up`)
     python -m harness.cluster.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT
@@ -13,6 +15,14 @@ SIGTERM exits at once with 0; from then on it raises `Terminated` (harness.signa
 
 Under the harness (`--backend docker`) the store runs on the harness's switch and the
 rank gets a config file; under `docker compose up` the `control` service hosts the store.
+
+A user's job: PID 1 waits for eth0 and for every rank's container (`--barrier`: a job with
+a short timeout of its own would give up on peers whose containers start seconds later),
+then forks what the netns rank launcher forks (the tap and the exec child,
+`harness.cluster.userjob`), forwards SIGTERM and SIGINT to the job, reaps every process of
+the container (it is their init), and exits with the job's code, or 128 + the signal that
+ended it (the engine's convention, read back as a signal). A `docker kill` or `docker
+pause` reaches the job with the whole container.
 
 Environment of a compose rank (see docker-compose.yml, `x-env`):
     CHAOS_RANK, CHAOS_WORLD_SIZE              required
@@ -26,10 +36,12 @@ Environment of a compose rank (see docker-compose.yml, `x-env`):
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -83,11 +95,92 @@ def config_from_env(env: Mapping[str, str]) -> dict:
     ).model_dump(mode="json")
 
 
+JOB_KEY = "argv"       # a config file holding it is a user's job's launch, not a RankConfig
+TAP_DRAIN_S = 5.0      # after the job ended, how long its tap may take to record the last lines
+
+
+def _launch_in(argv: list[str]) -> tuple[dict, argparse.Namespace] | None:
+    """The launch and the options when `--config FILE` names a user's job, else None."""
+    parser = argparse.ArgumentParser(prog="python -m harness.cluster.container rank")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--link-timeout", type=float, default=60.0)
+    parser.add_argument("--barrier", type=float, default=None)
+    parser.add_argument("--lease", default=None)
+    options, _ = parser.parse_known_args(argv)
+    with open(options.config) as f:
+        config = json.load(f)
+    return (config, options) if JOB_KEY in config else None
+
+
+def _exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _run_job(launch: dict, options: argparse.Namespace) -> int:
+    """PID 1 of a user's job's container: see the module's docstring."""
+    from harness.cluster.userjob import exec_job, run_tap
+    from harness.job import lease
+    from harness.job.rank import start_barrier, wait_for_link
+
+    os.unlink(options.config)  # it holds the harness's environment: not kept in the run folder
+    log = os.open(launch["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd in (1, 2):  # the engine's log of a job's container is not collected: this one is
+        os.dup2(log, fd)
+    os.close(log)
+    wait_for_link(launch["ifname"], options.link_timeout)
+    if options.barrier is not None:  # every container up before any job starts, as the netns forks
+        start_barrier(os.path.dirname(os.path.abspath(options.config)), launch["rank"], launch["world"],
+                      options.barrier)
+    job: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if not job:
+            os._exit(0)  # not started yet (or in a child before it execs): nothing to release
+        try:
+            os.kill(job[0], signum)
+        except ProcessLookupError:
+            pass  # it ended: the exit is on its way
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    read_end, write_end = os.pipe()
+    tap = os.fork()
+    if tap == 0:
+        os.close(write_end)  # the pipe ends when the job's processes close it
+        os._exit(run_tap(read_end, launch["log"], launch))
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        os._exit(exec_job(launch))
+    job.append(pid)
+    os.close(read_end)
+    os.close(write_end)
+    if options.lease is not None:  # only now: no thread may exist while this process forks
+        lease.watch(Path(options.lease))  # its SIGTERM is forwarded to the job like the harness's
+    code, tapped = None, False
+    while code is None:  # as init, reap every orphan too
+        ended, status = os.waitpid(-1, 0)
+        tapped = tapped or ended == tap
+        if ended == pid:
+            code = _exit_code(status)
+    deadline = time.monotonic() + TAP_DRAIN_S
+    while not tapped and time.monotonic() < deadline:  # the tap records the job's last lines
+        tapped = os.waitpid(tap, os.WNOHANG)[0] == tap
+        time.sleep(0.01)
+    return code  # an orphan still holding the pipe ends with this process (the kernel's doing)
+
+
 def _rank(argv: list[str]) -> int:
     from harness.job import rank
 
-    if argv:  # --config FILE ...: the harness's rank
-        return rank.cli(argv)
+    if argv:  # --config FILE ...: the harness's rank, or the user's job
+        job = _launch_in(argv)
+        return rank.cli(argv) if job is None else _run_job(*job)
     config = config_from_env(os.environ)
     run_dir = Path(config["events_path"]).parent
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)

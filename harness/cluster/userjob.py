@@ -64,7 +64,7 @@ class JobSpec(BaseModel):
     workdir: str = "."                 # made absolute by the loader: relative to the scenario file
     env: Env = {}
     launcher: Literal["direct", "torchrun"] = "direct"
-    nproc_per_host: Literal[1] = 1
+    nproc_per_host: Annotated[int, Field(ge=1)] = 1
     max_restarts: Annotated[int, Field(ge=0)] = 0
     start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
     step_pattern: str | None = Field(
@@ -75,6 +75,14 @@ class JobSpec(BaseModel):
         if self.max_restarts and self.launcher == "direct":
             raise ValueError("max_restarts: the direct launcher starts each rank once; restarts are "
                              "torchrun's: set launcher: torchrun, or max_restarts: 0")
+        if self.nproc_per_host > 1 and self.launcher == "direct":
+            raise ValueError(f"nproc_per_host: {self.nproc_per_host} needs launcher: torchrun (its "
+                             "--nproc-per-node); the direct launcher starts one process per host: "
+                             "set launcher: torchrun, or nproc_per_host: 1")
+        if self.nproc_per_host > 1 and self.step_pattern is not None:
+            raise ValueError("step_pattern: the output lines of a host's processes cannot be told apart "
+                             f"with nproc_per_host: {self.nproc_per_host}; count steps by the hook "
+                             "(torch.optim, or chaos_hook.step()) and drop step_pattern")
         return self
 
     @field_validator("step_pattern")
@@ -113,11 +121,13 @@ def _python_first(search_path: str) -> str:
 
 
 def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: str, events_path: str,
-                     ifname: str = "eth0", base: dict[str, str] | None = None) -> dict[str, str]:
+                     ifname: str = "eth0", base: dict[str, str] | None = None,
+                     device: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of `rank`'s process: `base` (default: the harness's), the hook first
     on PYTHONPATH, the harness's Python first on PATH, the sockets on the host's link; for
     the `direct` launcher the torchrun contract for one process per host (under `torchrun`
-    the agent sets it for its worker); then the job's own env (the user's settings win, as
+    the agent sets it for its worker); the host's GPU and NCCL transport (`device`:
+    harness.job.device.job_device_env); then the job's own env (the user's settings win, as
     they would over torchrun's defaults)."""
     env = dict(os.environ if base is None else base)
     python_path = [str(HOOK_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
@@ -136,18 +146,19 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
             "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         })
+    env.update(device or {})
     env.update(job.env)
     return env
 
 
 def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str) -> list[str]:
     """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
-    that runs it as its only worker (`--no-python`: the command is run as written), in a c10d
+    that runs it as its `nproc_per_host` workers (`--no-python`: the command is run as written), in a c10d
     rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
     the host's own address (the hostname is the machine's, the same on every host)."""
     if job.launcher == "direct":
         return list(job.command)
-    return ["torchrun", f"--nnodes={world}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+    return ["torchrun", f"--nnodes={world}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
             f"--local-addr={topology.host_address(rank)}", "--no-python", *job.command]
 

@@ -73,10 +73,23 @@ def rank_env(placement: Placement, rank: int, policy_base: str, ifname: str) -> 
         return {}
     env = {"CUDA_VISIBLE_DEVICES": str(gpu), "LOCAL_RANK": str(rank)}
     if placement.comm == "nccl":
-        env.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
-                   NCCL_SOCKET_IFNAME=f"={ifname}", NCCL_HOSTID=f"chaos-rank-{rank}",
-                   TORCH_NCCL_ASYNC_ERROR_HANDLING=NCCL_ERROR_HANDLING[policy_base])
+        env.update(nccl_on_the_link(rank, ifname), TORCH_NCCL_ASYNC_ERROR_HANDLING=NCCL_ERROR_HANDLING[policy_base])
     return env
+
+
+def nccl_on_the_link(host: int, ifname: str) -> dict[str, str]:
+    """NCCL forced onto the host's own link, so that a fault on it bites: sockets only (no
+    NVLink/P2P, no shared memory, no InfiniBand) and one host identity per host (ranks in
+    namespaces of one machine would otherwise be taken for one node)."""
+    return {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket",
+            "NCCL_SOCKET_IFNAME": f"={ifname}", "NCCL_HOSTID": f"chaos-rank-{host}"}
+
+
+def job_device_env(placement: Placement, host: int, ifname: str) -> dict[str, str]:
+    """A user's job on a GPU host: the host's GPU, and NCCL on its link should the job use
+    it; the job picks its own backend and NCCL error handling (what is under test)."""
+    gpu = placement.gpu_of(host)
+    return {} if gpu is None else {"CUDA_VISIBLE_DEVICES": str(gpu), **nccl_on_the_link(host, ifname)}
 
 
 @contextlib.contextmanager

@@ -10,7 +10,9 @@ from __future__ import annotations
 import gc
 import os
 import random
+import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from harness.job.config import RankConfig
@@ -24,6 +26,7 @@ def main(config: dict[str, Any]) -> int:
     from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
     from harness.job.detector import FailureDetector, HeartbeatClient
+    from harness.job.gpufault import HangWatcher, command_file, spin_kernel
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
     from harness.job.group import GlooGroup
@@ -61,9 +64,13 @@ def main(config: dict[str, Any]) -> int:
                 generation=lambda: group.generation).start()
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
                                        spec.straggler_loss)
+        workload = Workload(cfg.workload, cfg.seed, cfg.rank, torch.device(cfg.device))
+        if cfg.device == "cuda":  # the gpu_hang fault's commands (harness.job.gpufault)
+            stream = torch.cuda.current_stream(workload.device)  # the one the training queues on
+            HangWatcher(command_file(Path(cfg.events_path).parent, cfg.rank),
+                        spin_kernel(stream, torch.cuda)).start(threading.Event())
         runner = FaultTolerantRunner(
-            cfg.policy, group, Workload(cfg.workload, cfg.seed, cfg.rank, torch.device(cfg.device)),
-            Checkpointer(cfg.checkpoint_dir), recorder,
+            cfg.policy, group, workload, Checkpointer(cfg.checkpoint_dir), recorder,
             random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
         outcome = runner.run(cfg.max_steps)
     except Terminated:
@@ -128,7 +135,6 @@ def cli(argv: list[str] | None = None) -> int:
     import traceback
 
     from harness import signals
-    from pathlib import Path
 
     from harness.job import lease
 

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from chaos.errors import UsageError
 from harness.run.progress import Progress
 from harness.signals import Terminated
-from harness.run.scenario import Scenario, _line_of, describe_errors, load_scenario
+from harness.run.scenario import Scenario, _line_of, describe_errors, load_scenario, scaled_to_cores
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PLANS = REPO / "nightly"
@@ -200,7 +200,10 @@ def _cell(plan: NightPlan, path: Path, name: str, policies: tuple[str, ...], rep
     if ranks is not None:
         overrides["cluster.ranks"] = ranks
         words += ["--ranks", str(ranks)]
-    return Cell(load_scenario(path, overrides), path, policies, repeat, shlex.join(words))
+    scenario = load_scenario(path, overrides)
+    # like `chaos run --ranks`: the scenario's times follow the ranks per core (docs/scale.md)
+    return Cell(scenario if ranks is None else scaled_to_cores(scenario), path, policies, repeat,
+                shlex.join(words))
 
 
 def plan_digest(plan: NightPlan, cells: tuple[Cell, ...]) -> str:
@@ -267,7 +270,7 @@ def open_night(out: Path, digest: str, plan_file: Path, night: str | None,
                       if not m.finished and m.digest == digest]
         unfinished.sort(key=lambda m: m.info["started"])
         night = unfinished[-1].night if unfinished else now.strftime("%Y-%m-%dT%H%M%SZ")
-    night_dir = out / night
+    night_dir = out.resolve() / night  # absolute, as the run folders made in it are
     if (night_dir / MANIFEST).exists():
         manifest = read_manifest(night_dir)
         if manifest.digest != digest:

@@ -5,7 +5,9 @@ A trial goes through its phases, saving the event history as it goes:
     cluster up -> ranks start under the policy -> warm-up steps on every rank
       -> fault timeline: apply (ledger first) ... revert
       -> observe until every rank exited, or every live rank made `settle_steps` steps
-         after the last fault action, or nothing moved for `hang_cap` (hung)
+         after the last fault action, or nothing moved for `hang_cap` (hung); a user's job
+         that made no step by its start_timeout (steps not observed) is watched until every
+         rank exited or `hang_cap` after the last fault action (cap)
       -> teardown on every path (pass, fail, Ctrl-C): faults reverted last-in first-out,
          ranks stopped (SIGTERM, then SIGKILL at one deadline), hosts removed
 
@@ -26,9 +28,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from chaos.api import Injection, Injector
+from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, UsageError
 from chaos.heal import heal
+from chaos.cmdfile import CommandFile
 from chaos.inject import NetlinkInjector, default_mechanisms, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from harness import signals
@@ -36,9 +39,11 @@ from harness.cluster.api import Backend, Cluster, ClusterSpec
 from harness.cluster.backends import undo_table
 from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
 from harness.job.config import RankConfig, WorkloadSpec
-from harness.job.device import Placement, PlacementError, choose, gpu_memory_by_pid, rank_env, visible_gpus
+from harness.job.device import (Placement, PlacementError, choose, gpu_memory_by_pid, job_device_env, rank_env,
+                                visible_gpus)
+from harness.job.gpufault import commands_dir
 from harness.run.gpumem import GpuRelease
-from harness.run.plan import Plan, build_plan, ranks_text
+from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
 from harness.run.progress import Progress
 from harness.run.scenario import Scenario
 from harness.run.traffic import Sample, TrafficWatch
@@ -55,15 +60,19 @@ DEAD_MAN_MARGIN_S = 5.0
 
 @dataclass
 class Monitor:
-    """Follows a trial's events: steps per rank, last activity, live ranks."""
+    """Follows a trial's events: steps per rank, last activity, live ranks. A rank (host)
+    with `per_host` processes (a user's job's nproc_per_host) counts the steps of the one
+    that made the fewest: every process of the job must step, not just one per host."""
 
     path: Path
     ranks: int
     last_activity: float  # t of the latest rank event
+    per_host: int = 1
     offset: int = 0
     step_of: dict[int, int] = field(default_factory=dict)
-    steps_since: dict[int, int] = field(default_factory=dict)  # steps after `mark()`
-    steps_made: dict[int, int] = field(default_factory=dict)   # steps since the trial began
+    # by (rank, local rank)
+    steps_since: dict[tuple[int, int], int] = field(default_factory=dict)  # steps after `mark()`
+    steps_made: dict[tuple[int, int], int] = field(default_factory=dict)   # steps since the trial began
     breakers: dict[int, float] = field(default_factory=dict)   # rank -> its breaker_open t
     errors: int = 0
     exited: set[int] = field(default_factory=set)
@@ -77,8 +86,9 @@ class Monitor:
             rank = ev["rank"]
             if ev["kind"] == kinds.STEP:
                 self.step_of[rank] = ev["step"]
-                self.steps_since[rank] = self.steps_since.get(rank, 0) + 1
-                self.steps_made[rank] = self.steps_made.get(rank, 0) + 1
+                worker = (rank, ev.get("local_rank", 0))
+                self.steps_since[worker] = self.steps_since.get(worker, 0) + 1
+                self.steps_made[worker] = self.steps_made.get(worker, 0) + 1
             elif ev["kind"] == kinds.BREAKER_OPEN:
                 self.breakers.setdefault(rank, ev["t"])
             elif ev["kind"] == kinds.COLLECTIVE_ERROR:
@@ -89,15 +99,18 @@ class Monitor:
 
     def least_since(self) -> int:
         """Steps since `mark()` of the live rank that made the fewest."""
-        return min((self.steps_since.get(r, 0) for r in self.live), default=0)
+        return min((self.fewest(self.steps_since, r) for r in self.live), default=0)
+
+    def fewest(self, counts: dict[tuple[int, int], int], rank: int, missing: int = 0) -> int:
+        """`rank`'s steps in `counts`: those of its process that made the fewest."""
+        return min(counts.get((rank, local), missing) for local in range(self.per_host))
 
     @property
     def live(self) -> list[int]:
         return [r for r in range(self.ranks) if r not in self.exited]
 
-    def all_made(self, steps: int, source: dict[int, int] | None = None) -> bool:
-        counts = self.steps_since if source is None else source
-        return bool(self.live) and all(counts.get(r, -1) >= steps for r in self.live)
+    def all_made(self, steps: int) -> bool:
+        return bool(self.live) and all(self.fewest(self.steps_since, r, missing=-1) >= steps for r in self.live)
 
     def summary(self) -> str:
         steps = [self.step_of.get(r, 0) for r in self.live] or [0]
@@ -109,7 +122,7 @@ class Monitor:
 class TrialResult:
     policy: str
     trial_dir: Path
-    end: str          # all-exited | settled | hung | deadline
+    end: str          # all-exited | settled | hung | deadline | cap (steps not observed)
     seconds: float
 
 
@@ -130,7 +143,8 @@ class Trial:
         self.backend = backend
         self.progress = progress
         self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
-            ledger, {**default_mechanisms(), **cluster.mechanisms()}, hosts=cluster.hosts, undos=undo_table()))
+            ledger, {**default_mechanisms(), "gpu_hang": CommandFile(commands_dir(trial_dir)),
+                     **cluster.mechanisms()}, hosts=cluster.hosts, undos=undo_table()))
         self.clock = clock
         self.sleep = sleep
         self.state_dir = state_dir
@@ -155,8 +169,9 @@ class Trial:
         if self.plan.job is None:
             return cluster.start_rank(rank, self._rank_config(cluster, rank))
         job = JobSpec.model_validate(self.plan.job)
-        env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy,
-                               str(self.events_path), cluster.hosts[rank].ifname)
+        ifname = cluster.hosts[rank].ifname
+        env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy, str(self.events_path),
+                               ifname, device=job_device_env(self.placement, rank, ifname))
         argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}")
         return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir))
 
@@ -181,7 +196,9 @@ class Trial:
             teardown.callback(recorder.close)
             teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
             teardown.callback(self.progress.done)
-            cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir), ledger)
+            cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
+                                                  Path(plan.job["workdir"]) if plan.job else None,
+                                                  tuple(self.placement.gpu_of(r) for r in range(plan.ranks))), ledger)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3))
@@ -189,10 +206,11 @@ class Trial:
             for rank in range(plan.ranks):
                 pid = self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
-            monitor = Monitor(self.events_path, plan.ranks, last_activity=up)
-            self._warm_up(cluster, monitor, recorder, up)
+            monitor = Monitor(self.events_path, plan.ranks, last_activity=up,
+                              per_host=plan.job["nproc_per_host"] if plan.job else 1)
+            steps_observed = self._warm_up(cluster, monitor, recorder, up)
             faults = teardown.enter_context(contextlib.ExitStack())
-            end[0] = self._observe(cluster, monitor, recorder, ledger, faults)
+            end[0] = self._observe(cluster, monitor, recorder, ledger, faults, steps_observed)
         seconds = self.clock() - started
         self._say(f"done: {end[0]} after {seconds:.1f} s")
         return TrialResult(plan.policy, self.trial_dir, end[0], seconds)
@@ -209,7 +227,10 @@ class Trial:
                           exitcode=ex.exitcode, signal=ex.signal)
 
     def _warm_up(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
-                 up: float) -> None:
+                 up: float) -> bool:
+        """Wait for the warm-up steps on every rank; False when a user's job made no step at
+        all by its start_timeout while every rank's process lived: no step source (no
+        torch.optim, no opt-in, no step_pattern), so the trial goes on on time alone."""
         # a user's job starts its own interpreters and imports torch in each: it says how long
         start_timeout = self.plan.job["start_timeout"] if self.plan.job else self.backend.start_timeout_s
         deadline = self.clock() + start_timeout
@@ -223,15 +244,21 @@ class Trial:
             if monitor.exited:
                 raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; see {logs}")
             if self.clock() > deadline:
+                if self.plan.job and not monitor.step_of:
+                    recorder.emit(kinds.STEPS_NOT_OBSERVED, waited_s=round(start_timeout, 3))
+                    self._say(f"warm-up: no step from any rank in {start_timeout:g} s, every rank alive: "
+                              "steps not observed; the faults run on time alone")
+                    return False
                 raise HarnessError(f"ranks did not make {want} steps within "
                                    f"{start_timeout:.0f} s ({monitor.summary()}); see {logs}")
             self.progress.status(self.plan.policy, monitor.least_since() / want,
                                  f"warm-up   {monitor.summary()}")
         t = recorder.emit(kinds.WARMUP_DONE, step=min(monitor.step_of.values()))
         self._say(f"warm-up: {want} steps on all ranks, {t - up:.1f} s after bring-up")
+        return True
 
     def _observe(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
-                 ledger: Ledger, faults: contextlib.ExitStack) -> str:
+                 ledger: Ledger, faults: contextlib.ExitStack, steps_observed: bool) -> str:
         plan = self.plan
         injector = self.make_injector(ledger, cluster)
         t_warm = self.clock()
@@ -241,15 +268,19 @@ class Trial:
         monitor.last_activity = t_warm
         monitor.mark()
         traffic = self._traffic_watch(cluster, monitor)
-        gpu = GpuRelease(gpu_memory_by_pid)
+        # NVML per pid means nothing for ranks on the CPU: not observed, never a 0 s release
+        gpu = GpuRelease(gpu_memory_by_pid if self.placement.device == "cuda" else lambda: None)
         while True:
             now = self.clock()
             traffic.due(now - t_warm)
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
                 if action.verb == APPLY:
-                    self._apply(action.index, cluster, injector, recorder, outstanding,
-                                on_phase_s(action, pending), traffic.applying(action))
+                    pids = {rank: cluster.pid(rank) for rank in self.plan.faults[action.index].targets}
+                    applied = self._apply(action.index, cluster, injector, recorder, outstanding,
+                                          on_phase_s(action, pending), traffic.applying(action))
+                    if applied.fault.kind == "kill":  # type: ignore[attr-defined]
+                        gpu.killed(pids, applied.t_applied)
                     traffic.applied(action)
                     faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
                 else:
@@ -258,13 +289,20 @@ class Trial:
             monitor.poll()
             for rank, breaker_t, held in gpu.poll(monitor.breakers, cluster.pid):
                 recorder.emit(kinds.GPU_MEMORY_RELEASED, rank=rank, breaker_t=breaker_t, held=held)
+            for rank, pid, killed_t in gpu.freed():
+                recorder.emit(kinds.GPU_MEMORY_FREED, rank=rank, killed_t=killed_t, killed_pid=pid)
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
                 return "all-exited"
             if not pending and monitor.all_made(plan.settle_steps):
                 return "settled"
             idle = now - monitor.last_activity
-            if idle >= plan.hang_cap and now - t_warm >= plan.hang_cap:
+            if not steps_observed:  # no step can tell hung from training: watch to the cap
+                if not pending and now - t_warm - plan.last_action_s >= plan.hang_cap:
+                    self._say(f"still running {plan.hang_cap:g} s after the last fault action (the cap); "
+                              "steps not observed")
+                    return "cap"
+            elif idle >= plan.hang_cap and now - t_warm >= plan.hang_cap:
                 recorder.emit(kinds.HANG_DETECTED, cap=plan.hang_cap,
                               idle_since=round(monitor.last_activity, 6))
                 self._say(f"hung: no step and no policy action for {plan.hang_cap:g} s (the cap)")
@@ -273,6 +311,9 @@ class Trial:
                 return "deadline"
             if pending:
                 done, phase = (now - t_warm) / max(plan.last_action_s, POLL_S), "faults  "
+            elif not steps_observed:
+                watched = now - t_warm - plan.last_action_s
+                done, phase = watched / plan.hang_cap, f"to the cap ({watched:.0f}/{plan.hang_cap:g} s, no steps)"
             else:  # settled by steps, or hung by the cap: whichever comes first
                 done = max(monitor.least_since() / plan.settle_steps, idle / plan.hang_cap)
                 phase = f"settling (idle {idle:.0f}/{plan.hang_cap:g} s)"
@@ -294,11 +335,11 @@ class Trial:
         def sample() -> Sample:
             monitor.poll()
             return Sample(self.clock(), cluster.link_bytes(),
-                          tuple(monitor.steps_made.get(r, 0) for r in range(self.plan.ranks)))
+                          tuple(monitor.fewest(monitor.steps_made, r) for r in range(self.plan.ranks)))
         return TrafficWatch(starts, WorkloadSpec.model_validate(self.plan.workload).gradient_bytes, sample)
 
     def _apply(self, index: int, cluster: Cluster, injector: Injector, recorder: EventRecorder,
-               outstanding: dict[int, Injection], on_phase: float | None, traffic: dict[str, Any]) -> None:
+               outstanding: dict[int, Injection], on_phase: float | None, traffic: dict[str, Any]) -> AppliedFault:
         planned, fault = self.plan.faults[index], self.faults[index]
         hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in planned.targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
@@ -313,6 +354,7 @@ class Trial:
                       fault_kind=planned.kind, fault=planned.fault, targets=list(planned.targets),
                       mechanism=applied.mechanism, **traffic)
         self._say(f"fault {planned.description} on {ranks_text(planned.targets)} applied ({applied.mechanism})")
+        return applied
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
                 traffic: TrafficWatch, teardown: bool = False) -> None:
@@ -342,7 +384,8 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
     """A new run folder under `out` (<scenario>-<time>-<id>) with its run.json and the
     scenario's copy; no trial yet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = out / f"{scenario.name}-{stamp}-{secrets.token_hex(2)}"
+    # absolute: ranks and a user's job run in other working directories and get these paths
+    run_dir = out.resolve() / f"{scenario.name}-{stamp}-{secrets.token_hex(2)}"
     (run_dir / TRIALS_DIR).mkdir(parents=True)
     shutil.copyfile(scenario_file, run_dir / SCENARIO_FILE)
     write_run_info(run_dir, RunInfo(
@@ -368,6 +411,9 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
         placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
     except PlacementError as exc:
         raise UsageError(f"{scenario_file}: {exc}") from None
+    problem = placement_problem(scenario, scenario_file, placement.device, placement.reason)
+    if problem:
+        raise UsageError(problem)
     healed = heal(undo_table())
     if healed.undone or healed.failed:
         progress.phase("heal", "; ".join([healed.summary(), *healed.failed]))

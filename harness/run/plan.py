@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.faults import FaultBase
-from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
+from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario, file_line
 from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
 
 
@@ -46,6 +46,23 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
         actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job)
     return Plan(trial, tuple(e.fault for e in scenario.faults))
+
+
+def placement_problem(scenario: Scenario, scenario_file: Path, device: str, reason: str) -> str | None:
+    """Why `scenario` cannot run with its ranks on `device` (the run's placement, chosen for
+    `reason`), as "file:line: field: problem; fix", or None."""
+    job = scenario.job
+    if job is not None and job.nproc_per_host > 1 and device == "cuda":
+        return (f"{file_line(scenario_file, ('job', 'nproc_per_host'))}: job.nproc_per_host: "
+                f"{job.nproc_per_host} on GPUs: each host is given one GPU, and NCCL refuses two ranks on "
+                "one GPU; set nproc_per_host: 1 (one host per GPU), or cluster.device: cpu")
+    for i, event in enumerate(scenario.faults):
+        if event.fault.kind == "gpu_hang" and device != "cuda":
+            return (f"{file_line(scenario_file, ('faults', i, 'kind'))}: faults.{i}.kind: 'gpu_hang' spins "
+                    f"a kernel on the rank's GPU, but this run places its ranks on the CPU ({reason}); "
+                    "run it on a host with an NVIDIA GPU (cluster.device: cuda or auto), or use "
+                    "kind: pause for a silent stall on the CPU")
+    return None
 
 
 def _planned(scenario: Scenario, index: int, event: FaultEvent) -> PlannedFault:
@@ -92,6 +109,7 @@ def _policy_text(plan: TrialPlan) -> str:
         job = plan.job
         return (f"{shlex.join(job['command'])} in {job['workdir']}, launcher {job['launcher']}, "
                 f"max_restarts {job['max_restarts']}"
+                + (f", {job['nproc_per_host']} processes per host" if job["nproc_per_host"] > 1 else "")
                 + (f", env {' '.join(f'{k}={v}' for k, v in job['env'].items())}" if job["env"] else ""))
     spec = plan.policy_spec
     return (f"timeout {spec['timeout']:g} s, {spec['max_retries']} retries "

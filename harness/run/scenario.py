@@ -30,11 +30,13 @@ Instead of the harness's runner and its policies, a scenario may run the user's 
 A target is exactly one of: `rank: 5`, `ranks: [1, 2]`, `group: left`, `count: 2` or
 `count: "25%"` (that many ranks, chosen with the scenario's seed). `chaos schema` prints
 the JSON Schema of this format. Errors name the file, the line, the field, the value given
-and the accepted form.
+and the accepted form. `scaled_to_cores` stretches a scenario's times for more than 8 ranks
+per core (`chaos run --ranks`; docs/scale.md).
 """
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from pathlib import Path
@@ -55,6 +57,7 @@ from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec
 from runfolder.plan import OUTCOMES
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
+FAULT_CLASSES = dict(zip(kind_names(), FAULT_KINDS, strict=True))
 JOB_TRIAL = "job"  # the one trial of a user's job without variants
 
 
@@ -178,7 +181,10 @@ class FaultEvent(Frozen):
             problem = "missing" if kind is None else f"unknown fault kind {kind!r}"
             raise ValueError(f"kind: {problem}; expected one of {', '.join(kind_names())}")
         timing = {k: data[k] for k in TIMING_FIELDS if k in data}
-        return {**timing, "fault": {k: v for k, v in data.items() if k not in timing}}
+        fault = {k: v for k, v in data.items() if k not in timing}
+        if "duration" in timing and "duration" in FAULT_CLASSES[kind].model_fields:
+            fault["duration"] = timing["duration"]  # a kind that plays its own length (gpu_hang)
+        return {**timing, "fault": fault}
 
     @model_validator(mode="after")
     def _timing_fits_kind(self) -> "FaultEvent":
@@ -186,6 +192,9 @@ class FaultEvent(Frozen):
         if not self.fault.reversible and self.duration is not None:
             raise ValueError(f"duration: a {kind} fault cannot be undone; remove 'duration'")
         if self.pulses is not None:
+            if kind == "gpu_hang":
+                raise ValueError("pulses: a gpu_hang is one kernel that cannot be stopped once queued; "
+                                 "give one fault per hang instead of pulses")
             if self.duration is None:
                 raise ValueError("pulses: cycles need a 'duration' to repeat within")
             cycle = self.pulses.on_for + self.pulses.off_for
@@ -273,6 +282,11 @@ class Scenario(Frozen):
                                  else f"policies.{name}: {message}") from None
         if self.variants and self.job is None:
             raise ValueError("variants: they vary a user's job; add 'job:' or use 'policies:'")
+        for i, event in enumerate(self.faults):
+            if self.job is not None and event.fault.kind == "gpu_hang":
+                raise ValueError(f"faults.{i}.kind: 'gpu_hang' is queued by the harness's rank code, and "
+                                 "a user's job (job:) has none; use kind: pause for a silent stall, "
+                                 "or run the harness's runner (policies: instead of job:)")
         for name, variant in self.variants.items():
             try:
                 variant.applied_to(self.job)  # type: ignore[arg-type]
@@ -371,7 +385,8 @@ def _overlap(a: FaultEvent, b: FaultEvent) -> bool:
 
 _TARGET_FORM = 'give a target: rank: 5, ranks: [1, 2], group: NAME, count: 2 or count: "25%"'
 _MISSING_FORMS = {"target": _TARGET_FORM, "on_for": units.DURATION_FORM, "off_for": units.DURATION_FORM,
-                  "percent": units.PERCENT_FORM, "rate": units.RATE_FORM}
+                  "percent": units.PERCENT_FORM, "rate": units.RATE_FORM,
+                  "duration": f"this kind spins for a set time: {units.DURATION_FORM}"}
 _PATH_PREFIX = re.compile(r"^((?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*): ")
 
 
@@ -502,6 +517,77 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise UsageError("\n".join(lines)) from None
     except RecursionError:
         raise UsageError(f"{path}: a value refers to itself (a YAML alias loop)") from None
+
+
+def file_line(path: Path, loc: tuple[Any, ...]) -> str:
+    """"path:line" of location `loc` in a scenario file that loaded (for a problem found
+    later, when the run is placed); the path alone where the file cannot be read again."""
+    try:
+        line = _line_of(yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        line = None
+    return f"{path}:{line}" if line else str(path)
+
+
+# -- scale --------------------------------------------------------------------------------
+
+# The shipped scenarios' step period, timeouts, hang caps and bounds were set and measured
+# with 16 ranks on 2 cores. Past that every rank gets a smaller share of a core, and a
+# CPU-bound step (a ring all-reduce: each rank sums and copies its share) slows in proportion.
+REFERENCE_RANKS_PER_CORE = 8
+
+
+def scale_factor(ranks: int, cores: int) -> float:
+    """How many times slower than the reference a step runs: ranks per core over 8, never below 1."""
+    return max(1.0, ranks / max(cores, 1) / REFERENCE_RANKS_PER_CORE)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def scaling_note(ranks: int, cores: int | None = None) -> str | None:
+    """The line that says a scenario's times were stretched, or None when they were not."""
+    cores = usable_cores() if cores is None else cores
+    k = scale_factor(ranks, cores)
+    return None if k == 1.0 else (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
+                                  f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
+
+
+# A policy's waits that stretch with the scale factor; the failure detector's (and
+# exclude_after, how long a suspect may stay) do not: docs/scale.md says why.
+_POLICY_WAITS = ("timeout", "rendezvous_timeout", "backoff_base", "backoff_cap", "health_check_timeout",
+                 "rejoin_within")
+_BOUNDS = ("detect_within", "recover_within", "breaker_within")
+
+
+def _stretched(model: BaseModel, fields: tuple[str, ...], k: float) -> dict[str, Any]:
+    return {f: getattr(model, f) * k for f in fields if getattr(model, f) is not None}
+
+
+def scaled_to_cores(scenario: Scenario, cores: int | None = None) -> Scenario:
+    """`scenario` with every time in it stretched by scale_factor(ranks, cores; default: the
+    cores this process may run on), so that each relation it was written with holds (a link
+    down longer than the timeout, a flap shorter than it): the step period, the fault
+    timeline, each policy's timeouts, backoff and waits, the hang cap and the expectations'
+    bounds. The failure detector's thresholds stay: its heartbeats are small and were
+    measured to keep up at 64 ranks on 2 cores (docs/scale.md)."""
+    k = scale_factor(scenario.cluster.ranks, usable_cores() if cores is None else cores)
+    if k == 1.0:
+        return scenario
+    policies = {}
+    for name, overrides in scenario.policies.items():
+        spec = scenario.policy(name)
+        policies[name] = {**overrides, **_stretched(spec, _POLICY_WAITS, k),
+                          "jitter": [spec.jitter[0] * k, spec.jitter[1] * k]}
+    faults = tuple(event.model_copy(update={
+        **_stretched(event, ("start", "duration"), k),
+        "pulses": event.pulses and event.pulses.model_copy(update=_stretched(event.pulses, ("on_for", "off_for"), k))})
+        for event in scenario.faults)
+    return scenario.model_copy(update={
+        "workload": scenario.workload.model_copy(update={"step_period": scenario.workload.step_period * k}),
+        "faults": faults, "hang_cap": scenario.hang_cap * k, "policies": policies,
+        "expect": {name: e.model_copy(update=_stretched(e, _BOUNDS, k)) for name, e in scenario.expect.items()}})
 
 
 # -- JSON Schema --------------------------------------------------------------------------

@@ -93,3 +93,28 @@ def test_torchrun_launcher_runs_one_agent_per_host_in_a_c10d_rendezvous_on_the_s
 
 def test_direct_launcher_runs_the_command_itself():
     assert rank_command(JOB, 5, 16, "run42", "10.77.0.1:29400") == ["python", "train.py"]
+
+
+def test_torchrun_launcher_starts_nproc_per_host_workers_per_agent():
+    job = JobSpec(command=("python", "train.py"), launcher="torchrun", nproc_per_host=4)
+    argv = rank_command(job, 1, 2, "run42", f"{topology.SWITCH_ADDRESS}:29400")
+    assert argv[:3] == ["torchrun", "--nnodes=2", "--nproc-per-node=4"]
+    # the agent gives each worker its RANK = node rank x 4 + LOCAL_RANK, WORLD_SIZE 8, ...
+    env = env_of(1, job)
+    assert "LOCAL_RANK" not in env and "LOCAL_WORLD_SIZE" not in env and env[HOST_RANK_ENV] == "1"
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"nproc_per_host": 2}, "nproc_per_host: 2 needs launcher: torchrun"),
+    ({"nproc_per_host": 2, "launcher": "torchrun", "step_pattern": "step"}, "step_pattern: the output lines"),
+    ({"nproc_per_host": 0, "launcher": "torchrun"}, "greater than or equal to 1"),
+])
+def test_more_than_one_process_per_host_is_refused_where_it_cannot_be_run_or_measured(fields, says):
+    with pytest.raises(ValueError, match=says):
+        JobSpec(command=("python", "train.py"), **fields)
+
+
+def test_a_variant_that_switches_to_direct_keeps_nproc_per_host_and_is_refused():
+    job = JobSpec(command=("python", "train.py"), launcher="torchrun", nproc_per_host=2)
+    with pytest.raises(ValueError, match="needs launcher: torchrun"):
+        JobVariant(launcher="direct").applied_to(job)

@@ -74,10 +74,10 @@ def test_dockerfile_uses_a_real_pytorch_base_image() -> None:
     assert "ARG TORCH_IMAGE=pytorch/pytorch:2.13.0-" in text and "FROM ${TORCH_IMAGE}" in text
 
 
-def test_gpu_device_requests_follow_the_compose_spec() -> None:
+def test_gpu_device_requests_keep_the_compose_spec_but_name_the_rank_s_one_gpu() -> None:
     from harness.cluster.docker.template import _device_requests
     everything, two = _device_requests((
         {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]},
-        {"driver": "nvidia", "device_ids": [0, 1], "capabilities": [["gpu", "utility"]]}))
-    assert everything["Count"] == -1 and everything["Capabilities"] == [["gpu"]]
-    assert two["Count"] == 0 and two["DeviceIDs"] == ["0", "1"]
+        {"driver": "nvidia", "device_ids": [0, 1], "capabilities": [["gpu", "utility"]]}), 3)
+    assert everything["Count"] == 0 and everything["DeviceIDs"] == ["3"] and everything["Capabilities"] == [["gpu"]]
+    assert two["DeviceIDs"] == ["3"] and two["Capabilities"] == [["gpu", "utility"]] and two["Driver"] == "nvidia"

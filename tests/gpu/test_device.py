@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.job.config import WorkloadSpec
-from harness.job.device import NCCL_ERROR_HANDLING, PlacementError, choose, rank_env, visible_gpus
+from harness.job.device import NCCL_ERROR_HANDLING, PlacementError, choose, job_device_env, rank_env, visible_gpus
 from harness.job.policies import POLICY_NAMES
 from harness.job.workload import Workload
 
@@ -117,3 +117,30 @@ def test_a_scenario_that_asks_for_cuda_without_a_gpu_is_refused_before_anything_
     with pytest.raises(UsageError, match=f"{path}: cluster.device: cuda, but no GPU is visible"):
         run_scenario(load_scenario(path), path, ["timeout"], tmp_path / "runs", backend, Progress(quiet=True))
     assert backend.journal == [] and not (tmp_path / "runs").exists()
+
+
+def test_a_user_s_job_gets_its_host_s_gpu_and_nccl_on_its_link_but_keeps_its_own_error_handling(tmp_path) -> None:
+    from harness.cluster.userjob import JobSpec, rank_environment
+    placement = choose("auto", "auto", 4, 4)
+    envs = [rank_environment(JobSpec(command=("python", "train.py"), env={"NCCL_DEBUG": "WARN"}), host, 4, "id",
+                             "default", str(tmp_path / "events.jsonl"), "eth0", base={},
+                             device=job_device_env(placement, host, "eth0")) for host in range(4)]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["0", "1", "2", "3"]
+    assert all(env["LOCAL_RANK"] == "0" for env in envs)  # the torchrun contract: its one GPU is device 0
+    assert all(env["NCCL_SOCKET_IFNAME"] == "=eth0" and env["NCCL_P2P_DISABLE"] == "1" for env in envs)
+    assert len({env["NCCL_HOSTID"] for env in envs}) == 4
+    assert all("TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env and env["NCCL_DEBUG"] == "WARN" for env in envs)
+    assert job_device_env(choose("auto", "auto", 4, 0), 1, "eth0") == {}  # no GPU: nothing to place
+
+
+def test_a_job_with_several_processes_per_host_is_refused_on_gpus(tmp_path) -> None:
+    from harness.run.plan import placement_problem
+    from harness.run.scenario import load_scenario
+    path = tmp_path / "job.yaml"
+    path.write_text("cluster: {ranks: 2}\njob:\n  command: [python, train.py]\n  launcher: torchrun\n"
+                    "  nproc_per_host: 2\n")
+    cuda = choose("auto", "auto", 2, 2)
+    problem = placement_problem(load_scenario(path), path, cuda.device, cuda.reason)
+    assert problem.startswith(f"{path}:5: job.nproc_per_host: 2 on GPUs") and "set nproc_per_host: 1" in problem
+    cpu = choose("auto", "auto", 2, 0)
+    assert placement_problem(load_scenario(path), path, cpu.device, cpu.reason) is None

@@ -103,3 +103,12 @@ def test_teardown_reverts_last_in_first_out_then_stops_ranks_then_closes_the_clu
     assert torn == [("fault_reverted", 1), ("fault_reverted", 0), *[("rank_exited", None)] * 4, ("trial_end", None)]
     assert events[-1] == {**events[-1], "kind": "trial_end", "reason": "hung"}
     assert not (tmp_path / "state").exists() or list((tmp_path / "state").iterdir()) == []  # the ledger closed clean
+
+
+def test_a_relative_out_gives_an_absolute_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks and a user's job run in other working directories: every path they get is absolute."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(FLAPS)
+    monkeypatch.chdir(tmp_path)
+    run_dir = start_run(Path("runs"), load_scenario(path), path, ["timeout"], "fake", "chaos run scenario.yaml")
+    assert run_dir.is_absolute() and run_dir.parent == tmp_path / "runs"

@@ -72,6 +72,7 @@ class _Rank:
     pid: int | None = None          # host pid of the container's process (the rank) while it runs
     started: int | None = None      # its start time, so a reused pid is never taken for it
     runs: int = 0                   # how many times the container was started
+    tapped: bool = False            # it runs a user's job, whose tap writes the host's log
 
 
 class DockerCluster(Cluster):
@@ -129,15 +130,24 @@ class DockerCluster(Cluster):
         run_dir = str(self.spec.run_dir.resolve())
         volumes = dict(self._mounts)
         volumes[run_dir] = {"bind": run_dir, "mode": "rw"}
+        job_dir = self.spec.job_dir and str(self.spec.job_dir.resolve())
+        if job_dir and not any(job_dir == p or job_dir.startswith(p + os.sep) for p in volumes):
+            volumes[job_dir] = {"bind": job_dir, "mode": "ro"}
         return dict(
             image=self.image, name=self.container_name(rank), hostname=topology.host_name(rank),
+            # its hostname resolves (torchrun's rendezvous looks itself up) to its cluster address
+            extra_hosts={topology.host_name(rank): topology.host_address(rank)},
             command=[self._python, "-m", "harness.cluster.container", "rank", "--config", self._config_path(rank),
                      "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S),
                      "--lease", str(self._lease.path)],
             labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank",
                     LABEL_OWNER: f"{os.getpid()}:{proc.start_time(os.getpid())}"},
             network_mode="none", volumes=volumes, working_dir="/", init=False, detach=True,
-            log_config={"type": "json-file", "config": {}}, **self.template.create_options(self._gpus))
+            log_config={"type": "json-file", "config": {}}, **self.template.create_options(self._gpu(rank)))
+
+    def _gpu(self, rank: int) -> int | None:
+        """The host GPU `rank`'s container gets as its only one (None: no GPU)."""
+        return self.spec.gpus[rank] if self._gpus and self.spec.gpus else None
 
     def _create(self, rank: int) -> None:
         name = self.container_name(rank)
@@ -165,11 +175,31 @@ class DockerCluster(Cluster):
         return str((self.spec.run_dir / "ranks" / f"{topology.host_name(rank)}.json").resolve())
 
     def start_rank(self, rank: int, config: dict) -> int:
+        return self._start(rank, config, tapped=False)
+
+    def start_job(self, rank: int, launch: dict) -> int:
+        """The container's PID 1 runs the job (`harness.cluster.container`: a config that is a
+        launch), as the netns rank launcher does: exec child, tap, the host's log."""
+        if not self._mounts:
+            raise HarnessError(f"your own job on the docker backend runs in the local test image, which "
+                               f"bind-mounts this host's Python and project; {self.image} has its own: "
+                               f"set {IMAGE_ENV}=local")
+        log = str((self.spec.run_dir / "logs" / f"{topology.host_name(rank)}.log").resolve())
+        return self._start(rank, {**launch, "rank": rank, "world": self.spec.ranks, "log": log,
+                                   "ifname": self._layout[rank].ifname},
+                           tapped=True)
+
+    def _start(self, rank: int, config: dict, tapped: bool) -> int:
+        """Start the container of `rank` with `config` (a RankConfig or a job's launch, both
+        with an `env`)."""
+        if self._gpu(rank) is not None:  # its container sees its one GPU only, as device 0
+            config = {**config, "env": {**config["env"], "CUDA_VISIBLE_DEVICES": "0"}}
         st = self._ranks[rank]
         if st.pid is not None and proc.start_time(st.pid) == st.started:
             raise HarnessError(f"{topology.host_name(rank)} is still running (pid {st.pid})")
         path = Path(self._config_path(rank))
         tmp = path.with_suffix(".tmp")
+        tmp.touch(0o600)  # a job's launch holds the harness's environment
         tmp.write_text(json.dumps(config))
         os.replace(tmp, path)
         if st.runs:  # a restart: the old namespace (still pinned) and its veth go first
@@ -179,6 +209,7 @@ class DockerCluster(Cluster):
             self.client.api.start(st.name)
             pid = int(self.client.api.inspect_container(st.name)["State"]["Pid"])
         st.runs += 1
+        st.tapped = tapped
         st.pid, st.started = (pid, proc.start_time(pid)) if pid else (None, None)
         if st.pid is None:
             return 0  # it ended before it could be seen; reap reports it
@@ -276,6 +307,8 @@ class DockerCluster(Cluster):
 
     # logs and teardown
     def _collect_log(self, rank: int) -> None:
+        if self._ranks[rank].tapped:
+            return  # the job's tap wrote the log
         name = self._ranks[rank].name
         try:
             data = self.client.api.logs(name, stdout=True, stderr=True, timestamps=False)

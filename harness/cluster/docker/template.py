@@ -93,8 +93,9 @@ class RankTemplate:
             gpu_requests=tuple(d for d in devices if "gpu" in _flat(d.get("capabilities"))),
         )
 
-    def create_options(self, gpus: bool) -> dict[str, Any]:
-        """The engine's create options this template sets; `gpus`: pass its GPU requests."""
+    def create_options(self, gpu: int | None) -> dict[str, Any]:
+        """The engine's create options this template sets; `gpu`: the host GPU the rank's
+        container gets as its only one (harness.job.device.Placement.gpu_of), None: no GPU."""
         options: dict[str, Any] = dict(
             environment={**self.environment, "PYTHONUNBUFFERED": "1"},
             cap_add=list(self.cap_add) or None, stop_signal=self.stop_signal)
@@ -102,8 +103,8 @@ class RankTemplate:
             options["shm_size"] = self.shm_size
         if self.ulimits:
             options["ulimits"] = _ulimits(self.ulimits)
-        if gpus and self.gpu_requests:
-            options["device_requests"] = _device_requests(self.gpu_requests)
+        if gpu is not None and self.gpu_requests:
+            options["device_requests"] = _device_requests(self.gpu_requests, gpu)
         return options
 
 
@@ -132,18 +133,13 @@ def _flat(caps: Any) -> list[str]:
     return out
 
 
-def _device_requests(requests: tuple[dict[str, Any], ...]) -> list[Any]:
-    """Compose's `deploy.resources.reservations.devices` as the engine's DeviceRequests."""
+def _device_requests(requests: tuple[dict[str, Any], ...], gpu: int) -> list[Any]:
+    """Compose's `deploy.resources.reservations.devices` as the engine's DeviceRequests, each
+    narrowed to the rank's one GPU (device_ids; the file's count or ids are for compose)."""
     from docker.types import DeviceRequest
-    out = []
-    for d in requests:
-        ids = [str(i) for i in d.get("device_ids") or []]
-        count = d.get("count")
-        n = 0 if ids else -1 if count in (None, "all") else int(count)
-        out.append(DeviceRequest(driver=d.get("driver", ""), count=n, device_ids=ids,
-                                 capabilities=[_flat(d.get("capabilities"))],
-                                 options=d.get("options") or {}))
-    return out
+    return [DeviceRequest(driver=d.get("driver", ""), count=0, device_ids=[str(gpu)],
+                          capabilities=[_flat(d.get("capabilities"))], options=d.get("options") or {})
+            for d in requests]
 
 
 def _ulimits(ulimits: dict[str, Any]) -> list[Any]:

@@ -38,6 +38,11 @@ def _open() -> Any:
     return _recorder
 
 
+def _local_rank() -> int:
+    """Which of its host's processes this is (events carry the host's rank)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def step(*_: Any) -> None:
     """Record one training step of this process (also torch's optimizer post-hook)."""
     global _steps, _last
@@ -47,7 +52,7 @@ def step(*_: Any) -> None:
     now = time.monotonic()
     _steps += 1
     recorder.emit("step", t=now, step=_steps, gen=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
-                  loss=None, dur=None if _last is None else round(now - _last, 6))
+                  loss=None, dur=None if _last is None else round(now - _last, 6), local_rank=_local_rank())
     _last = now
 
 
@@ -84,5 +89,5 @@ def install() -> None:
     if recorder is None:
         return
     recorder.emit("rank_start", policy=os.environ.get(TRIAL_ENV, "job"),
-                  world=int(os.environ.get("WORLD_SIZE", "1")))
+                  world=int(os.environ.get("WORLD_SIZE", "1")), local_rank=_local_rank())
     sys.meta_path.insert(0, _AfterImport(OPTIMIZER_MODULE, _register_optimizer_hook))

@@ -1,0 +1,91 @@
+"""Process faults hit a host's whole workload: the rank's process and every process under it,
+including those in sessions of their own (as torchrun starts its workers). Real processes,
+real signals; no namespace needed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chaos import proc
+from chaos.api import Host
+from chaos.faults import parse_fault
+from chaos.inject import UNDOS, SignalKill, SignalStop
+from chaos.ledger import Ledger
+
+from .conftest import new_run_id
+
+# An "agent" that starts a "worker" in a new session (torchrun's subprocess handler does so),
+# which starts a grandchild; each prints its pid.
+AGENT = """
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", '''
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"])
+import os; print(os.getpid(), flush=True); time.sleep(120)
+'''], start_new_session=True)
+print("ready", flush=True)
+time.sleep(120)
+"""
+DEADLINE_S = 30
+
+
+def state(pid: int) -> str | None:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split() if proc.start_time(pid) else None
+    return fields[0] if fields else None
+
+
+def wait_for(check, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def tree():
+    agent = subprocess.Popen([sys.executable, "-c", AGENT], stdout=subprocess.PIPE, text=True)
+    everyone = [agent.pid]
+    try:
+        assert agent.stdout.readline().strip() == "ready"
+        wait_for(lambda: len(proc.descendants(agent.pid)) >= 2, "the worker and its child never started")
+        everyone += [pid for pid, _ in proc.descendants(agent.pid)]
+        yield agent, everyone
+    finally:
+        for pid in everyone:
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        agent.wait(DEADLINE_S)
+        agent.stdout.close()
+
+
+def host_of(pid: int) -> Host:
+    return Host(name="r000", address="10.0.0.1", switch_ns="-", port="-", ns_path="-", pid=pid)
+
+
+def test_descendants_lists_parents_before_children(tree):
+    agent, everyone = tree
+    found = proc.descendants(agent.pid)
+    assert [pid for pid, _ in found][:1] == everyone[1:2]  # the worker, then its child
+    assert {pid for pid, _ in found} == set(everyone[1:])
+    assert all(started == proc.start_time(pid) for pid, started in found)
+
+
+def test_a_kill_ends_the_agent_and_the_workers_in_their_own_sessions(tree, tmp_path):
+    agent, everyone = tree
+    SignalKill().apply(parse_fault({"kind": "kill"}), host_of(agent.pid), Ledger(new_run_id(), tmp_path))
+    agent.wait(DEADLINE_S)
+    wait_for(lambda: all(state(pid) in (None, "Z") for pid in everyone[1:]), "a worker outlived the kill")
+
+
+def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_path):
+    agent, everyone = tree
+    ledger = Ledger(new_run_id(), tmp_path)
+    entries = SignalStop().apply(parse_fault({"kind": "pause"}), host_of(agent.pid), ledger)
+    assert [e.args["pid"] for e in entries] == everyone
+    wait_for(lambda: all(state(pid) == "T" for pid in everyone), "a process of the tree was not stopped")
+    for entry in reversed(entries):  # last in, first out, as the injector reverts
+        UNDOS.revert(entry, ledger)
+    wait_for(lambda: all(state(pid) == "S" for pid in everyone), "a process stayed stopped")
+    assert ledger.outstanding() == []

@@ -1,0 +1,66 @@
+"""The scaling rule of `--ranks` (harness.run.scenario.scaled_to_cores; docs/scale.md)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.run.scenario import load_scenario, scale_factor, scaled_to_cores
+from tests.conftest import REPO, chaos_cli
+
+SCENARIOS = REPO / "scenarios"
+
+
+@pytest.mark.parametrize(("ranks", "cores", "factor"), [
+    (16, 2, 1.0),    # the reference: what every shipped scenario was measured with
+    (8, 2, 1.0),     # fewer ranks per core never shrinks a time
+    (64, 2, 4.0),
+    (256, 16, 2.0),
+    (24, 2, 1.5),
+])
+def test_factor_is_ranks_per_core_over_eight(ranks, cores, factor):
+    assert scale_factor(ranks, cores) == factor
+
+
+def test_stretches_every_time_but_the_detectors():
+    base = load_scenario(SCENARIOS / "link_flap.yaml", {"cluster.ranks": 64})
+    scaled = scaled_to_cores(base, 2)
+    assert scaled.workload.step_period == base.workload.step_period * 4
+    assert scaled.hang_cap == base.hang_cap * 4
+    [before], [after] = base.faults, scaled.faults
+    assert (after.start, after.duration, after.pulses.on_for, after.pulses.off_for) == \
+           (before.start * 4, before.duration * 4, before.pulses.on_for * 4, before.pulses.off_for * 4)
+    assert after.fault == before.fault
+    assert scaled.expect == base.expect  # link_flap expects an outcome only
+
+
+def test_stretches_policies_and_bounds_but_not_the_detector():
+    base = load_scenario(SCENARIOS / "elastic_kill.yaml", {"cluster.ranks": 64})
+    scaled = scaled_to_cores(base, 2)
+    for name in base.policies:
+        before, after = base.policy(name), scaled.policy(name)
+        for field in ("timeout", "backoff_base", "backoff_cap", "health_check_timeout", "rejoin_within"):
+            assert getattr(after, field) == getattr(before, field) * 4, field
+        assert after.jitter == (before.jitter[0] * 4, before.jitter[1] * 4)
+        assert after.rendezvous_timeout == (None if before.rendezvous_timeout is None
+                                            else before.rendezvous_timeout * 4)
+        assert (after.detector, after.exclude_after, after.max_retries) == \
+               (before.detector, before.exclude_after, before.max_retries)
+    assert scaled.expect["elastic"].detect_within == base.expect["elastic"].detect_within * 4
+    assert scaled.expect["elastic"].recover_within == base.expect["elastic"].recover_within * 4
+    assert scaled.expect["isolation"].breaker_within == base.expect["isolation"].breaker_within * 4
+    assert scaled.expect["elastic"].outcome == base.expect["elastic"].outcome
+
+
+def test_the_reference_size_is_left_as_written():
+    base = load_scenario(SCENARIOS / "link_down.yaml")
+    assert scaled_to_cores(base, 2) is base
+
+
+def test_chaos_run_ranks_applies_the_rule():
+    factor = scale_factor(64, len(os.sched_getaffinity(0)))
+    done = chaos_cli("run", str(SCENARIOS / "control.yaml"), "--ranks", "64", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert f"hang cap ({15 * factor:g} s)" in done.stdout
+    assert f"timeout {5 * factor:g} s" in done.stdout
+    assert (f"stretched x{factor:g}" in done.stdout) == (factor > 1)  # the run says it was scaled
