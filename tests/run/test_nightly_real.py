@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,9 +20,8 @@ import reports
 from harness.run.nightly import MANIFEST, QUICK_PLAN, RUNS, expand, load_night_plan
 from runfolder.events import EVENTS_FILE, read_events
 from runfolder.layout import trial_dir
-from tests.conftest import REPO
+from tests.conftest import CHAOS
 
-CHAOS = Path(sys.executable).parent / "chaos"
 FIRST_CELL_DEADLINE_S = 120.0
 NIGHT_DEADLINE_S = 300.0
 
@@ -52,9 +50,11 @@ def second_cell_past_its_fault(out: Path) -> bool:
 @pytest.mark.slow
 def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_match_its_events(
         tmp_path: Path, leaves_nothing) -> None:
-    out, db = tmp_path / "nights", tmp_path / "history.sqlite"
-    command = [str(CHAOS), "nightly", "--quick", "--out", str(out), "--history", str(db)]
-    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # README.md's line as written (tests/test_readme_commands.py leaves it to this test), in a
+    # folder of its own: the night lands in ./nights, its history in ./nights/history.sqlite
+    out, db = tmp_path / "nights", tmp_path / "nights" / "history.sqlite"
+    command = [str(CHAOS), "nightly", "--quick"]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + FIRST_CELL_DEADLINE_S
     while not second_cell_past_its_fault(out) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -66,7 +66,7 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
     stopped = json.loads((night_dir / MANIFEST).read_text())
     assert not stopped["finished"] and not db.exists()
 
-    resumed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=NIGHT_DEADLINE_S)
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=NIGHT_DEADLINE_S)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming night {night_dir.name}: {len(stopped['done'])} of" in resumed.stderr
     assert "6/6 trials" in resumed.stderr
