@@ -70,7 +70,8 @@ from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
 from harness.run.scenario import Scenario, load_scenario, scaled_to_cores
-from runfolder.layout import RUN_FILE
+from runfolder.events import EVENTS_FILE, TRIAL_END, WARMUP_DONE, read_events
+from runfolder.layout import RUN_FILE, trial_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENT = {"ttd": 15.0, "ttr": 12.0, "breaker": 30.0}  # the document's claims, seconds
@@ -214,7 +215,17 @@ def scale_scenario(path: Path, ranks: int, control_s: float) -> Scenario:
     scenario = scaled_to_cores(load_scenario(path, {"cluster.ranks": ranks}))
     if scenario.faults:
         return scenario
-    return scenario.model_copy(update={"settle_steps": math.ceil(control_s / scenario.workload.step_period)})
+    # a trial without faults is watched for 3 hang caps at most (harness.run.orchestrator)
+    return scenario.model_copy(update={"settle_steps": math.ceil(control_s / scenario.workload.step_period),
+                                       "hang_cap": max(scenario.hang_cap, control_s / 2)})
+
+
+def observed_s(run_dir: Path) -> float:
+    """How long a trial was watched after its warm-up (its events: warmup_done to trial_end)."""
+    [trial] = trial_dirs(run_dir)
+    events, _ = read_events(trial / EVENTS_FILE)
+    times = {e["kind"]: e["t"] for e in events if e["kind"] in (WARMUP_DONE, TRIAL_END)}
+    return times[TRIAL_END] - times[WARMUP_DONE] if len(times) == 2 else math.nan
 
 
 def measure_size(ranks: int, out: Path, control_s: float, progress: Progress,
@@ -254,7 +265,7 @@ def size_row(ranks: int, suspect_after: float | None, out: Path, control_s: floa
             continue
         r = reports.analyze_run(run_dir).iloc[0]
         if fault == CONTROL:
-            cells.append(f"{int(r['suspect_events'])} in ~{control_s:g} s of steps")
+            cells.append(f"{int(r['suspect_events'])} in {observed_s(run_dir):.0f} s of steps")
         else:
             outcome = r["outcome"] + (f" >= {r['hung_cap']:g}s" if r["outcome"] == "hung" else "")
             after = r["ttr_s"] if fault == "blackhole" else r["ttr_after_end_s"]

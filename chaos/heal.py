@@ -72,9 +72,13 @@ def _namespaced_runs() -> set[str]:
 def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path | None = None) -> None:
     """Undo the run's ledger; then what the system itself shows: its helper processes (a
     delayer or dead-man switch can start before its ledger entry is written), processes
-    left stopped in its namespaces, and the namespaces (with every qdisc, filter and rule
+    still in its namespaces, and the namespaces (with every qdisc, filter and rule
     in them). Each undo that fails is reported and the rest still run; the ledger stays
     while any of its entries is outstanding."""
+    prefix = namespace_name(run_id, "")
+    # the namespaces' identities before the ledger's undo removes their names: a process in
+    # one keeps it alive, nameless
+    inodes = netlink.namespace_inodes([name for name in netlink.list_namespaces() if name.startswith(prefix)])
     ledger = Ledger(run_id, directory)
     for entry in ledger.outstanding():
         with report.attempt(f"run {run_id}: {entry.op} {entry.args}"):
@@ -84,10 +88,13 @@ def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path 
     for pid in proc.helpers_of_run(run_id):
         proc.stop(pid, proc.start_time(pid), STOP_GRACE_S)
         report.undone.append(f"helper process {pid}")
-    namespaces = [name for name in netlink.list_namespaces() if name.startswith(namespace_name(run_id, ""))]
-    for pid in proc.stopped_in_namespaces(netlink.namespace_inodes(namespaces)):
-        proc.send_signal(pid, signal.SIGCONT, None, gone_ok=True)
-        report.undone.append(f"sigcont {pid}")
+    # What still runs in them is the dead run's: a rank's own children (torchrun's workers,
+    # a job's data loaders) do not inherit the launcher's death signal. SIGKILL ends a
+    # stopped process too.
+    for pid, started in proc.in_namespaces(inodes):
+        if proc.send_signal(pid, signal.SIGKILL, started, gone_ok=True):
+            report.undone.append(f"process {pid} in the run's namespaces")
+    namespaces = [name for name in netlink.list_namespaces() if name.startswith(prefix)]
     for name in namespaces:
         with report.attempt(f"run {run_id}: netns {name}"):
             netlink.remove_namespace(name)

@@ -145,17 +145,17 @@ def helpers_of_run(run_id: str) -> list[int]:
     return found
 
 
-def stopped_in_namespaces(inodes: set[int]) -> list[int]:
-    """Pids of stopped (SIGSTOPped) processes whose network namespace is one of `inodes`."""
+def in_namespaces(inodes: set[int]) -> list[tuple[int, int]]:
+    """(pid, start time) of every process whose network namespace is one of `inodes`."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            state = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0]
             inode = os.stat(f"/proc/{entry}/ns/net").st_ino
         except OSError:
             continue
-        if state == "T" and inode in inodes:
-            found.append(int(entry))
+        started = start_time(int(entry))
+        if inode in inodes and started is not None:
+            found.append((int(entry), started))
     return found

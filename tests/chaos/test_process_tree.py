@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from chaos import proc
+from chaos import proc, topology
 from chaos.api import Host
 from chaos.faults import parse_fault
+from chaos.heal import HealReport, heal_run
 from chaos.inject import UNDOS, SignalKill, SignalStop
 from chaos.ledger import Ledger
 
-from .conftest import new_run_id
+from .conftest import new_run_id, run_leftovers
 
 # An "agent" that starts a "worker" in a new session (torchrun's subprocess handler does so),
 # which starts a grandchild; each prints its pid.
@@ -89,3 +90,32 @@ def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_pat
         UNDOS.revert(entry, ledger)
     wait_for(lambda: all(state(pid) == "S" for pid in everyone), "a process stayed stopped")
     assert ledger.outstanding() == []
+
+
+@pytest.mark.requires_root
+def test_heal_ends_what_still_runs_in_a_dead_run_s_namespaces(state_dir):
+    """A SIGKILLed harness's torchrun workers: detached from every process the ledger names,
+    in a namespace of the run; heal ends them before it removes the namespace."""
+    run_id = new_run_id()
+    hosts = topology.hosts_of(run_id, 1)
+    topology.build(Ledger(run_id), hosts)
+    namespace = hosts[0].ns_path.rsplit("/", 1)[1]
+    agent = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c", AGENT],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    everyone = [agent.pid]
+    try:
+        assert agent.stdout.readline().strip() == "ready"
+        wait_for(lambda: len(proc.descendants(agent.pid)) >= 2, "the worker and its child never started")
+        everyone += [pid for pid, _ in proc.descendants(agent.pid)]
+        report = HealReport()
+        heal_run(run_id, report, UNDOS)
+        agent.wait(DEADLINE_S)
+        wait_for(lambda: all(state(pid) in (None, "Z") for pid in everyone), "a process outlived the heal")
+        assert sum("in the run's namespaces" in line for line in report.undone) == 3
+        assert run_leftovers(run_id) == ([], [])
+    finally:  # also when the heal failed to
+        for pid in everyone:
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        agent.wait()
+        agent.stdout.close()
+        heal_run(run_id, HealReport(), UNDOS)
