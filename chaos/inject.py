@@ -97,10 +97,7 @@ class SignalKill(Mechanism):
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
         pid = _require_pid(fault, host)
-        below = proc.descendants(pid)  # before the signal: a dead parent's children move away
-        proc.send_signal(pid, fault.signal, proc.start_time(pid))
-        for child, started in below:
-            proc.send_signal(child, fault.signal, started, gone_ok=True)
+        proc.signal_tree(pid, fault.signal, proc.start_time(pid))
         return []  # a kill has nothing to undo
 
 

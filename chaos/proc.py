@@ -41,6 +41,21 @@ def start_time(pid: int) -> int | None:
     return None if fields is None else int(fields[19])
 
 
+def state(pid: int) -> str | None:
+    """The process's state letter (R, S, T, Z, ...), or None when it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else fields[0]
+
+
+def signal_tree(pid: int, signum: int, started: int | None, gone_ok: bool = False) -> None:
+    """Signal `pid` (as send_signal) and then every process descended from it, listed before
+    the signal: a dead parent's children move away."""
+    below = descendants(pid)
+    send_signal(pid, signum, started, gone_ok)
+    for child, child_started in below:
+        send_signal(child, signum, child_started, gone_ok=True)
+
+
 def descendants(pid: int) -> list[tuple[int, int]]:
     """Every process descended from `pid`, parents before children, each with its start
     time: what a host runs under its one process (torchrun's workers live in sessions of

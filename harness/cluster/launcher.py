@@ -97,12 +97,9 @@ class Launcher:
             if left <= 0 and not killed:
                 for n, pid in targets.items():
                     if n in self.pids:
-                        # and what it started: a torchrun agent's workers, in sessions of their own
-                        below = proc.descendants(pid)
                         proc.send_signal(pid, signal.SIGCONT, None, gone_ok=True)
-                        proc.send_signal(pid, signal.SIGKILL, None, gone_ok=True)
-                        for child, started in below:
-                            proc.send_signal(child, signal.SIGKILL, started, gone_ok=True)
+                        # and what it started: a torchrun agent's workers, in sessions of their own
+                        proc.signal_tree(pid, signal.SIGKILL, None, gone_ok=True)
                 killed = True
             exits += self.exits(max(0.0, min(0.05, left)) if left > 0 else 0.05)
         return exits

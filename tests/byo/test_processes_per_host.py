@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos import proc
 from harness.run.orchestrator import Monitor
 from reports.history import events_frame
 from reports.metrics import trial_metrics
@@ -75,13 +76,6 @@ def test_one_process_that_never_steps_again_is_not_counted_as_its_host_resuming(
     assert "1 survivors never stepped again" in row["outcome_reason"]
 
 
-def state_of(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
 def run_two_by_two(tmp_path: Path, fault: str) -> list[dict]:
     """examples/train_ddp.py under torchrun on 2 hosts x PER_HOST workers; its events, once
     no worker the hook saw start is left."""
@@ -106,7 +100,7 @@ settle_steps: 5
     workers = [e["pid"] for e in events if e["kind"] == "rank_start"]
     # a killed worker whose agent died with it is reparented to the machine's init, which
     # reaps it when it will: a zombie is gone, a process in any other state is left behind
-    assert [pid for pid in workers if state_of(pid) not in (None, "Z")] == []
+    assert [pid for pid in workers if proc.state(pid) not in (None, "Z")] == []
     no_process_left(events)
     return events
 

@@ -33,11 +33,6 @@ time.sleep(120)
 DEADLINE_S = 30
 
 
-def state(pid: int) -> str | None:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split() if proc.start_time(pid) else None
-    return fields[0] if fields else None
-
-
 def wait_for(check, what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not check():
@@ -77,7 +72,7 @@ def test_a_kill_ends_the_agent_and_the_workers_in_their_own_sessions(tree, tmp_p
     agent, everyone = tree
     SignalKill().apply(parse_fault({"kind": "kill"}), host_of(agent.pid), Ledger(new_run_id(), tmp_path))
     agent.wait(DEADLINE_S)
-    wait_for(lambda: all(state(pid) in (None, "Z") for pid in everyone[1:]), "a worker outlived the kill")
+    wait_for(lambda: all(proc.state(pid) in (None, "Z") for pid in everyone[1:]), "a worker outlived the kill")
 
 
 def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_path):
@@ -85,10 +80,10 @@ def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_pat
     ledger = Ledger(new_run_id(), tmp_path)
     entries = SignalStop().apply(parse_fault({"kind": "pause"}), host_of(agent.pid), ledger)
     assert [e.args["pid"] for e in entries] == everyone
-    wait_for(lambda: all(state(pid) == "T" for pid in everyone), "a process of the tree was not stopped")
+    wait_for(lambda: all(proc.state(pid) == "T" for pid in everyone), "a process of the tree was not stopped")
     for entry in reversed(entries):  # last in, first out, as the injector reverts
         UNDOS.revert(entry, ledger)
-    wait_for(lambda: all(state(pid) == "S" for pid in everyone), "a process stayed stopped")
+    wait_for(lambda: all(proc.state(pid) == "S" for pid in everyone), "a process stayed stopped")
     assert ledger.outstanding() == []
 
 
@@ -110,7 +105,7 @@ def test_heal_ends_what_still_runs_in_a_dead_run_s_namespaces(state_dir):
         report = HealReport()
         heal_run(run_id, report, UNDOS)
         agent.wait(DEADLINE_S)
-        wait_for(lambda: all(state(pid) in (None, "Z") for pid in everyone), "a process outlived the heal")
+        wait_for(lambda: all(proc.state(pid) in (None, "Z") for pid in everyone), "a process outlived the heal")
         assert sum("in the run's namespaces" in line for line in report.undone) == 3
         assert run_leftovers(run_id) == ([], [])
     finally:  # also when the heal failed to
