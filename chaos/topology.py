@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from chaos.api import Host
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 NAMESPACE_PREFIX = "chaos-"
 NETWORK = ipaddress.ip_network("10.77.0.0/16")
@@ -79,6 +82,18 @@ def make_namespace(ledger: Ledger, name: str, pid: int | None = None) -> None:
     ledger.mark(entry, "done")
 
 
+# Runs speak IPv4 only. A link with an IPv6 link-local address sends router solicitations,
+# DAD probes and MLD reports on its own; the bridge floods them to every port, and a port's
+# byte counter (`chaos.linkstats`) then charges them to a host that sent nothing.
+_NO_IPV6_ADDRESSES = {"attrs": [("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", 1)]})]}  # IN6_ADDR_GEN_MODE_NONE
+
+
+def _bring_up(ipr: IPRoute, index: int, **attrs: Any) -> None:
+    """Up, without IPv6 link-local addresses (set while still down, before any are made)."""
+    ipr.link("set", index=index, IFLA_AF_SPEC=_NO_IPV6_ADDRESSES)
+    ipr.link("set", index=index, state="up", **attrs)
+
+
 def build_switch(ledger: Ledger, switch_ns: str) -> None:
     """The switch namespace with its bridge (the control plane's address); hosts plug in later."""
     from chaos import netlink  # pyroute2: only where the layout is built, not where it is named
@@ -91,7 +106,7 @@ def build_switch(ledger: Ledger, switch_ns: str) -> None:
         ipr.link("add", ifname=BRIDGE, kind="bridge", address=BRIDGE_MAC)
         bridge = netlink.link_index(ipr, BRIDGE)
         ipr.addr("add", index=bridge, address=SWITCH_ADDRESS, prefixlen=NETWORK.prefixlen)
-        ipr.link("set", index=bridge, state="up")
+        _bring_up(ipr, bridge)
 
 
 def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = None) -> None:
@@ -104,12 +119,12 @@ def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = N
         for h in hosts:
             ipr.link("add", ifname=h.port, kind="veth", peer={"ifname": h.ifname, "net_ns_fd": h.ns_path,
                                                               "address": neighbours.mac_of(h.address)})
-            ipr.link("set", index=netlink.link_index(ipr, h.port), master=bridge, state="up")
+            _bring_up(ipr, netlink.link_index(ipr, h.port), master=bridge)
     for h in hosts:
         with netlink.translated(f"configure {h.name}"), netlink.route(h.ns_path) as ipr:
             eth = netlink.link_index(ipr, h.ifname)
             ipr.addr("add", index=eth, address=h.address, prefixlen=NETWORK.prefixlen)
-            ipr.link("set", index=eth, state="up")
+            _bring_up(ipr, eth)
             ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
     switch = neighbours.Station(f"/run/netns/{switch_ns}", BRIDGE, SWITCH_ADDRESS, BRIDGE_MAC)
     neighbours.introduce(hosts, hosts if peers is None else peers, switch)

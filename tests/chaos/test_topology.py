@@ -3,6 +3,8 @@ and these tests: names and addresses, the ledger first, and a switch whose MAC n
 a port (calibration's own copy of the layout once lacked that, and stalled ~15 s)."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from chaos import netlink, topology
@@ -51,6 +53,22 @@ def test_the_switch_keeps_its_mac_when_a_port_goes(cluster) -> None:
     topology.unplug(sw, cluster.hosts[0])  # already gone: fine
     assert bridge_mac(sw) == topology.BRIDGE_MAC
     assert delivered(cluster.hosts[1], cluster.hosts[2]) == 1.0
+
+
+def ipv6_addresses(ns: str) -> list[str]:
+    with netlink.route(ns) as ipr:
+        return [f"{ipr.get_links(a['index'])[0].get_attr('IFLA_IFNAME')} {a.get_attr('IFA_ADDRESS')}"
+                for a in ipr.get_addr(family=socket.AF_INET6)
+                if ipr.get_links(a["index"])[0].get_attr("IFLA_IFNAME") != "lo"]
+
+
+@pytest.mark.requires_root
+def test_no_link_of_a_run_has_an_ipv6_address(cluster) -> None:
+    # Such a link talks on its own (router solicitations, DAD, MLD); the bridge floods that
+    # to every port, and a port's byte count then charges it to an idle host.
+    namespaces = [cluster.hosts[0].switch_ns] + [h.ns_path for h in cluster.hosts]
+    assert delivered(cluster.hosts[0], cluster.hosts[1]) == 1.0
+    assert {ns: ipv6_addresses(ns) for ns in namespaces} == {ns: [] for ns in namespaces}
 
 
 @pytest.mark.requires_root
