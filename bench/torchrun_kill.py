@@ -63,7 +63,7 @@ if str(REPO) not in sys.path:
 from runfolder import events as kinds  # noqa: E402  (standard library only: light in every worker)
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events  # noqa: E402
 from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info  # noqa: E402
-from runfolder.layout import LOGS_DIR, trial_dir  # noqa: E402
+from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR, trial_dir  # noqa: E402
 from runfolder.plan import APPLY, Action, PlannedFault, TrialPlan  # noqa: E402
 
 STORE_PORT = 29400
@@ -299,7 +299,7 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
                    "torch.distributed.run", f"--nnodes={nodes}", "--nproc-per-node=1",
                    "--max-restarts=3", "--rdzv-backend=c10d",
                    f"--rdzv-endpoint={rdzv_addr}:{STORE_PORT}", f"--rdzv-id={run_id}",
-                   f"--local-addr={host.address}"]
+                   f"--local-addr={host.address}", f"--log-dir={trial / LOGS_DIR / TORCHRUN_LOGS_DIR / host.name}"]
             if rdzv_on_node0:
                 cmd.append(f"--rdzv-conf=is_host={'true' if n == 0 else 'false'}")
             cmd += [str(Path(__file__).resolve()), "--worker", "--events", str(events_path)]

@@ -5,6 +5,7 @@
     RUN_DIR/trials/<policy>/trial.json        TrialInfo, with the trial's plan (runfolder.plan)
     RUN_DIR/trials/<policy>/events.jsonl      one JSON event per line (runfolder.events)
     RUN_DIR/trials/<policy>/logs/rNNN.log     each rank's stdout and stderr
+    RUN_DIR/trials/<policy>/logs/torchrun/rNNN/   a torchrun agent's own log folder
     RUN_DIR/trials/<policy>/ckpt/             the ranks' atomic checkpoints
     RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
                                               written by `reports` (or into `--out DIR`)
@@ -19,6 +20,7 @@ SCENARIO_FILE = "scenario.yaml"
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"  # beside it: runfolder.events.EVENTS_FILE
 LOGS_DIR = "logs"
+TORCHRUN_LOGS_DIR = "torchrun"  # under LOGS_DIR
 CHECKPOINT_DIR = "ckpt"
 METRICS_FILE = "metrics.csv"
 REPORT_MARKDOWN = "report.md"

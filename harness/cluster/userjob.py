@@ -37,6 +37,7 @@ from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, TRI
 import runfolder
 from runfolder import events as kinds
 from runfolder.events import EventRecorder
+from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR
 
 JOB_MASTER_PORT = 29500            # torchrun's default; the harness's store uses 29400
 HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
@@ -155,12 +156,16 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
     """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
     that runs it as its `nproc_per_host` workers (`--no-python`: the command is run as written), in a c10d
     rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
-    the host's own address (the hostname is the machine's, the same on every host)."""
+    the host's own address (the hostname is the machine's, the same on every host). Its log
+    folder (workers' error files) is in the trial's logs: by default torchrun makes one under
+    /tmp per agent and never removes it."""
     if job.launcher == "direct":
         return list(job.command)
     return ["torchrun", f"--nnodes={world}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
-            f"--local-addr={topology.host_address(rank)}", "--no-python", *job.command]
+            f"--local-addr={topology.host_address(rank)}",
+            f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
+            "--no-python", *job.command]
 
 
 def command_problem(job: JobSpec) -> str | None:

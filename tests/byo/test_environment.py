@@ -88,7 +88,8 @@ def test_torchrun_launcher_runs_one_agent_per_host_in_a_c10d_rendezvous_on_the_s
     argv = rank_command(job, 5, 16, "run42", f"{topology.SWITCH_ADDRESS}:29400")
     assert argv == ["torchrun", "--nnodes=16", "--nproc-per-node=1", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={topology.SWITCH_ADDRESS}:29400", "--rdzv-id=run42", "--max-restarts=3",
-                    f"--local-addr={topology.host_address(5)}", "--no-python", "python", "train.py", "--steps", "9"]
+                    f"--local-addr={topology.host_address(5)}", "--log-dir={trial_dir}/logs/torchrun/r005",
+                    "--no-python", "python", "train.py", "--steps", "9"]
 
 
 def test_direct_launcher_runs_the_command_itself():

@@ -14,6 +14,7 @@ from reports.history import events_frame
 from reports.metrics import trial_metrics
 from runfolder import events as kinds
 from runfolder.events import EventRecorder, schema_problems
+from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR, trial_dirs
 from tests.byo.test_user_job_netns import events_of, metrics_row, no_process_left
 from tests.conftest import chaos_cli
 from tests.reports.report_fakes import FAULT_AT, PERIOD, History
@@ -116,6 +117,12 @@ def test_two_hosts_with_two_torchrun_workers_each_make_a_world_of_four(tmp_path,
     assert stepped == {(0, 0), (0, 1), (1, 0), (1, 1)}  # warm-up waited for every process
     row = metrics_row(tmp_path / "out")
     assert row["outcome"] in ("absorbed", "recovered"), row["outcome_reason"]
+    # each agent kept its log folder in the trial, not in a /tmp/torchelastic_* of its own
+    [run_dir] = (tmp_path / "out").iterdir()
+    [trial] = trial_dirs(run_dir)
+    agent_logs = trial / LOGS_DIR / TORCHRUN_LOGS_DIR
+    assert sorted(p.name for p in agent_logs.iterdir()) == ["r000", "r001"]
+    assert all(any((agent_logs / host).iterdir()) for host in ("r000", "r001"))
 
 
 @pytest.mark.requires_root
