@@ -6,12 +6,17 @@
         [--control-runs 10] [--out DIR]
     .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
     sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
-        [--suspect-after 0.8 0.4] [--hogs 2]
-    .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...]
+        [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--hogs 2]
+    .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...]
 
 `--suspect-after` measures the detector policies with each silence threshold side by side
-(the row "default" is the policies' own); `--hogs N` runs N busy processes beside the job
-the whole time (the issue's "no false trip with two CPU hogs").
+(the row "default" is the policies' own); `--exclude-after` likewise with each grace a
+suspect member gets before the survivors leave it out; `--hogs N` runs N busy processes
+beside the job the whole time (the issue's "no false trip with two CPU hogs"). Under the
+table, each size's time split into its phases: after the blackhole, the last survivor to
+suspect, to leave the silent rank out, to have the smaller group, to restore, to step;
+after the heal, the left-out rank asking back, its admission, the full group, restored,
+stepping.
 
 With --ranks, per size, scaled the way `chaos run --ranks` scales a scenario (docs/scale.md):
 a blackhole on rank 5 that never heals under `elastic`, rank 5's link down 10 s under
@@ -57,6 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torchrun_kill
@@ -68,9 +74,10 @@ from harness import signals
 from harness.cluster.backends import backend_named
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
-from harness.job.policies import DetectorSpec
+from harness.job.policies import DetectorSpec, PolicySpec
 from harness.run.scenario import Scenario, load_scenario, scaled_to_cores
-from runfolder.events import EVENTS_FILE, TRIAL_END, WARMUP_DONE, read_events
+from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, REJOIN_REQUEST,
+                              RESTORED, STEP, SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
 from runfolder.layout import RUN_FILE, trial_dirs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,15 +113,29 @@ CPU_FILE = "harness_cpu.json"  # per trial of a size: the harness's CPU seconds,
 DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes (their base is elastic)
 
 
-def scenario_text(fault: str, policies: list[str], suspect_after: float | None = None) -> str:
-    """The 16-rank scenario of `fault` on rank 5 (CONTROL: none) under `policies`; with
-    `suspect_after`, the detector policies suspect a peer after that silence instead of their
-    default."""
+@dataclass(frozen=True)
+class Tuning:
+    """The detector policies' settings a --ranks row measures; None: the policies' own."""
+
+    suspect_after: float | None = None
+    exclude_after: float | None = None
+
+    def overrides(self) -> dict:
+        return {**({"detector": {"suspect_after": f"{self.suspect_after:g}s"}} if self.suspect_after else {}),
+                **({"exclude_after": f"{self.exclude_after:g}s"} if self.exclude_after else {})}
+
+    def folder(self, ranks: int) -> str:
+        return f"ranks-{ranks}" + "".join(f"-{name}-{value:g}s" for name, value in
+                                          (("suspect", self.suspect_after), ("exclude", self.exclude_after))
+                                          if value is not None)
+
+
+def scenario_text(fault: str, policies: list[str], tuning: Tuning = Tuning()) -> str:
+    """The 16-rank scenario of `fault` on rank 5 (CONTROL: none) under `policies`; the
+    detector policies with `tuning` instead of their defaults."""
     policies = [p for p in policies if p in POLICIES]
-    specs = {p: POLICIES[p] for p in policies}
-    if suspect_after is not None:
-        specs = {p: {**spec, "detector": {"suspect_after": f"{suspect_after:g}s"}} if p in DETECTOR_POLICIES else spec
-                 for p, spec in specs.items()}
+    specs = {p: {**POLICIES[p], **tuning.overrides()} if p in DETECTOR_POLICIES else POLICIES[p]
+             for p in policies}
     events = []
     if fault != CONTROL:
         spec = dict(FAULTS[fault])
@@ -229,14 +250,14 @@ def observed_s(run_dir: Path) -> float:
 
 
 def measure_size(ranks: int, out: Path, control_s: float, progress: Progress,
-                 suspect_after: float | None = None) -> None:
+                 tuning: Tuning = Tuning()) -> None:
     """Every SCALE_TRIALS trial at `ranks` ranks into out; the harness's CPU seconds, wall and
     load of each (or why it failed) into out/CPU_FILE."""
     out.mkdir(parents=True, exist_ok=True)
     cpu: dict[str, dict] = {}
     for fault, policy in SCALE_TRIALS.items():
         path = out / f"bench_{fault}.yaml"
-        path.write_text(scenario_text(fault, [policy], suspect_after))
+        path.write_text(scenario_text(fault, [policy], tuning))
         wall0, cpu0 = time.monotonic(), cpu_seconds()
         try:
             run_scenario(scale_scenario(path, ranks, control_s), path, [policy], out,
@@ -248,14 +269,11 @@ def measure_size(ranks: int, out: Path, control_s: float, progress: Progress,
         (out / CPU_FILE).write_text(json.dumps(cpu, indent=1))
 
 
-def size_dir(out: Path, ranks: int, suspect_after: float | None) -> Path:
-    return out / (f"ranks-{ranks}" if suspect_after is None else f"ranks-{ranks}-suspect-{suspect_after:g}s")
-
-
-def size_row(ranks: int, suspect_after: float | None, out: Path, control_s: float) -> list[str]:
+def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
     """One size's figures, from its run folders (reports) and CPU_FILE."""
     cpu = json.loads((out / CPU_FILE).read_text()) if (out / CPU_FILE).is_file() else {}
-    cells, failures = [str(ranks), "default" if suspect_after is None else f"{suspect_after:g}s"], []
+    cells, failures = [str(ranks)] + ["default" if v is None else f"{v:g}s"
+                                      for v in (tuning.suspect_after, tuning.exclude_after)], []
     for fault in SCALE_TRIALS:
         run_dir = latest_run(out, f"bench_{fault}")
         failed = cpu.get(fault, {}).get("failed")
@@ -275,19 +293,64 @@ def size_row(ranks: int, suspect_after: float | None, out: Path, control_s: floa
     return cells + ["; ".join(failures)]
 
 
-def print_scale(sizes: list[int], settings: list[float | None], out: Path, control_s: float, hogs: int) -> None:
-    head = ("ranks", "suspect after", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
+# The phases of a recovery, in order: per rank the first such event after the fault's start
+# (or its end), a phase's time the last rank's; `step` is each rank's first after its new group.
+PHASES = {"blackhole": ((SUSPECT, "suspect"), (EXCLUDE, "left out"), (GROUP_READY, "group"),
+                        (RESTORED, "restored"), (STEP, "stepping")),
+          "link_down": ((REJOIN_REQUEST, "asks back"), (ADMIT, "admitted"), (GROUP_READY, "group"),
+                        (RESTORED, "restored"), (STEP, "stepping"))}
+
+
+def phase_times(events: list[dict], since: float, phases: tuple[tuple[str, str], ...]) -> list[str]:
+    """'label time' per phase, seconds from `since`; a phase no rank reached: 'not observed'."""
+    after = [e for e in events if e["t"] >= since and e.get("src") == "rank"]
+    cells = []
+    for kind, label in phases:
+        firsts: dict[int, float] = {}
+        for e in after:
+            new_group = kind != STEP or any(g["kind"] == GROUP_READY and g["rank"] == e["rank"] and g["t"] <= e["t"]
+                                            for g in after)
+            if e["kind"] == kind and new_group:
+                firsts.setdefault(e["rank"], e["t"])
+        cells.append(f"{label} {max(firsts.values()) - since:.2f}" if firsts else f"{label} not observed")
+    return cells
+
+
+def phases_line(run_dir: Path, fault: str) -> str:
+    [trial] = trial_dirs(run_dir)
+    events, _ = read_events(trial / EVENTS_FILE)
+    mark = FAULT_APPLIED if fault == "blackhole" else FAULT_REVERTED
+    since = next((e["t"] for e in events if e["kind"] == mark), None)
+    if since is None:
+        return f"{fault}: no {mark} event"
+    start = "fault start" if fault == "blackhole" else "heal"
+    return f"{fault}, s after the {start}: " + " > ".join(phase_times(events, since, PHASES[fault]))
+
+
+def print_phases(sizes: list[int], settings: list[Tuning], out: Path) -> None:
+    print("\nphases (the last rank to reach each):")
+    for ranks in sizes:
+        for tuning in settings:
+            lines = [phases_line(run_dir, fault) for fault in PHASES
+                     if (run_dir := latest_run(out / tuning.folder(ranks), f"bench_{fault}")) is not None]
+            for line in lines or ["not measured"]:
+                print(f"- {tuning.folder(ranks)}: {line}")
+
+
+def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) -> None:
+    head = ("ranks", "suspect after", "exclude after", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
             "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
             "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
             "failed")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for ranks in sizes:
-        for suspect_after in settings:
-            print("| " + " | ".join(size_row(ranks, suspect_after, size_dir(out, ranks, suspect_after),
-                                             control_s)) + " |")
+        for tuning in settings:
+            print("| " + " | ".join(size_row(ranks, tuning, out / tuning.folder(ranks))) + " |")
     print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; suspect after: the detector's "
-          f"silence threshold (default {DetectorSpec().suspect_after:g} s); k: the scale factor of docs/scale.md; times from the fault's start "
+          f"silence threshold (default {DetectorSpec().suspect_after:g} s); exclude after: how long "
+          f"the survivors wait for a suspect to speak again before they leave it out (default "
+          f"{PolicySpec.model_fields['exclude_after'].default:g} s); k: the scale factor of docs/scale.md; times from the fault's start "
           "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
           "silent one included; harness "
           "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end; "
@@ -318,19 +381,21 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(f"--ranks {min(args.ranks)}: the fault is on rank 5; give 6 or more")
     if args.analyze is not None and not args.analyze.is_dir():
         parser.error(f"--analyze {args.analyze}: no such folder")
-    settings = args.suspect_after or [None]
-    if any(s is not None and s <= 2 * DetectorSpec().interval for s in settings):
+    if any(s <= 2 * DetectorSpec().interval for s in args.suspect_after or []):
         parser.error(f"--suspect-after: give more than twice the heartbeat period ({DetectorSpec().interval:g} s)")
+    if any(s <= 0 for s in args.exclude_after or []):
+        parser.error("--exclude-after: give a positive number of seconds")
+    settings = [Tuning(s, e) for s in args.suspect_after or [None] for e in args.exclude_after or [None]]
     out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
     if args.analyze is None:
         progress = Progress(quiet=args.quiet)
         signals.install()
         with cpu_hogs(args.hogs):
             for ranks in args.ranks:
-                for suspect_after in settings:
-                    measure_size(ranks, size_dir(out, ranks, suspect_after), args.control_seconds, progress,
-                                 suspect_after)
-    print_scale(args.ranks, settings, out, args.control_seconds, args.hogs)
+                for tuning in settings:
+                    measure_size(ranks, out / tuning.folder(ranks), args.control_seconds, progress, tuning)
+    print_scale(args.ranks, settings, out, args.hogs)
+    print_phases(args.ranks, settings, out)
     print(f"\nrun folders: {out}")
     return 0
 
@@ -352,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suspect-after", type=float, nargs="+", default=None, metavar="S",
                         help="with --ranks: also measure the detector policies with these silence "
                              "thresholds in seconds, side by side (default: only the policies' own)")
+    parser.add_argument("--exclude-after", type=float, nargs="+", default=None, metavar="S",
+                        help="with --ranks: also measure the elastic policies with these graces "
+                             "before a suspect member is left out, side by side (default: the policies' own)")
     parser.add_argument("--hogs", type=int, default=0,
                         help="with --ranks: this many busy CPU processes beside the job throughout")
     parser.add_argument("--quiet", action="store_true")
