@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, overrides)
     if args.ranks is not None:  # the scenario's times follow the ranks per core (docs/scale.md)
         scenario = scaled_to_cores(scenario)
-        note = scaling_note(args.ranks)
+        note = scaling_note(args.ranks, job=scenario.job is not None)
         if note:
             print(note)
     policies = args.policy or scenario.trial_names()

@@ -86,8 +86,9 @@ bypassed            a fault on the network whose targets' links did not carry th
                     trial is not judged by what the job did either.
 
 incomplete          the events have no trial_end: the harness was killed (or is still
-                    running); the outcome says where it ended (the last harness phase and
-                    the last event) and judges nothing else.
+                    running); or its trial_end says "error": the harness stopped the trial
+                    (a rank gone during warm-up, a signal). The outcome says where it ended
+                    (the last harness phase and the last event) and judges nothing else.
 
 Outcome: the first rule of OUTCOME_RULES that applies, in this order: incomplete, no-fault,
 bypassed, hung, crashed, exited-clean, running-at-cap, continued, recovered, isolated,
@@ -176,7 +177,7 @@ class TrialFacts:
     final_world: int | None             # world of the last group formed after fault start
     breaker_opens: dict[int, float]     # rank -> first breaker_open
     end_reason: str                     # the harness's trial_end reason ("" when missing)
-    stopped_at: str                     # where an incomplete trial ended ("" with a trial_end)
+    stopped_at: str                     # where a trial that did not finish ended ("" when it did)
     # rank -> the step times of each process of its host (a user's job with nproc_per_host
     # > 1 has several; a rank that never stepped: one process without steps)
     step_times: dict[int, tuple[tuple[float, ...], ...]] = field(repr=False)
@@ -264,9 +265,11 @@ PHASE_AFTER: dict[str, str] = {
 
 
 def _stopped_at(events: pd.DataFrame) -> str:
-    """Where a trial without trial_end ended: the harness's last phase and the last event."""
-    if len(_of_kind(events, TRIAL_END)):
+    """Where a trial that did not finish ended (no trial_end, or one the harness wrote on an
+    error: a rank gone in warm-up, a signal): its last phase and last event before that."""
+    if _end_reason(events) not in ("", "error"):
         return ""
+    events = events[events["kind"] != TRIAL_END]
     if not len(events):
         return "before its first event"
     own = events[events["src"] == HARNESS_SOURCE]
@@ -501,6 +504,8 @@ def _ranks_text(ranks: list[int]) -> str:
 def _incomplete(f: TrialFacts) -> str | None:
     if not f.stopped_at:
         return None
+    if f.end_reason == "error":
+        return f"the harness stopped the trial on an error ({f.stopped_at}); `chaos run` said why"
     return f"no trial_end: the trial did not finish ({f.stopped_at})"
 
 

@@ -546,12 +546,18 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def scaling_note(ranks: int, cores: int | None = None) -> str | None:
-    """The line that says a scenario's times were stretched, or None when they were not."""
+def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str | None:
+    """The line that says a scenario's times were stretched, or None when they were not;
+    with a user's `job`, that its own arguments were not (the harness cannot tell which
+    of them are times, and a job's own timeout also bounds its start)."""
     cores = usable_cores() if cores is None else cores
     k = scale_factor(ranks, cores)
-    return None if k == 1.0 else (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
-                                  f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
+    if k == 1.0:
+        return None
+    note = (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
+            f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
+    return note + ("; your job's own command, args and env are not (a timeout there also bounds "
+                   "its start-up: docs/scale.md)" if job else "")
 
 
 # A policy's waits that stretch with the scale factor; the failure detector's (and

@@ -28,6 +28,18 @@ def killed_during_the_fault():
     return fakes.expecting(h.done(), outcome=("failed-fast",), detect_within=7.0)
 
 
+def a_rank_gone_in_warm_up():
+    """A user's job whose rank 2 timed out in its own rendezvous: the harness stops the trial
+    on an error before the fault (trial_end reason error), the others exit after it."""
+    h = fakes.History(policy="timeout")
+    h.harness(0.5, "cluster_up", secs=0.4)
+    h.harness(6.0, "rank_exited", rank=2, pid=102, exitcode=1, signal=None)
+    for r in (0, 1, 3):
+        h.harness(6.5, "rank_exited", rank=r, pid=100 + r, exitcode=-15, signal=15)
+    h.harness(6.6, "trial_end", reason="error")
+    return fakes.expecting(h.done(), outcome=("crashed",), detect_within=1.0)
+
+
 def two_faults():
     """Link down on r1 at 10-13 s (absorbed, no error); link down on r2 at 20-23 s: errors
     at 21.5 s, restore, every rank steps again from 24 s."""
@@ -63,6 +75,16 @@ def test_an_incomplete_trial_is_not_judged_against_its_expectation(tmp_path):
     [cells] = table_rows(analyze_run(run_dir))
     assert cells[-1] == "not judged: the trial did not finish"
     assert cells[5] == "-" and "inconclusive" not in " ".join(cells)
+
+
+def test_a_trial_the_harness_stopped_on_an_error_is_incomplete_not_crashed(tmp_path):
+    # it was once judged "crashed" and failed its detect_within on a fault never applied
+    run_dir = fakes.write_run(tmp_path / "run", {"timeout": a_rank_gone_in_warm_up()})
+    row = analyze_run(run_dir).iloc[0]
+    assert row["outcome"] == "incomplete"
+    assert row["outcome_reason"].startswith("the harness stopped the trial on an error (while watching the "
+                                            "ranks, last event rank_exited on r3 6.")
+    assert pd.isna(row["expect_ok"]) and row["expect_failures"] == ""
 
 
 def test_chaos_report_says_the_run_is_incomplete(tmp_path, capsys):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from harness.run.scenario import load_scenario, scale_factor, scaled_to_cores
+from harness.run.scenario import load_scenario, scale_factor, scaled_to_cores, scaling_note
 from tests.conftest import REPO, chaos_cli
 
 SCENARIOS = REPO / "scenarios"
@@ -64,3 +64,15 @@ def test_chaos_run_ranks_applies_the_rule():
     assert f"hang cap ({15 * factor:g} s)" in done.stdout
     assert f"timeout {5 * factor:g} s" in done.stdout
     assert (f"stretched x{factor:g}" in done.stdout) == (factor > 1)  # the run says it was scaled
+    job = chaos_cli("run", str(SCENARIOS / "byo_kill.yaml"), "--ranks", "64", "--dry-run")
+    assert job.returncode == 0, job.stderr
+    assert ("your job's own command, args and env are not" in job.stdout) == (factor > 1)
+
+
+def test_a_users_job_is_told_its_own_arguments_were_not_stretched():
+    # byo_kill's timeout_5s variant at 64 ranks on 2 cores: the job's own --timeout 5 also
+    # bounds its rendezvous, and 64 interpreters importing torch reach it > 20 s apart
+    assert scaling_note(16, 2, job=True) is None
+    assert scaling_note(64, 2).endswith("docs/scale.md)")
+    assert scaling_note(64, 2, job=True).endswith(
+        "your job's own command, args and env are not (a timeout there also bounds its start-up: docs/scale.md)")
