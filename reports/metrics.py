@@ -505,7 +505,7 @@ def _incomplete(f: TrialFacts) -> str | None:
     if not f.stopped_at:
         return None
     if f.end_reason == "error":
-        return f"the harness stopped the trial on an error ({f.stopped_at}); `chaos run` said why"
+        return f"the harness stopped the trial on an error ({f.stopped_at}); its command said why"
     return f"no trial_end: the trial did not finish ({f.stopped_at})"
 
 
