@@ -121,8 +121,8 @@ class Tuning:
     exclude_after: float | None = None
 
     def overrides(self) -> dict:
-        return {**({"detector": {"suspect_after": f"{self.suspect_after:g}s"}} if self.suspect_after else {}),
-                **({"exclude_after": f"{self.exclude_after:g}s"} if self.exclude_after else {})}
+        return {**({"detector": {"suspect_after": f"{self.suspect_after:g}s"}} if self.suspect_after is not None else {}),
+                **({"exclude_after": f"{self.exclude_after:g}s"} if self.exclude_after is not None else {})}
 
     def folder(self, ranks: int) -> str:
         return f"ranks-{ranks}" + "".join(f"-{name}-{value:g}s" for name, value in
@@ -304,13 +304,15 @@ PHASES = {"blackhole": ((SUSPECT, "suspect"), (EXCLUDE, "left out"), (GROUP_READ
 def phase_times(events: list[dict], since: float, phases: tuple[tuple[str, str], ...]) -> list[str]:
     """'label time' per phase, seconds from `since`; a phase no rank reached: 'not observed'."""
     after = [e for e in events if e["t"] >= since and e.get("src") == "rank"]
+    group_at: dict[int, float] = {}  # each rank's first new group: its steps count from there
+    for e in after:
+        if e["kind"] == GROUP_READY:
+            group_at.setdefault(e["rank"], e["t"])
     cells = []
     for kind, label in phases:
         firsts: dict[int, float] = {}
         for e in after:
-            new_group = kind != STEP or any(g["kind"] == GROUP_READY and g["rank"] == e["rank"] and g["t"] <= e["t"]
-                                            for g in after)
-            if e["kind"] == kind and new_group:
+            if e["kind"] == kind and (kind != STEP or e["t"] >= group_at.get(e["rank"], math.inf)):
                 firsts.setdefault(e["rank"], e["t"])
         cells.append(f"{label} {max(firsts.values()) - since:.2f}" if firsts else f"{label} not observed")
     return cells
