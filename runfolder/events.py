@@ -80,7 +80,7 @@ COLLECTIVE_ERROR = _kind("collective_error", RANK, ("step", "gen", "phase", "cau
                          "suspect (the detector ended the wait) | remote (NCCL: a peer's process "
                          "or the network failed) | other")
 GROUP_RELEASED = _kind("group_released", RANK, ("secs",),
-                       "the failed group let go (its stuck op, if any, left to a reaper)")
+                       "the group let go; a reaper thread destroys it (one with a stuck op at the op's timeout)")
 GROUP_REAPED = _kind("group_reaped", RANK, ("gen", "secs"),
                      "an abandoned group's threads ended and its sockets closed (at its timeout)")
 BACKOFF = _kind("backoff", RANK, ("attempt", "seconds"), "sleeping before retry `attempt`")
