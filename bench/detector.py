@@ -6,12 +6,14 @@
         [--control-runs 10] [--out DIR]
     .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
     sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
-        [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--hogs 2]
+        [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--arp-retrans 1 0.1] [--hogs 2]
     .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...]
 
 `--suspect-after` measures the detector policies with each silence threshold side by side
 (the row "default" is the policies' own); `--exclude-after` likewise with each grace a
-suspect member gets before the survivors leave it out; `--hogs N` runs N busy processes
+suspect member gets before the survivors leave it out; `--arp-retrans` likewise with each
+ARP retransmission time of the hosts (how long, at most, a host's first packet to the
+control plane waits after its link comes back); `--hogs N` runs N busy processes
 beside the job the whole time (the issue's "no false trip with two CPU hogs"). Under the
 table, each size's time split into its phases: after the blackhole, the last survivor to
 suspect, to leave the silent rank out, to have the smaller group, to restore, to step;
@@ -111,22 +113,31 @@ PR_SET_PDEATHSIG = 1
 SCALE_TRIALS = {"blackhole": "elastic", "link_down": "elastic_rejoin", CONTROL: "elastic"}
 CPU_FILE = "harness_cpu.json"  # per trial of a size: the harness's CPU seconds, wall, load
 DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes (their base is elastic)
+# --arp-retrans: after a link comes back, a host's first packet to the control plane waits
+# for the neighbour entry's next probe, this long at most (chaos.sysctl; docs/scale.md)
+ARP_RETRANS = "net.ipv4.neigh.eth0.retrans_time_ms"
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """The detector policies' settings a --ranks row measures; None: the policies' own."""
+    """The settings a --ranks row measures: the detector policies' thresholds and the hosts'
+    ARP retransmission time (seconds); None: the policies' own, the kernel's."""
 
     suspect_after: float | None = None
     exclude_after: float | None = None
+    arp_retrans: float | None = None
 
     def overrides(self) -> dict:
         return {**({"detector": {"suspect_after": f"{self.suspect_after:g}s"}} if self.suspect_after is not None else {}),
                 **({"exclude_after": f"{self.exclude_after:g}s"} if self.exclude_after is not None else {})}
 
+    def sysctls(self) -> dict:
+        return {} if self.arp_retrans is None else {ARP_RETRANS: round(self.arp_retrans * 1000)}
+
     def folder(self, ranks: int) -> str:
         return f"ranks-{ranks}" + "".join(f"-{name}-{value:g}s" for name, value in
-                                          (("suspect", self.suspect_after), ("exclude", self.exclude_after))
+                                          (("suspect", self.suspect_after), ("exclude", self.exclude_after),
+                                           ("arp", self.arp_retrans))
                                           if value is not None)
 
 
@@ -142,7 +153,8 @@ def scenario_text(fault: str, policies: list[str], tuning: Tuning = Tuning()) ->
         duration = spec.pop("duration", None)
         events.append({**spec, "target": {"rank": 5}, "start": "1s", **({"duration": duration} if duration else {})})
     return yaml.safe_dump({
-        "name": f"bench_{fault}", "seed": 1, "cluster": {"ranks": 16},
+        "name": f"bench_{fault}", "seed": 1,
+        "cluster": {"ranks": 16, **({"sysctls": sysctls} if (sysctls := tuning.sysctls()) else {})},
         "workload": {"step_period": "250ms", "checkpoint_every": 10}, "warmup_steps": 12,
         "faults": events, "hang_cap": "20s", "settle_steps": 8, "policies": specs}, sort_keys=False)
 
@@ -273,7 +285,7 @@ def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
     """One size's figures, from its run folders (reports) and CPU_FILE."""
     cpu = json.loads((out / CPU_FILE).read_text()) if (out / CPU_FILE).is_file() else {}
     cells, failures = [str(ranks)] + ["default" if v is None else f"{v:g}s"
-                                      for v in (tuning.suspect_after, tuning.exclude_after)], []
+                                      for v in (tuning.suspect_after, tuning.exclude_after, tuning.arp_retrans)], []
     for fault in SCALE_TRIALS:
         run_dir = latest_run(out, f"bench_{fault}")
         failed = cpu.get(fault, {}).get("failed")
@@ -340,7 +352,7 @@ def print_phases(sizes: list[int], settings: list[Tuning], out: Path) -> None:
 
 
 def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) -> None:
-    head = ("ranks", "suspect after", "exclude after", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
+    head = ("ranks", "suspect after", "exclude after", "ARP retransmit", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
             "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
             "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
             "failed")
@@ -352,7 +364,8 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) 
     print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; suspect after: the detector's "
           f"silence threshold (default {DetectorSpec().suspect_after:g} s); exclude after: how long "
           f"the survivors wait for a suspect to speak again before they leave it out (default "
-          f"{PolicySpec.model_fields['exclude_after'].default:g} s); k: the scale factor of docs/scale.md; times from the fault's start "
+          f"{PolicySpec.model_fields['exclude_after'].default:g} s); ARP retransmit: the hosts' "
+          f"{ARP_RETRANS} (default: the kernel's, 1 s); k: the scale factor of docs/scale.md; times from the fault's start "
           "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
           "silent one included; harness "
           "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end; "
@@ -387,7 +400,10 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(f"--suspect-after: give more than twice the heartbeat period ({DetectorSpec().interval:g} s)")
     if any(s <= 0 for s in args.exclude_after or []):
         parser.error("--exclude-after: give a positive number of seconds")
-    settings = [Tuning(s, e) for s in args.suspect_after or [None] for e in args.exclude_after or [None]]
+    if any(s <= 0 for s in args.arp_retrans or []):
+        parser.error("--arp-retrans: give a positive number of seconds")
+    settings = [Tuning(s, e, a) for s in args.suspect_after or [None] for e in args.exclude_after or [None]
+                for a in args.arp_retrans or [None]]
     out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
     if args.analyze is None:
         progress = Progress(quiet=args.quiet)
@@ -422,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude-after", type=float, nargs="+", default=None, metavar="S",
                         help="with --ranks: also measure the elastic policies with these graces "
                              "before a suspect member is left out, side by side (default: the policies' own)")
+    parser.add_argument("--arp-retrans", type=float, nargs="+", default=None, metavar="S",
+                        help="with --ranks: also measure with the hosts' ARP retransmission time set "
+                             f"to these seconds ({ARP_RETRANS}), side by side (default: the kernel's, 1 s)")
     parser.add_argument("--hogs", type=int, default=0,
                         help="with --ranks: this many busy CPU processes beside the job throughout")
     parser.add_argument("--quiet", action="store_true")

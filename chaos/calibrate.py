@@ -45,14 +45,16 @@ _STAMP = struct.Struct("=IId")  # stream tag, sequence number, monotonic send ti
 # --- a scratch cluster -----------------------------------------------------------------------
 
 @contextlib.contextmanager
-def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2) -> Iterator[tuple[Host, ...]]:
-    """`hosts` hosts on one switch, laid out as a run's (`chaos.topology`); removed on the way out.
+def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2,
+                    settings: dict[str, str] | None = None) -> Iterator[tuple[Host, ...]]:
+    """`hosts` hosts on one switch, laid out as a run's (`chaos.topology`), each with the
+    network `settings` (chaos.sysctl); removed on the way out.
     The ledger names this process as the owner first: a concurrent `chaos run`'s heal leaves
     the cluster alone while it measures."""
     record_owner(ledger)
     try:
         cluster = topology.hosts_of(run_id, hosts)
-        topology.build(ledger, cluster)
+        topology.build(ledger, cluster, settings)
         yield cluster
     finally:
         undo_outstanding(ledger, UNDOS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from chaos.api import Host
 from chaos.errors import HarnessError
@@ -109,11 +109,13 @@ def build_switch(ledger: Ledger, switch_ns: str) -> None:
         _bring_up(ipr, bridge)
 
 
-def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = None) -> None:
+def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = None,
+         settings: Mapping[str, str] | None = None) -> None:
     """Link each host to the switch: a veth from its port on the bridge to its eth0 (made in
-    the host's namespace, which must exist), with its addresses, both ends up; then each host
-    knows the switch and `peers` (the run's hosts; default `hosts`), the switch each host."""
-    from chaos import neighbours, netlink  # pyroute2: only where the layout is built, not where it is named
+    the host's namespace, which must exist), the host's own network `settings` (net.*
+    sysctls, chaos.sysctl), its addresses, both ends up; then each host knows the switch and
+    `peers` (the run's hosts; default `hosts`), the switch each host."""
+    from chaos import neighbours, netlink, sysctl  # pyroute2: only where the layout is built, not where it is named
     with netlink.translated("plug hosts into the switch"), netlink.route(switch_ns) as ipr:
         bridge = netlink.link_index(ipr, BRIDGE)
         for h in hosts:
@@ -121,6 +123,7 @@ def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = N
                                                               "address": neighbours.mac_of(h.address)})
             _bring_up(ipr, netlink.link_index(ipr, h.port), master=bridge)
     for h in hosts:
+        sysctl.apply(h.ns_path, settings or {})  # before its link is up: in force from its first packet
         with netlink.translated(f"configure {h.name}"), netlink.route(h.ns_path) as ipr:
             eth = netlink.link_index(ipr, h.ifname)
             ipr.addr("add", index=eth, address=h.address, prefixlen=NETWORK.prefixlen)
@@ -139,11 +142,11 @@ def unplug(switch_ns: str, host: Host) -> None:
             ipr.link("del", index=found[0])
 
 
-def build(ledger: Ledger, hosts: Sequence[Host]) -> None:
-    """The switch `hosts` share (as `hosts_of` lays them out), a namespace for each of them,
-    and their links."""
+def build(ledger: Ledger, hosts: Sequence[Host], settings: Mapping[str, str] | None = None) -> None:
+    """The switch `hosts` share (as `hosts_of` lays them out), a namespace for each of them
+    with its network `settings`, and their links."""
     switch_ns = hosts[0].switch_ns
     build_switch(ledger, switch_ns)
     for h in hosts:
         make_namespace(ledger, Path(h.ns_path).name)
-    plug(switch_ns, hosts)
+    plug(switch_ns, hosts, settings=settings)

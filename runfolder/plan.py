@@ -82,6 +82,9 @@ class TrialPlan:
     # JSON, the variant's overrides applied; `policy` is then the variant's name); None: the
     # runner under `policy_spec`. Absent from trial.json written before it: None.
     job: dict[str, Any] | None = None
+    # Every host's own net.* settings (scenario cluster.sysctls, chaos.sysctl); absent from
+    # trial.json written before it, and None: the kernel's defaults.
+    sysctls: dict[str, str] | None = None
 
     @property
     def last_action_s(self) -> float:

@@ -168,3 +168,43 @@ def test_a_well_formed_compose_file_reads(tmp_path):
     path = tmp_path / "docker-compose.yml"
     path.write_text(COMPOSE.format(**COMPOSE_GOOD))
     assert RankTemplate.from_compose(path).cap_add == ("NET_ADMIN",)
+
+
+SYSCTL_SCENARIO = """\
+name: sysctls
+cluster:
+  ranks: 2
+  sysctls: {{{settings}}}
+policies: {{timeout: {{}}}}
+"""
+
+
+def sysctl_scenario(tmp_path, settings: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(SYSCTL_SCENARIO.format(settings=settings))
+    return path
+
+
+def test_a_hosts_setting_must_be_a_network_one(tmp_path):
+    done = chaos_cli("run", str(sysctl_scenario(tmp_path, "vm.swappiness: 10")), "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert ("s.yaml:4: cluster.sysctls.vm.swappiness: 'vm.swappiness' is not a host's network setting: "
+            "a host is a network namespace, and only net.* settings are its own") in done.stderr
+
+
+def test_a_dry_run_prints_the_hosts_settings(tmp_path):
+    done = chaos_cli("run", str(sysctl_scenario(tmp_path, "net.ipv4.neigh.eth0.retrans_time_ms: 100, "
+                                                          "net.ipv4.tcp_rmem: [4096, 87380, 6291456]")), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert ("every host's own settings: net.ipv4.neigh.eth0.retrans_time_ms = 100, "
+            "net.ipv4.tcp_rmem = 4096 87380 6291456") in done.stdout
+
+
+@pytest.mark.requires_root
+def test_a_setting_no_host_has_stops_the_run_at_bring_up_and_leaves_nothing(tmp_path, leaves_nothing):
+    path = sysctl_scenario(tmp_path, "net.ipv4.neigh.eth9.retrans_time_ms: 100")
+    done = chaos_cli("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert ("cluster.sysctls: net.ipv4.neigh.eth9.retrans_time_ms: a host's network namespace has no such "
+            "setting") in done.stderr
+    assert "Traceback" not in done.stderr

@@ -30,6 +30,7 @@ class ClusterSpec:
     run_dir: Path            # where ranks write events, logs and checkpoints
     job_dir: Path | None = None  # a user's job's workdir, which every host must see at its path
     gpus: tuple[int | None, ...] = ()  # each rank's host GPU (harness.job.device.Placement.gpu_of); () none
+    sysctls: tuple[tuple[str, str], ...] = ()  # every host's own net.* settings (chaos.sysctl)
 
 
 @dataclass(frozen=True)

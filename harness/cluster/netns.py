@@ -41,7 +41,7 @@ class NetnsCluster(Cluster):
         self.timings: dict[str, float] = {}  # bring-up phases, for benchmarks
 
     def build(self) -> None:
-        topology.build(self._ledger, self.hosts)
+        topology.build(self._ledger, self.hosts, dict(self.spec.sysctls))
 
     def start_launcher(self) -> None:
         """Start the rank launcher first: it imports torch while the hosts are built."""

@@ -63,7 +63,9 @@ def yaml_text(comment: list[str], documents: list[dict[str, Any]]) -> str:
     head = []
     for paragraph in comment:
         indent = " " * (len(paragraph) - len(paragraph.lstrip()))
-        lines = textwrap.wrap(paragraph, COMMENT_WIDTH, subsequent_indent=indent + "  ") or [""]
+        # never inside a word: a flag or a name split at its hyphen would not work pasted
+        lines = textwrap.wrap(paragraph, COMMENT_WIDTH, subsequent_indent=indent + "  ",
+                              break_on_hyphens=False) or [""]
         head += [f"# {line}".rstrip() + "\n" for line in lines]
     body = "---\n".join(yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
                         for doc in documents)
@@ -106,8 +108,9 @@ def export_trial(scenario_file: Path, policy: str, image: str = DEFAULT_IMAGE, n
         mappings.append(map_fault(planned, fault, pods, plan.ranks, op.rank_container, where))
     flow = f"{job}-faults" if plan.faults else None
     documents = [plan_config_map(job, namespace, text, str(scenario_file), policy, api, flow or ""),
-                 *JOB_BUILDERS[api](job, namespace, plan.ranks, image, env, checkpoint_claim, gpus)]
-    files = {JOB_FILE: yaml_text(_job_notes(job, namespace, op.api, plan.ranks, op.index_label, flow), documents)}
+                 *JOB_BUILDERS[api](job, namespace, plan.ranks, image, env, checkpoint_claim, gpus, plan.sysctls or {})]
+    notes = _job_notes(job, namespace, op.api, plan.ranks, op.index_label, flow, plan.sysctls or {})
+    files = {JOB_FILE: yaml_text(notes, documents)}
     if flow is not None:
         files[FAULTS_FILE] = yaml_text(workflow_notes(plan, mappings), [workflow(plan, mappings, flow, namespace)])
     approximated = tuple(f"faults.{planned.index}: {note}" for planned, mapping in zip(plan.faults, mappings, strict=True)
@@ -115,7 +118,8 @@ def export_trial(scenario_file: Path, policy: str, image: str = DEFAULT_IMAGE, n
     return Export(job=job, namespace=namespace, workflow=flow, files=files, approximated=approximated)
 
 
-def _job_notes(job: str, namespace: str, api: str, ranks: int, index_label: str, flow: str | None) -> list[str]:
+def _job_notes(job: str, namespace: str, api: str, ranks: int, index_label: str, flow: str | None,
+               sysctls: dict[str, str]) -> list[str]:
     lines = [
         f"One trial of chaos-harness on Kubernetes ({api}): {ranks} ranks and a control plane.",
         "",
@@ -133,6 +137,10 @@ def _job_notes(job: str, namespace: str, api: str, ranks: int, index_label: str,
         "figures compare clocks of different nodes.",
         f"events: each rank's {RUN_DIR}/events.jsonl is a link to its stdout (init container "
         "events-to-stdout): the events are JSON lines in the pod's log.",
+        *([f"exact: every rank pod has cluster.sysctls ({', '.join(sysctls)}) in its securityContext, set in "
+           "its own network namespace as on each host under the harness; a setting outside Kubernetes' safe "
+           "set needs the kubelet's --allowed-unsafe-sysctls (else the pod is refused: SysctlForbidden), and "
+           "one naming eth0 needs a network plugin that names the pod's interface eth0."] if sysctls else []),
         "",
         "run it:",
         "  kubectl apply -f job.yaml",

@@ -79,14 +79,17 @@ def _control_container(op: Operator, image: str, port_name: str) -> dict[str, An
 
 
 def _rank_pod(op: Operator, image: str, env: list[dict[str, Any]], job: str, checkpoint_claim: str | None,
-              gpus: int) -> dict[str, Any]:
-    return {"restartPolicy": "Never", "initContainers": [_events_to_stdout(image)],
-            "containers": [_rank_container(op, image, env, _mounts(job, checkpoint_claim, gpus), gpus)],
-            "volumes": _volumes(checkpoint_claim, gpus)}
+              gpus: int, sysctls: dict[str, str]) -> dict[str, Any]:
+    pod = {"restartPolicy": "Never", "initContainers": [_events_to_stdout(image)],
+           "containers": [_rank_container(op, image, env, _mounts(job, checkpoint_claim, gpus), gpus)],
+           "volumes": _volumes(checkpoint_claim, gpus)}
+    if sysctls:  # the pod's own network namespace, as each host's under the harness (chaos.sysctl)
+        pod["securityContext"] = {"sysctls": [{"name": k, "value": v} for k, v in sysctls.items()]}
+    return pod
 
 
 def train_job(job: str, namespace: str, ranks: int, image: str, env: list[dict[str, Any]],
-              checkpoint_claim: str | None, gpus: int) -> list[dict[str, Any]]:
+              checkpoint_claim: str | None, gpus: int, sysctls: dict[str, str]) -> list[dict[str, Any]]:
     """A ClusterTrainingRuntime of the torch kind, named after the trial, and its TrainJob."""
     op = TRAINJOB
     control = {"name": op.control_role, "replicas": 1, "template": {"spec": {
@@ -99,7 +102,7 @@ def train_job(job: str, namespace: str, ranks: int, image: str, env: list[dict[s
         "spec": {"completionMode": "Indexed", "parallelism": ranks, "completions": ranks,
                  # a failed rank is not retried and the others go on (the Job fails once all ended)
                  "backoffLimitPerIndex": 0,
-                 "template": {"spec": _rank_pod(op, image, [], job, checkpoint_claim, gpus)}}}}
+                 "template": {"spec": _rank_pod(op, image, [], job, checkpoint_claim, gpus, sysctls)}}}}
     runtime = {"apiVersion": TRAINER_API, "kind": "ClusterTrainingRuntime",
                "metadata": {"name": job, "labels": {"trainer.kubeflow.org/framework": "torch"}},
                "spec": {"mlPolicy": {"numNodes": ranks, "torch": {"numProcPerNode": 1}},
@@ -119,14 +122,14 @@ def train_job(job: str, namespace: str, ranks: int, image: str, env: list[dict[s
 
 
 def pytorch_job(job: str, namespace: str, ranks: int, image: str, env: list[dict[str, Any]],
-                checkpoint_claim: str | None, gpus: int) -> list[dict[str, Any]]:
+                checkpoint_claim: str | None, gpus: int, sysctls: dict[str, str]) -> list[dict[str, Any]]:
     """A PyTorchJob: the Master replica is the control plane, the Workers are the ranks."""
     op = PYTORCHJOB
     # the operator's master service exposes the port it finds under this name
     master = {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
         "containers": [_control_container(op, image, "pytorchjob-port")]}}}
     worker = {"replicas": ranks, "restartPolicy": "Never", "template": {
-        "spec": _rank_pod(op, image, env, job, checkpoint_claim, gpus)}}
+        "spec": _rank_pod(op, image, env, job, checkpoint_claim, gpus, sysctls)}}
     return [{"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob", "metadata": {"name": job, "namespace": namespace},
              # a failed worker fails the job; None leaves the other pods running, as under the harness
              "spec": {"runPolicy": {"cleanPodPolicy": "None"},

@@ -198,7 +198,8 @@ class Trial:
             teardown.callback(self.progress.done)
             cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
                                                   Path(plan.job["workdir"]) if plan.job else None,
-                                                  tuple(self.placement.gpu_of(r) for r in range(plan.ranks))), ledger)
+                                                  tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),
+                                                  tuple((plan.sysctls or {}).items())), ledger)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3))

@@ -44,7 +44,8 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         workload=scenario.workload.model_dump(mode="json"), ranks=scenario.cluster.ranks,
         seed=scenario.seed, warmup_steps=scenario.warmup_steps, settle_steps=scenario.settle_steps,
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
-        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job)
+        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job,
+        sysctls=dict(scenario.cluster.sysctls) or None)
     return Plan(trial, tuple(e.fault for e in scenario.faults))
 
 
@@ -131,9 +132,11 @@ def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
     if not plans:
         return f"{header}\nno policy to run: add one under 'policies:'"
     timeline, values = plans[0].trial, plans[0].faults  # the same for every policy
-    lines = [header,
-             f"per policy, on a fresh cluster: {timeline.warmup_steps} warm-up steps on every rank, "
-             "then at these offsets after warm-up:"]
+    lines = [header]
+    if timeline.sysctls:
+        lines.append("every host's own settings: " + ", ".join(f"{k} = {v}" for k, v in timeline.sysctls.items()))
+    lines += [f"per policy, on a fresh cluster: {timeline.warmup_steps} warm-up steps on every rank, "
+              "then at these offsets after warm-up:"]
     for action in timeline.actions:
         fault = timeline.faults[action.index]
         what = fault.description if action.verb == APPLY else fault.kind

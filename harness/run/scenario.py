@@ -3,7 +3,8 @@
     name: link-down                     # defaults to the file name
     description: ...
     seed: 1                             # all randomness (jitter, target choice) comes from it
-    cluster: {ranks: 16, backend: netns, device: auto, comm: auto}  # auto: harness.job.device
+    cluster: {ranks: 16, backend: netns, device: auto, comm: auto,  # auto: harness.job.device
+              sysctls: {net.ipv4.neigh.eth0.retrans_time_ms: 100}}  # each host's own (chaos.sysctl)
     workload: {step_period: 250ms, checkpoint_every: 10}
     warmup_steps: 8                     # steps every rank completes before the first fault
     groups: {left: [0, 1, 2, 3]}        # named sets of ranks, for targets
@@ -47,7 +48,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       model_validator)
 from pydantic.json_schema import GenerateJsonSchema
 
-from chaos import units
+from chaos import sysctl, units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from chaos.topology import host_index, host_name
@@ -90,12 +91,27 @@ NAME_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 HOST_NAME = re.compile(r"r\d{3,}")
 
 
+def _setting_text(value: Any) -> Any:
+    # YAML reads `retrans_time_ms: 100` as a number; /proc/sys takes text (a list: tcp_rmem's three)
+    def text(v: Any) -> Any:
+        if isinstance(v, list):
+            return " ".join(map(str, v))
+        return v if v is None or isinstance(v, str) else str(int(v) if isinstance(v, bool) else v)
+
+    return {k: text(v) for k, v in value.items()} if isinstance(value, dict) else value
+    return value
+
+
 class ClusterConfig(Frozen):
     ranks: Annotated[int, Field(ge=2)] = 16
     backend: Literal["netns", "docker"] = "netns"
     # harness.job.device.choose picks from these and the host's GPUs when the run starts
     device: Literal["cpu", "cuda", "auto"] = "auto"
     comm: Literal["gloo", "nccl", "auto"] = "auto"
+    sysctls: Annotated[dict[Annotated[str, AfterValidator(sysctl.check_key)], str],
+                       BeforeValidator(_setting_text)] = Field(
+        default={}, description="every host's own net.* settings, as on your nodes "
+                                "(net.ipv4.neigh.eth0.retrans_time_ms: 100); chaos.sysctl")
 
     @field_validator("ranks")
     @classmethod
@@ -432,8 +448,8 @@ def _duplicate_keys(node: yaml.Node | None, path: Path, seen: set[int] | None = 
 def _file_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """A pydantic location in the model -> the same place in the file, where a fault's
     parameters sit flat beside its timing: ("faults", 0, "fault", "loss", "percent") ->
-    ("faults", 0, "percent")."""
-    loc = tuple(p for p in loc if not str(p).startswith("function-"))
+    ("faults", 0, "percent"); a mapping's key is where its entry is."""
+    loc = tuple(p for p in loc if not str(p).startswith("function-") and p != "[key]")
     if len(loc) >= 3 and loc[0] == "faults" and loc[2] == "fault":
         rest = loc[3:]
         if rest and rest[0] in kind_names():

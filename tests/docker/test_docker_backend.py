@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from chaos import netlink
+from chaos import netlink, sysctl
 from chaos.faults import Kill, LinkDown, Pause
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
@@ -81,9 +81,11 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.1):  # type:
 
 
 def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
-    """4 containers train; rank 1's switch port goes down; the timeout policy fails fast."""
+    """4 containers train, each with the scenario's own network settings; rank 1's switch
+    port goes down; the timeout policy fails fast."""
     n = 4
-    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    settings = (("net.ipv4.neigh.eth0.retrans_time_ms", "100"), ("net.ipv4.tcp_retries2", "5"))
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path, sysctls=settings), ledger)
     try:
         labels = {c.name: c.labels for c in cluster.client.containers.list(
             all=True, filters={"label": f"{LABEL_RUN}={run_id}"})}
@@ -101,6 +103,7 @@ def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_pa
         assert os.stat(host.ns_path).st_ino == os.stat(f"/proc/{host.pid}/ns/net").st_ino
         assert host.ns_path == f"/run/netns/chaos-{run_id}-r001"
         assert netlink.link_is_up(f"/proc/{host.pid}/ns/net", "eth0")
+        assert all(sysctl.read(h.ns_path, dict(settings)) == dict(settings) for h in cluster.hosts)
         injection = NetlinkInjector(ledger).apply(LinkDown(), [host])
         assert not netlink.link_is_up(cluster.switch_ns, host.port)
         exits: list = []

@@ -264,3 +264,31 @@ def test_export_main_writes_the_files_and_says_what_is_approximated(tmp_path, ca
     assert "approximated: faults.0: netem's queue" in out
     assert "chaos collect k8s --namespace chaos --job delay-50ms-timeout --out RUN_DIR" in out
     assert all(d["metadata"]["namespace"] == "chaos" for d in documents((tmp_path / JOB_FILE).read_text()))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_hosts_network_settings_reach_every_rank_pod(api, tmp_path):
+    data = yaml.safe_load((REPO / "scenarios" / "link_down.yaml").read_text())
+    settings = {"net.ipv4.neigh.eth0.retrans_time_ms": "100", "net.ipv4.tcp_keepalive_time": "60"}
+    data.update(policies={"timeout": {"timeout": "5s"}}, expect={})
+    data["cluster"] = {**data.get("cluster", {}), "sysctls": settings}
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump(data))
+    export = export_trial(path, "timeout", api=api)
+    assert admission_problems(exported(export)) == []
+    pods = [c for c in _pod_specs(exported(export)) if any(x["command"][-1] == "rank" for x in c["containers"])]
+    assert pods and all(p["securityContext"]["sysctls"] == [{"name": k, "value": v} for k, v in settings.items()]
+                        for p in pods)
+    assert "--allowed-unsafe-sysctls" in export.files[JOB_FILE]
+    plain = export_trial(carried(REPO / "scenarios" / "link_down.yaml", tmp_path), "timeout", api=api)
+    assert all("securityContext" not in p for p in _pod_specs(exported(plain)))
+
+
+def _pod_specs(node) -> list[dict]:
+    """Every pod spec under `node` (a pod template's spec: it has containers)."""
+    if isinstance(node, list):
+        return [p for item in node for p in _pod_specs(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node] if isinstance(node.get("containers"), list) else []
+    return found + [p for key, value in node.items() if key != "containers" for p in _pod_specs(value)]

@@ -32,6 +32,14 @@ def test_a_tuning_reaches_the_detector_policies_only(detector, tmp_path):
     assert detector.Tuning().folder(16) == "ranks-16"
     assert detector.Tuning(0.4, None).folder(16) == "ranks-16-suspect-0.4s"
     assert detector.Tuning(None, 0.3).folder(64) == "ranks-64-exclude-0.3s"
+    assert load_scenario(default).cluster.sysctls == {}
+
+
+def test_an_arp_retransmission_time_reaches_every_host(detector, tmp_path):
+    path = tmp_path / "bench_link_down.yaml"
+    path.write_text(detector.scenario_text("link_down", ["elastic_rejoin"], detector.Tuning(arp_retrans=0.1)))
+    assert load_scenario(path).cluster.sysctls == {"net.ipv4.neigh.eth0.retrans_time_ms": "100"}
+    assert detector.Tuning(0.4, None, 0.1).folder(16) == "ranks-16-suspect-0.4s-arp-0.1s"
 
 
 def event(t, kind, rank, **fields):

@@ -218,7 +218,7 @@ class DockerCluster(Cluster):
             # rank's address still answers (RST), its last FIN is delivered, and its port
             # stays on the bridge until teardown or a restart.
             topology.make_namespace(self._ledger, self.namespace(rank), pid)
-            topology.plug(self.switch_ns, [self._layout[rank]], self._layout)
+            topology.plug(self.switch_ns, [self._layout[rank]], self._layout, dict(self.spec.sysctls))
         except ChaosError:
             if proc.start_time(pid) == st.started:
                 raise
