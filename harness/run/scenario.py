@@ -99,7 +99,6 @@ def _setting_text(value: Any) -> Any:
         return v if v is None or isinstance(v, str) else str(int(v) if isinstance(v, bool) else v)
 
     return {k: text(v) for k, v in value.items()} if isinstance(value, dict) else value
-    return value
 
 
 class ClusterConfig(Frozen):
