@@ -1,10 +1,13 @@
 """Bring-up, teardown and memory of a job on the namespace backend, per number of ranks.
 
     sudo .venv/bin/python bench/bringup.py [--ranks 16 32 64] [--repeat 3] [--ready-within 60]
+                                           [--launcher cold warm]
 
-For each size, `--repeat` times on a fresh cluster: namespaces built (switch + hosts +
-bridge + veths + neighbour entries: hosts_s), the rank launcher ready (one interpreter
-importing torch, in parallel with the hosts: launcher_s), control plane listening
+For each size and each launcher, `--repeat` times on a fresh cluster: namespaces built
+(switch + hosts + bridge + veths + neighbour entries: hosts_s), the rank launcher ready
+(launcher_s: a cold one, as a run's first trial gets, is a new interpreter importing torch
+in parallel with the hosts; a warm one, as every later trial of the run gets, is the
+launcher an earlier bring-up gave back, after one unmeasured bring-up), control plane listening
 (control_s), every rank forked (spawn_s), every rank's group formed after the last fork
 (group_s), the whole of it (ready_total_s), teardown (ranks stopped, hosts removed:
 teardown_s), and the proportional set size (PSS) of each rank process 3 s into training.
@@ -31,6 +34,7 @@ from chaos.errors import ChaosError
 from chaos.inject import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
+from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.policies import policy_spec
@@ -41,6 +45,7 @@ STOP_DEADLINE_S = 3.0
 POLL_S = 0.005
 FIGURES = ("hosts_s", "launcher_s", "control_s", "spawn_s", "group_s", "ready_total_s",
            "teardown_s", "pss_mb_mean", "pss_mb_max")
+LAUNCHERS = ("cold", "warm")
 TARGETS = "targets (issue 16): ready_total_s <= 1.0 at 16 ranks and <= 3 at 64, teardown_s <= 0.5, pss_mb_max <= 40"
 
 
@@ -117,7 +122,7 @@ def wait_for_group(cluster: NetnsCluster, ranks: int, run_dir: Path, within_s: f
         time.sleep(POLL_S)
 
 
-def one(ranks: int, workdir: Path, within_s: float) -> dict[str, float]:
+def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool) -> dict[str, float]:
     """Bring up `ranks` ranks, measure, tear down; SizeFailed (or a ChaosError) says why not."""
     run_id = "b" + secrets.token_hex(3)
     run_dir = workdir / run_id
@@ -126,7 +131,7 @@ def one(ranks: int, workdir: Path, within_s: float) -> dict[str, float]:
     record_owner(ledger)
     try:
         t0 = time.monotonic()
-        cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger)
+        cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger, launchers)
         t_up = time.monotonic()
         try:
             start_ranks(cluster, ranks, run_dir)
@@ -149,14 +154,22 @@ def one(ranks: int, workdir: Path, within_s: float) -> dict[str, float]:
             "pss_mb_mean": statistics.mean(pss), "pss_mb_max": max(pss)}
 
 
-def measure(ranks: int, repeat: int, within_s: float) -> list[dict[str, float]]:
+def measure(ranks: int, repeat: int, within_s: float, launcher: str) -> list[dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="chaos-bench-") as tmp:
-        return [one(ranks, Path(tmp), within_s) for _ in range(repeat)]
+        if launcher == "cold":  # a pool per bring-up: each starts its own launcher
+            rows = []
+            for _ in range(repeat):
+                with LauncherPool() as launchers:
+                    rows.append(one(ranks, Path(tmp), within_s, launchers))
+            return rows
+        with LauncherPool() as launchers:
+            one(ranks, Path(tmp), within_s, launchers)  # warms the launcher: not measured
+            return [one(ranks, Path(tmp), within_s, launchers) for _ in range(repeat)]
 
 
-def row(ranks: int, rows: list[dict[str, float]]) -> str:
+def row(ranks: int, launcher: str, rows: list[dict[str, float]]) -> str:
     cells = [f"{statistics.median(r[k] for r in rows):7.2f} ({max(r[k] for r in rows):6.2f})" for k in FIGURES]
-    return f"{ranks:6d}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
+    return f"{ranks:6d}  {launcher:>8s}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
 
 
 def main() -> int:
@@ -165,19 +178,25 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ready-within", type=float, default=60.0,
                         help="seconds from the last fork for every rank to form the group")
+    parser.add_argument("--launcher", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS),
+                        help="cold: a new launcher per bring-up (a run's first trial); warm: the "
+                             "launcher an earlier bring-up gave back (every later trial)")
     args = parser.parse_args()
     print(f"netns backend, {os.cpu_count()} CPUs, median of {args.repeat} (worst in brackets)")
-    print(f"{'ranks':>6s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES), flush=True)
-    results: dict[int, Any] = {}
+    print(f"{'ranks':>6s}  {'launcher':>8s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES),
+          flush=True)
+    results: dict[str, Any] = {}
     failed = False
     for ranks in args.ranks:
-        try:
-            results[ranks] = rows = measure(ranks, args.repeat, args.ready_within)
-            print(row(ranks, rows), flush=True)
-        except (SizeFailed, ChaosError, OSError) as exc:  # a size that fails says why; the next one runs
-            failed = True
-            results[ranks] = {"failed": f"{type(exc).__name__}: {exc}"}
-            print(f"{ranks:6d}  failed: {exc}", flush=True)
+        for launcher in args.launcher:
+            key = f"{ranks} {launcher}"
+            try:
+                results[key] = rows = measure(ranks, args.repeat, args.ready_within, launcher)
+                print(row(ranks, launcher, rows), flush=True)
+            except (SizeFailed, ChaosError, OSError) as exc:  # a size that fails says why; the next one runs
+                failed = True
+                results[key] = {"failed": f"{type(exc).__name__}: {exc}"}
+                print(f"{ranks:6d}  {launcher:>8s}  failed: {exc}", flush=True)
     print(TARGETS)
     print(json.dumps(results), file=sys.stderr)
     return 1 if failed else 0

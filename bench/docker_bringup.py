@@ -25,6 +25,7 @@ from chaos import netlink
 from chaos.inject import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
+from harness.cluster.launcher import LauncherPool
 from runfolder.events import read_events
 from harness.job.policies import policy_spec
 from harness.job.workload import WorkloadSpec
@@ -57,8 +58,9 @@ def main() -> int:
         print(f"{name:6s} {figures[name]:7.2f} s", flush=True)
         return now
 
+    launchers = LauncherPool()
     t0 = time.monotonic()
-    cluster = backend.up(ClusterSpec(run_id, args.ranks, run_dir), ledger)
+    cluster = backend.up(ClusterSpec(run_id, args.ranks, run_dir), ledger, launchers)
     try:
         t = phase("up", t0)
         pol = policy_spec("timeout", {"timeout": "30s"}).model_dump(mode="json")
@@ -94,6 +96,7 @@ def main() -> int:
     finally:
         tc = time.monotonic()
         cluster.close()
+        launchers.close()
         figures["close"] = round(time.monotonic() - tc, 3)
         print(f"close  {figures['close']:7.2f} s", flush=True)
     ledger.close_if_clean()

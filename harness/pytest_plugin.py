@@ -5,7 +5,8 @@
                                         broke, the measured value and `chaos run ... --seed N`
 
 A thin layer over `harness.run.check.check_policy`: options (the `chaos` group), the fixture
-`chaos_check` (run one policy of a scenario file; usable from Python tests too), markers
+`chaos_check` (run one policy of a scenario file; usable from Python tests too; the
+session's checks share one rank launcher, `chaos_launchers`), markers
 (chaos_scenario, slow and requires_root always; requires_docker for the docker backend,
 requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
@@ -21,13 +22,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 
 from chaos.errors import ChaosError
 
 if TYPE_CHECKING:
+    from harness.cluster.launcher import LauncherPool
     from harness.run.check import PolicyCheck
     from harness.run.scenario import Scenario
 
@@ -163,8 +165,18 @@ def chaos_out(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return Path(out) if out else tmp_path_factory.mktemp("chaos-runs")
 
 
+@pytest.fixture(scope="session")
+def chaos_launchers() -> Iterator[LauncherPool]:
+    """The session's rank launcher, lent to every check: only the first waits while it
+    imports torch."""
+    from harness.cluster.launcher import LauncherPool
+    with LauncherPool() as pool:
+        yield pool
+
+
 @pytest.fixture
-def chaos_check(request: pytest.FixtureRequest, chaos_out: Path) -> Callable[[Path, str], PolicyCheck]:
+def chaos_check(request: pytest.FixtureRequest, chaos_out: Path,
+                chaos_launchers: LauncherPool) -> Callable[[Path, str], PolicyCheck]:
     """`chaos_check(scenario_file, policy)`: run and judge one policy of a scenario file
     (with the session's --chaos-* overrides); the result is kept for the runtime table."""
     config = request.config
@@ -177,7 +189,8 @@ def chaos_check(request: pytest.FixtureRequest, chaos_out: Path) -> Callable[[Pa
         signals.install()  # SIGTERM raises Terminated: the trial tears down on the way out
         progress = Progress(quiet=not config.getoption("chaos_progress", False))
         try:
-            result = check_policy(Path(scenario_file), policy, chaos_out, scenario_overrides(config), progress)
+            result = check_policy(Path(scenario_file), policy, chaos_out, scenario_overrides(config), progress,
+                                  chaos_launchers)
         except Terminated as exc:
             pytest.exit(f"{exc}; the running trial was torn down", returncode=143)
         config.stash[_RESULTS].append(result)

@@ -236,7 +236,7 @@ def test_the_session_check_finds_and_removes_what_a_run_left(state_dir: Path) ->
 
 
 class _FailingBackend(FakeBackend):
-    def up(self, spec, ledger):  # type: ignore[no-untyped-def]
+    def up(self, spec, ledger, launchers):  # type: ignore[no-untyped-def]
         raise HarnessError("the engine went away during bring-up")  # before any cluster exists
 
 

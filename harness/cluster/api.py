@@ -11,12 +11,16 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chaos import linkstats
 from chaos.api import Host
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
+
+if TYPE_CHECKING:
+    from harness.cluster.launcher import LauncherPool
 
 STORE_PORT = 29400
 
@@ -95,5 +99,7 @@ class Backend(abc.ABC):
     start_timeout_s: float = 60.0  # from bring-up until every rank finished its warm-up
 
     @abc.abstractmethod
-    def up(self, spec: ClusterSpec, ledger: Ledger) -> Cluster:
-        """Build the hosts and the control plane; every side effect goes to `ledger` first."""
+    def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> Cluster:
+        """Build the hosts and the control plane; every side effect goes to `ledger` first.
+        The processes on the hosts are forked by a launcher taken from `launchers`, given
+        back when the cluster closes."""

@@ -27,6 +27,7 @@ from chaos.faults import FaultBase
 from chaos.inject import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
+from harness.cluster.launcher import LauncherPool
 from harness.job.config import RankConfig
 from runfolder import events as kinds
 from runfolder.events import EventRecorder
@@ -195,7 +196,8 @@ class FakeBackend(Backend):
         self.journal: list[tuple[Any, ...]] = []
         self.clusters: list[FakeCluster] = []
 
-    def up(self, spec: ClusterSpec, ledger: Ledger) -> FakeCluster:
+    def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> FakeCluster:
+        """The fake cluster runs no process: `launchers` is not used."""
         self.journal.append(("up", spec.ranks))
         cluster = FakeCluster(spec, ledger, self.clock, self.journal)
         self.clusters.append(cluster)

@@ -17,22 +17,23 @@ from chaos.inject import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
 from harness.job.control import LISTENING
-from harness.cluster.launcher import Launcher, exit_of, wait_for_text
+from harness.cluster.launcher import Launcher, LauncherPool, exit_of, wait_for_text
 
 CONTROL_READY_TIMEOUT_S = 20.0
 
 
-def start_control(launcher: Launcher, switch_ns: str, run_dir: Path, port: int) -> None:
+def start_control(launcher: Launcher, ledger: Ledger, switch_ns: str, run_dir: Path, port: int) -> None:
     """The control plane (rendezvous store, detector) on the switch; returns once it listens."""
     log = run_dir / "logs" / "control.log"
-    launcher.spawn("control", "control", f"/run/netns/{switch_ns}", str(log), {"port": port})
+    launcher.spawn(ledger, "control", "control", f"/run/netns/{switch_ns}", str(log), {"port": port})
     wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)
 
 
 class NetnsCluster(Cluster):
-    def __init__(self, spec: ClusterSpec, ledger: Ledger) -> None:
+    def __init__(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> None:
         self.spec = spec
         self._ledger = ledger
+        self._launchers = launchers
         self.hosts = topology.hosts_of(spec.run_id, spec.ranks)
         self.store_address = topology.SWITCH_ADDRESS
         self.store_port = STORE_PORT
@@ -44,11 +45,11 @@ class NetnsCluster(Cluster):
         topology.build(self._ledger, self.hosts, dict(self.spec.sysctls))
 
     def start_launcher(self) -> None:
-        """Start the rank launcher first: it imports torch while the hosts are built."""
-        self._launcher = Launcher(self._ledger)
+        """Take the rank launcher first: a new one imports torch while the hosts are built."""
+        self._launcher = self._launchers.take()
 
     def start_control(self) -> None:
-        start_control(self.launcher, self.switch_ns, self.spec.run_dir, self.store_port)
+        start_control(self.launcher, self._ledger, self.switch_ns, self.spec.run_dir, self.store_port)
 
     @property
     def launcher(self) -> Launcher:
@@ -65,7 +66,7 @@ class NetnsCluster(Cluster):
     def _spawn(self, rank: int, entry: str, config: dict) -> int:
         host = self.hosts[rank]
         log = str(self.spec.run_dir / "logs" / f"{host.name}.log")
-        return self.launcher.spawn(host.name, entry, host.ns_path, log, config)
+        return self.launcher.spawn(self._ledger, host.name, entry, host.ns_path, log, config)
 
     def pid(self, rank: int) -> int | None:
         return self.launcher.pids.get(topology.host_name(rank))
@@ -83,7 +84,8 @@ class NetnsCluster(Cluster):
     def close(self) -> None:
         try:
             if self._launcher is not None:
-                self._launcher.close()
+                launcher, self._launcher = self._launcher, None
+                self._launchers.give_back(launcher)
         finally:
             undo_outstanding(self._ledger, UNDOS)  # a namespace cluster makes only the fault library's ops
 
@@ -91,8 +93,8 @@ class NetnsCluster(Cluster):
 class NetnsBackend(Backend):
     name = "netns"
 
-    def up(self, spec: ClusterSpec, ledger: Ledger) -> NetnsCluster:
-        cluster = NetnsCluster(spec, ledger)  # refuses more ranks than the network holds
+    def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> NetnsCluster:
+        cluster = NetnsCluster(spec, ledger, launchers)  # refuses more ranks than the network holds
         (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         try:
             started = time.monotonic()

@@ -7,6 +7,11 @@ stdin and answers on stdout:
     {"op": "spawn", "name": "r005", "entry": "rank"|"control"|"exec", "ns_path": ..., "log": ...,
      "config": {...}}            -> {"ev": "spawned", "name", "pid", "t"}
     (a child ends)               -> {"ev": "exited", "name", "pid", "exitcode", "signal", "t"}
+    {"op": "release"}            -> {"ev": "released", "t"}: every child SIGKILLed and reaped
+
+A released launcher forks the next trial's ranks from the same warm interpreter
+(`harness.cluster.launcher.LauncherPool`); its own state never changes between trials, so
+every trial's children start alike.
 
 "exec" runs a user's job (harness.cluster.userjob; config: its launch, with "rank"): the
 child execs the command, its output goes through a pipe to a second child, the tap
@@ -100,6 +105,15 @@ def _run_tap(cmd: dict[str, Any], fd: int, launcher_pid: int) -> None:
         os._exit(code)
 
 
+def _kill_all(names: dict[int, str]) -> None:
+    """SIGKILL every child and reap it; their exits are not reported (the trial is over)."""
+    for pid in names:
+        os.kill(pid, signal.SIGKILL)  # a child is only reaped here, so its pid is still ours
+    for pid in list(names):
+        os.waitpid(pid, 0)  # SIGKILL ends even a stopped process at once
+        del names[pid]
+
+
 def _reply(out: Any, **msg: Any) -> None:
     out.write(json.dumps(msg) + "\n")
     out.flush()
@@ -138,6 +152,10 @@ def main() -> None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 cmd = json.loads(line)
+                if cmd["op"] == "release":
+                    _kill_all(names)
+                    _reply(out, ev="released", t=time.monotonic())
+                    continue
                 if cmd["entry"] == "exec":  # a user's job: its output goes through a tap
                     tap_fd, cmd["out_fd"] = os.pipe()
                     tap = os.fork()

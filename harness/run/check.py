@@ -20,6 +20,7 @@ from typing import Any
 
 import reports
 from harness.cluster.backends import backend_named
+from harness.cluster.launcher import LauncherPool
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import Scenario, load_scenario
@@ -114,14 +115,16 @@ def _event_text(ev: dict[str, Any]) -> str:
 
 
 def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[str, Any] | None = None,
-                 progress: Progress | None = None) -> PolicyCheck:
+                 progress: Progress | None = None, launchers: LauncherPool | None = None) -> PolicyCheck:
     """Run `policy` of the scenario in `scenario_file` on a fresh cluster, write its reports
-    and take their verdict on the expectation the trial's plan stored."""
+    and take their verdict on the expectation the trial's plan stored; `launchers` lends
+    the rank launcher (a session's checks share one)."""
     scenario = load_scenario(scenario_file, overrides)
     started = time.monotonic()
     run_dir, _ = run_scenario(scenario, scenario_file, [policy], out, backend_named(scenario.cluster.backend),
                               progress or Progress(scope=scenario.name),
-                              command=reproduce_command(scenario_file, policy, scenario.seed))
+                              command=reproduce_command(scenario_file, policy, scenario.seed),
+                              launchers=launchers)
     reports.write_reports(run_dir)
     metrics = reports.analyze_run(run_dir).iloc[0].to_dict()
     return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(reports.trial_failures(metrics)),

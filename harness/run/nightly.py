@@ -41,7 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -50,6 +50,9 @@ from chaos.errors import UsageError
 from harness.run.progress import Progress
 from harness.signals import Terminated
 from harness.run.scenario import Scenario, _line_of, describe_errors, load_scenario, scaled_to_cores
+
+if TYPE_CHECKING:
+    from harness.cluster.launcher import LauncherPool
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PLANS = REPO / "nightly"
@@ -414,7 +417,9 @@ def add_nightly_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
-def _real_cell_runner(backend_name: str) -> CellRunner:
+def _real_cell_runner(backend_name: str, launchers: LauncherPool) -> CellRunner:
+    """Runs a cell's run folder; every trial of the night forks from the rank launcher
+    `launchers` lends."""
     from harness.cluster.backends import backend_named
     from harness.run.orchestrator import run_scenario
 
@@ -422,7 +427,7 @@ def _real_cell_runner(backend_name: str) -> CellRunner:
 
     def run(cell: Cell, runs: Path) -> Path:
         run_dir, _ = run_scenario(cell.scenario, cell.scenario_file, list(cell.policies), runs, backend,
-                                  Progress(quiet=True), command=cell.command)
+                                  Progress(quiet=True), command=cell.command, launchers=launchers)
         return run_dir
     return run
 
@@ -449,8 +454,11 @@ def nightly_command(args: argparse.Namespace, require_root: Callable[[str], None
     progress = NightProgress(Progress(quiet=args.quiet), total, done, time.monotonic)
     if done:
         progress.show(f"resuming night {manifest.night}: {len(manifest.done)} of {len(cells)} run folders done")
+    from harness.cluster.launcher import LauncherPool
     try:
-        manifest = run_cells(night_dir, manifest, cells, _real_cell_runner(plan.backend), progress, time.monotonic)
+        with LauncherPool() as launchers:
+            manifest = run_cells(night_dir, manifest, cells, _real_cell_runner(plan.backend, launchers), progress,
+                                 time.monotonic)
     except (KeyboardInterrupt, Terminated):
         progress.show(f"interrupted: the same command resumes night {manifest.night}")
         raise

@@ -37,6 +37,7 @@ from chaos.ledger import Ledger
 from harness import signals
 from harness.cluster.api import Backend, Cluster, ClusterSpec
 from harness.cluster.backends import undo_table
+from harness.cluster.launcher import LauncherPool
 from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
 from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.device import (Placement, PlacementError, choose, gpu_memory_by_pid, job_device_env, rank_env,
@@ -130,12 +131,14 @@ class Trial:
     """One scenario under one policy: executes its plan on a fresh cluster.
 
     `clock` and `sleep` pace the trial (injected: the fake cluster's tests run it on a fake
-    clock); `state_dir` holds the ledger (default: chaos.ledger's)."""
+    clock); `state_dir` holds the ledger (default: chaos.ledger's); `launchers` lends the
+    rank launcher (a run's trials share one; default: a launcher for this trial alone)."""
 
     def __init__(self, plan: Plan, trial_dir: Path, backend: Backend, progress: Progress,
                  make_injector: Callable[[Ledger, Cluster], Injector] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 state_dir: Path | None = None, placement: Placement | None = None) -> None:
+                 state_dir: Path | None = None, placement: Placement | None = None,
+                 launchers: LauncherPool | None = None) -> None:
         self.plan = plan.trial
         self.faults = plan.faults
         self.placement = placement or choose("cpu", "gloo", plan.trial.ranks, 0)
@@ -148,6 +151,7 @@ class Trial:
         self.clock = clock
         self.sleep = sleep
         self.state_dir = state_dir
+        self.launchers = launchers
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
@@ -196,14 +200,17 @@ class Trial:
             teardown.callback(recorder.close)
             teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
             teardown.callback(self.progress.done)
+            launchers = self.launchers or teardown.enter_context(LauncherPool(self.state_dir))
+            launcher = "kept" if launchers.kept else "new"
             cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
                                                   Path(plan.job["workdir"]) if plan.job else None,
                                                   tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),
-                                                  tuple((plan.sysctls or {}).items())), ledger)
+                                                  tuple((plan.sysctls or {}).items())), ledger, launchers)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
-            up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3))
-            self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s")
+            up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
+            self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
+                      + (" (rank launcher kept from the last trial)" if launcher == "kept" else ""))
             for rank in range(plan.ranks):
                 pid = self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
@@ -399,10 +406,12 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
 
 
 def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], out: Path,
-                 backend: Backend, progress: Progress,
-                 command: str | None = None) -> tuple[Path, list[TrialResult]]:
+                 backend: Backend, progress: Progress, command: str | None = None,
+                 launchers: LauncherPool | None = None) -> tuple[Path, list[TrialResult]]:
     """Run every policy of `scenario` in turn; returns the run folder and the trial results.
-    `command` is how to run it again (default: this process's `chaos` command line)."""
+    `command` is how to run it again (default: this process's `chaos` command line);
+    `launchers` lends the rank launcher to every trial (default: a pool for this run alone),
+    so that only the first trial waits for its import of torch."""
     # Leftovers of crashed runs (their owner is dead); live runs are left alone. What cannot
     # be undone (another backend's engine is down) is said, and this run goes on.
     problem = scenario.job and command_problem(scenario.job)
@@ -421,9 +430,11 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
     run_dir = start_run(out, scenario, scenario_file, policies, backend.name,
                         command or shlex.join(["chaos", *sys.argv[1:]]), placement)
     results = []
-    for policy in policies:
-        trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress,
-                      placement=placement)
-        results.append(trial.run())
+    with contextlib.ExitStack() as stack:
+        pool = launchers or stack.enter_context(LauncherPool())
+        for policy in policies:
+            trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress,
+                          placement=placement, launchers=pool)
+            results.append(trial.run())
     return run_dir, results
 

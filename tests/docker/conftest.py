@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos.ledger import Ledger
+from harness.cluster.launcher import LauncherPool
 
 
 def _skip_reason() -> str | None:
@@ -50,3 +51,10 @@ def ledger(run_id: str) -> Iterator[Ledger]:
     record_owner(led)
     yield led
     led.close_if_clean()
+
+
+@pytest.fixture
+def launchers() -> Iterator[LauncherPool]:
+    """The rank launchers of the test's clusters (the control plane's), closed after it."""
+    with LauncherPool() as pool:
+        yield pool

@@ -27,6 +27,7 @@ from harness.cluster.backends import undo_table
 from harness.cluster.docker.cluster import DockerBackend, DockerCluster
 from harness.cluster.docker.engine import LABEL_RUN, engine
 from harness.cluster.docker.heal import heal_containers
+from harness.cluster.launcher import LauncherPool
 from harness.job import lease
 from runfolder.events import read_events
 from tests.conftest import stop_child
@@ -80,12 +81,12 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.1):  # type:
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:
     """4 containers train, each with the scenario's own network settings; rank 1's switch
     port goes down; the timeout policy fails fast."""
     n = 4
     settings = (("net.ipv4.neigh.eth0.retrans_time_ms", "100"), ("net.ipv4.tcp_retries2", "5"))
-    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path, sysctls=settings), ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path, sysctls=settings), ledger, launchers)
     try:
         labels = {c.name: c.labels for c in cluster.client.containers.list(
             all=True, filters={"label": f"{LABEL_RUN}={run_id}"})}
@@ -122,9 +123,9 @@ def test_bringup_training_link_down_teardown(run_id: str, ledger: Ledger, tmp_pa
     assert all(e.state == "undone" for e in ledger.entries())
 
 
-def test_pause_and_kill_through_the_engine(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+def test_pause_and_kill_through_the_engine(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:
     n = 2
-    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger, launchers)
     try:
         for r in range(n):
             cluster.start_rank(r, rank_config(cluster, r, policy="retry", max_retries=3))
@@ -153,9 +154,9 @@ def test_pause_and_kill_through_the_engine(run_id: str, ledger: Ledger, tmp_path
     assert leftovers(run_id) == []
 
 
-def test_restart_rank_rewires_its_link(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+def test_restart_rank_rewires_its_link(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:
     """start_rank on a rank whose container exited starts it again, on a fresh veth."""
-    cluster = DockerBackend().up(ClusterSpec(run_id, 1, tmp_path), ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, 1, tmp_path), ledger, launchers)
     try:
         first = cluster.start_rank(0, rank_config(cluster, 0, max_steps=2))
         exits = wait_until(lambda: cluster.reap(), 120, "the first run to end", interval=0.05)
@@ -179,12 +180,14 @@ _HARNESS = textwrap.dedent("""
     from chaos.ledger import Ledger
     from harness.cluster.api import ClusterSpec
     from harness.cluster.docker.cluster import DockerBackend
+    from harness.cluster.launcher import LauncherPool
     sys.path[:0] = [{tests!r}, {project!r}]
     from test_docker_backend import rank_config
     run_id, run_dir = sys.argv[1], Path(sys.argv[2])
     ledger = Ledger(run_id)
     record_owner(ledger)
-    cluster = DockerBackend().up(ClusterSpec(run_id, 2, run_dir), ledger)
+    launchers = LauncherPool(run_dir.parent / LAUNCHERS)  # its ledger where the test heals it
+    cluster = DockerBackend().up(ClusterSpec(run_id, 2, run_dir), ledger, launchers)
     try:
         for r in range(2):
             cluster.start_rank(r, rank_config(cluster, r))
@@ -193,8 +196,10 @@ _HARNESS = textwrap.dedent("""
             time.sleep(0.1)
     finally:
         cluster.close()
+        launchers.close()
         ledger.close_if_clean()
 """)
+LAUNCHERS = "launchers"
 
 
 def _ignore_sigint() -> None:
@@ -206,7 +211,8 @@ def _harness(run_id: str, tmp_path: Path) -> Iterator[subprocess.Popen]:
     """A helper harness with 2 running ranks, started with SIGINT ignored; ended whatever
     the test does (`stop_child`: SIGINT, SIGKILL at the deadline, then a heal)."""
     script = tmp_path / "killable_harness.py"
-    script.write_text(_HARNESS.format(tests=str(Path(__file__).parent), project=str(PROJECT)))
+    script.write_text(_HARNESS.replace("LAUNCHERS", repr(LAUNCHERS)).format(
+        tests=str(Path(__file__).parent), project=str(PROJECT)))
     child = subprocess.Popen([sys.executable, str(script), run_id, str(tmp_path / "run")],
                              stdout=subprocess.PIPE, cwd=PROJECT, text=True, preexec_fn=_ignore_sigint)
     try:
@@ -216,6 +222,7 @@ def _harness(run_id: str, tmp_path: Path) -> Iterator[subprocess.Popen]:
         yield child
     finally:
         stop_child(child, run_id=run_id)
+        heal(undo_table(), directory=tmp_path / LAUNCHERS)  # the harness's launcher, if it was killed
 
 
 def test_ctrl_c_leaves_nothing(run_id: str, tmp_path: Path) -> None:
@@ -264,10 +271,10 @@ def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
     assert leftovers(run_id) == []
 
 
-def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:
     """The fault library's own mechanisms reach the container's eth0 through /proc/PID/ns/net."""
     from chaos.faults import parse_fault
-    cluster = DockerBackend().up(ClusterSpec(run_id, 2, tmp_path), ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, 2, tmp_path), ledger, launchers)
     try:
         for r in range(2):
             cluster.start_rank(r, rank_config(cluster, r))
@@ -287,11 +294,11 @@ def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, tmp_path
     assert leftovers(run_id) == []
 
 
-def test_sigterm_while_a_rank_is_still_loading(run_id: str, ledger: Ledger, tmp_path: Path) -> None:
+def test_sigterm_while_a_rank_is_still_loading(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:
     """A rank is PID 1 of its container: it must catch SIGTERM from its first moments (the
     kernel drops signals PID 1 has no handler for), not only once torch is imported."""
     n = 2
-    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger)
+    cluster = DockerBackend().up(ClusterSpec(run_id, n, tmp_path), ledger, launchers)
     try:
         for r in range(n):
             cluster.start_rank(r, rank_config(cluster, r))

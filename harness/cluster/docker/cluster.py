@@ -43,7 +43,7 @@ from harness.cluster.docker.heal import undo_pause
 from harness.cluster.docker.image import IMAGE_ENV, resolve_image
 from harness.cluster.docker.mechanisms import EngineKill, EnginePause
 from harness.cluster.docker.template import COMPOSE_FILE, RankTemplate
-from harness.cluster.launcher import Launcher
+from harness.cluster.launcher import Launcher, LauncherPool
 from harness.cluster.netns import start_control
 from harness.job import lease
 
@@ -76,11 +76,12 @@ class _Rank:
 
 
 class DockerCluster(Cluster):
-    def __init__(self, spec: ClusterSpec, ledger: Ledger, layout: tuple[Host, ...], client: Any,
-                 template: RankTemplate, image: str, mounts: dict[str, dict[str, str]], python: str,
-                 gpus: bool) -> None:
+    def __init__(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool, layout: tuple[Host, ...],
+                 client: Any, template: RankTemplate, image: str, mounts: dict[str, dict[str, str]],
+                 python: str, gpus: bool) -> None:
         self.spec = spec
         self._ledger = ledger
+        self._launchers = launchers
         self._layout = layout           # the hosts as the topology lays them out
         self.client = client
         self.engine_url = engine_url()
@@ -167,8 +168,8 @@ class DockerCluster(Cluster):
         self.timings["create_s"] = time.monotonic() - t0
 
     def start_control(self) -> None:
-        self._launcher = Launcher(self._ledger)
-        start_control(self._launcher, self.switch_ns, self.spec.run_dir, self.store_port)
+        self._launcher = self._launchers.take()
+        start_control(self._launcher, self._ledger, self.switch_ns, self.spec.run_dir, self.store_port)
 
     # ranks
     def _config_path(self, rank: int) -> str:
@@ -334,7 +335,8 @@ class DockerCluster(Cluster):
                 self.collect_logs()
             finally:
                 if self._launcher is not None:
-                    self._launcher.close()
+                    launcher, self._launcher = self._launcher, None
+                    self._launchers.give_back(launcher)
         finally:
             self._lease.release()
             undo_outstanding(self._ledger, undo_table())
@@ -364,7 +366,7 @@ class DockerBackend(Backend):
         self.image = image or os.environ.get(IMAGE_ENV) or None
         self.gpus = gpus
 
-    def up(self, spec: ClusterSpec, ledger: Ledger) -> DockerCluster:
+    def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> DockerCluster:
         layout = topology.hosts_of(spec.run_id, spec.ranks)  # refuses more ranks than the network holds
         t0 = time.monotonic()
         template = RankTemplate.from_compose(self.compose_file)
@@ -377,7 +379,7 @@ class DockerBackend(Backend):
             raise
         for sub in ("logs", "ranks"):
             (spec.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        cluster = DockerCluster(spec, ledger, layout, client, template, image, mounts, python, gpus)
+        cluster = DockerCluster(spec, ledger, launchers, layout, client, template, image, mounts, python, gpus)
         try:
             cluster.build_switch()
             cluster.create_containers()
