@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import reports
-from chaos.ledger import state_dir
+from chaos.ledger import Ledger, state_dir
 from runfolder.events import EVENTS_FILE, read_events
 from runfolder.layout import trial_dir
 from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
@@ -80,8 +80,16 @@ def test_ctrl_c_during_a_fault_leaves_nothing(tmp_path, leaves_nothing):
     assert "interrupted" in err
 
 
+def owned_by(pid: int) -> set[str]:
+    """The ledgers in the state directory whose owner entry names `pid`."""
+    return {name for name in ledgers()
+            if any(e.op == "owner" and e.args["pid"] == pid for e in Ledger(name.removesuffix(".jsonl")).entries())}
+
+
 def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
     proc = _start_run(tmp_path, "baseline")
+    # the trial's ledger and the one of the rank launcher that the run's trials share
+    assert len(owned_by(proc.pid)) == 2
     proc.kill()
     proc.wait()
     # the rank launcher and every rank die with the harness (PR_SET_PDEATHSIG)...
@@ -97,6 +105,7 @@ def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
     assert healed.returncode == 0, healed.stderr
     assert "healed" in healed.stdout
     assert leftovers(tmp_path) == []
+    assert owned_by(proc.pid) == set()
     again = chaos_cli("heal")  # idempotent
     assert again.returncode == 0 and ledger not in again.stdout
 
