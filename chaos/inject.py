@@ -53,7 +53,7 @@ def _undo_pause(args: dict[str, Any]) -> None:
 def _undo_process(args: dict[str, Any]) -> None:
     """A process the harness started (rank, launcher, control plane, dead-man switch)."""
     proc.send_signal(args["pid"], signal.SIGKILL, args["started"], gone_ok=True)
-    proc.reap(args["pid"])
+    proc.reap(args["pid"], proc.KILLED_WITHIN_S)
 
 
 def _undo_stop_process(args: dict[str, Any]) -> None:

@@ -88,12 +88,22 @@ def send_signal(pid: int, signum: int, started: int | None, gone_ok: bool = Fals
     return True
 
 
-def reap(pid: int) -> None:
-    """Collect `pid`'s exit status if it is our child (no zombie is left); else nothing."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+KILLED_WITHIN_S = 1.0  # a SIGKILLed process ends in milliseconds; this bounds the wait for it
+
+
+def reap(pid: int, wait_s: float = 0.0) -> None:
+    """Collect `pid`'s exit status if it is our child, waiting up to `wait_s` for it to end
+    (a process just SIGKILLed is not a zombie yet: without the wait it would stay one until
+    something else reaps it); not our child: nothing."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() >= deadline:
+            return
+        time.sleep(0.002)
 
 
 def stop(pid: int, started: int | None, grace_s: float) -> None:
@@ -107,7 +117,7 @@ def stop(pid: int, started: int | None, grace_s: float) -> None:
             return
         time.sleep(0.01)
     send_signal(pid, signal.SIGKILL, started, gone_ok=True)
-    reap(pid)
+    reap(pid, KILLED_WITHIN_S)
 
 
 HELPER_MODULES = ("chaos.nfq", "chaos.deadman")

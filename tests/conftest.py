@@ -61,9 +61,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _descendants(me: int) -> list[str]:
+    from chaos import proc
     from harness.cluster.host import descends_from
-    return [f"process {pid} (started by the tests)" for pid in (int(e) for e in os.listdir("/proc") if e.isdigit())
+    return [f"process {pid} (started by the tests, state {proc.state(pid)}): {_command_line(pid)}"
+            for pid in (int(e) for e in os.listdir("/proc") if e.isdigit())
             if pid != me and descends_from(pid, me)]
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return " ".join(a.decode(errors="replace") for a in f.read().split(b"\0") if a)[:300]
+    except OSError:
+        return "(gone)"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -87,7 +97,7 @@ def host_left_clean(tmp_path_factory: pytest.TempPathFactory):
 def proc_kill(pid: int) -> None:
     from chaos import proc
     proc.send_signal(pid, signal.SIGKILL, proc.start_time(pid), gone_ok=True)
-    proc.reap(pid)
+    proc.reap(pid, proc.KILLED_WITHIN_S)
 
 
 def stop_child(child: subprocess.Popen, grace_s: float = 30.0, run_id: str | None = None) -> None:

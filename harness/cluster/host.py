@@ -173,7 +173,7 @@ def remove(items: list[Item], runs: Mapping[str, Path | None] | None = None) -> 
     for item in items:
         if item.kind == "process" and item.pid is not None and item.run_id is None:
             proc.send_signal(item.pid, signal.SIGKILL, item.started, gone_ok=True)
-            proc.reap(item.pid)
+            proc.reap(item.pid, proc.KILLED_WITHIN_S)
     report = HealReport()
     undos = undo_table()
     for run_id in sorted({i.run_id for i in items if i.run_id}):

@@ -13,7 +13,7 @@ from chaos import proc, topology
 from chaos.api import Host
 from chaos.faults import parse_fault
 from chaos.heal import HealReport, heal_run
-from chaos.inject import UNDOS, SignalKill, SignalStop
+from chaos.inject import UNDOS, SignalKill, SignalStop, record_process, undo_outstanding
 from chaos.ledger import Ledger
 
 from .conftest import new_run_id, run_leftovers
@@ -114,3 +114,18 @@ def test_heal_ends_what_still_runs_in_a_dead_run_s_namespaces(state_dir):
         agent.wait()
         agent.stdout.close()
         heal_run(run_id, HealReport(), UNDOS)
+
+
+def test_undoing_a_recorded_child_leaves_no_zombie(tmp_path):
+    """A dead-man switch the harness started and dropped: its revert must reap it, or it stays
+    a zombie of the harness until something else happens to."""
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    pid = helper.pid
+    ledger = Ledger(new_run_id(), tmp_path)
+    record_process(ledger, pid)
+    try:
+        undo_outstanding(ledger, UNDOS)
+        assert proc.state(pid) is None  # gone, not "Z"
+    finally:
+        helper.kill()
+        helper.wait()
