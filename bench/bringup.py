@@ -11,7 +11,7 @@ launcher an earlier bring-up gave back, after one unmeasured bring-up), control 
 (control_s), every rank forked (spawn_s), every rank's group formed after the last fork
 (group_s), the whole of it (ready_total_s), teardown (ranks stopped, hosts removed:
 teardown_s), and the proportional set size (PSS) of each rank process 3 s into training.
-Prints one row per size, the median of the repetitions (the worst in brackets). A size
+Prints one row per size and launcher, the median of the repetitions (the worst in brackets). A size
 that fails prints why instead: how many ranks formed the group within `--ready-within`,
 what the others did last, and how often the kernel's neighbour table was full meanwhile
 (the cause past 16 ranks before `chaos.neighbours`).
