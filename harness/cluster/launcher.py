@@ -152,7 +152,8 @@ class Launcher:
 
 class LauncherPool:
     """One rank launcher kept between the trials of a run, so that only the first trial
-    waits while it imports torch (1.3 s of a 16-rank bring-up's 1.8 s on 2 cores).
+    waits while it imports torch (1.1-1.3 s of a 16-rank bring-up's 1.5-1.9 s on 2 cores,
+    bench/bringup.py).
 
     `take` gives the kept launcher, or starts one (recorded, with this process as owner, in
     the pool's own ledger under `state_dir`: a heal ends it after a SIGKILL); `give_back`
