@@ -6,14 +6,17 @@
         [--control-runs 10] [--out DIR]
     .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
     sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
-        [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--arp-retrans 1 0.1] [--hogs 2]
+        [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--arp-retrans 1 0.1] [--hogs 2] \
+        [--previous-defaults]
     .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...]
 
 `--suspect-after` measures the detector policies with each silence threshold side by side
 (the row "default" is the policies' own); `--exclude-after` likewise with each grace a
 suspect member gets before the survivors leave it out; `--arp-retrans` likewise with each
 ARP retransmission time of the hosts (how long, at most, a host's first packet to the
-control plane waits after its link comes back); `--hogs N` runs N busy processes
+control plane waits after its link comes back); `--previous-defaults` adds a first row
+with the detector's defaults before 2026-12-01 (PREVIOUS_DEFAULTS), today's side by side
+with them in one run; `--hogs N` runs N busy processes
 beside the job the whole time (the issue's "no false trip with two CPU hogs"). Under the
 table, each size's time split into its phases: after the blackhole, the last survivor to
 suspect, to leave the silent rank out, to have the smaller group, to restore, to step;
@@ -120,15 +123,19 @@ ARP_RETRANS = "net.ipv4.neigh.eth0.retrans_time_ms"
 
 @dataclass(frozen=True)
 class Tuning:
-    """The settings a --ranks row measures: the detector policies' thresholds and the hosts'
-    ARP retransmission time (seconds); None: the policies' own, the kernel's."""
+    """The settings a --ranks row measures: the detector policies' thresholds and heartbeat
+    period, and the hosts' ARP retransmission time (seconds); None: the policies' own, the
+    kernel's."""
 
     suspect_after: float | None = None
     exclude_after: float | None = None
     arp_retrans: float | None = None
+    interval: float | None = None
 
     def overrides(self) -> dict:
-        return {**({"detector": {"suspect_after": f"{self.suspect_after:g}s"}} if self.suspect_after is not None else {}),
+        detector = {name: f"{value:g}s" for name, value in
+                    (("suspect_after", self.suspect_after), ("interval", self.interval)) if value is not None}
+        return {**({"detector": detector} if detector else {}),
                 **({"exclude_after": f"{self.exclude_after:g}s"} if self.exclude_after is not None else {})}
 
     def sysctls(self) -> dict:
@@ -137,8 +144,12 @@ class Tuning:
     def folder(self, ranks: int) -> str:
         return f"ranks-{ranks}" + "".join(f"-{name}-{value:g}s" for name, value in
                                           (("suspect", self.suspect_after), ("exclude", self.exclude_after),
-                                           ("arp", self.arp_retrans))
+                                           ("arp", self.arp_retrans), ("beat", self.interval))
                                           if value is not None)
+
+
+# --previous-defaults: the detector's defaults until 2026-12-01 (0.8 s = eight 0.1 s beats)
+PREVIOUS_DEFAULTS = Tuning(suspect_after=0.8, exclude_after=1.0, interval=0.1)
 
 
 def scenario_text(fault: str, policies: list[str], tuning: Tuning = Tuning()) -> str:
@@ -285,7 +296,8 @@ def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
     """One size's figures, from its run folders (reports) and CPU_FILE."""
     cpu = json.loads((out / CPU_FILE).read_text()) if (out / CPU_FILE).is_file() else {}
     cells, failures = [str(ranks)] + ["default" if v is None else f"{v:g}s"
-                                      for v in (tuning.suspect_after, tuning.exclude_after, tuning.arp_retrans)], []
+                                      for v in (tuning.interval, tuning.suspect_after, tuning.exclude_after,
+                                                tuning.arp_retrans)], []
     for fault in SCALE_TRIALS:
         run_dir = latest_run(out, f"bench_{fault}")
         failed = cpu.get(fault, {}).get("failed")
@@ -352,7 +364,7 @@ def print_phases(sizes: list[int], settings: list[Tuning], out: Path) -> None:
 
 
 def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) -> None:
-    head = ("ranks", "suspect after", "exclude after", "ARP retransmit", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
+    head = ("ranks", "heartbeat", "suspect after", "exclude after", "ARP retransmit", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
             "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
             "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
             "failed")
@@ -361,11 +373,13 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) 
     for ranks in sizes:
         for tuning in settings:
             print("| " + " | ".join(size_row(ranks, tuning, out / tuning.folder(ranks))) + " |")
-    print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; suspect after: the detector's "
+    print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; heartbeat: each rank's heartbeat "
+          f"period (default {DetectorSpec().interval:g} s); suspect after: the detector's "
           f"silence threshold (default {DetectorSpec().suspect_after:g} s); exclude after: how long "
           f"the survivors wait for a suspect to speak again before they leave it out (default "
           f"{PolicySpec.model_fields['exclude_after'].default:g} s); ARP retransmit: the hosts' "
-          f"{ARP_RETRANS} (default: the kernel's, 1 s); k: the scale factor of docs/scale.md; times from the fault's start "
+          f"{ARP_RETRANS} (default: the kernel's, 1 s); heartbeat, suspect and exclude after as written: past 8 "
+          "ranks per core every one is stretched by k, the scale factor of docs/scale.md; times from the fault's start "
           "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
           "silent one included; harness "
           "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end; "
@@ -402,8 +416,9 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error("--exclude-after: give a positive number of seconds")
     if any(s <= 0 for s in args.arp_retrans or []):
         parser.error("--arp-retrans: give a positive number of seconds")
-    settings = [Tuning(s, e, a) for s in args.suspect_after or [None] for e in args.exclude_after or [None]
-                for a in args.arp_retrans or [None]]
+    settings = ([PREVIOUS_DEFAULTS] if args.previous_defaults else []) + [
+        Tuning(s, e, a) for s in args.suspect_after or [None] for e in args.exclude_after or [None]
+        for a in args.arp_retrans or [None]]
     out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
     if args.analyze is None:
         progress = Progress(quiet=args.quiet)
@@ -441,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arp-retrans", type=float, nargs="+", default=None, metavar="S",
                         help="with --ranks: also measure with the hosts' ARP retransmission time set "
                              f"to these seconds ({ARP_RETRANS}), side by side (default: the kernel's, 1 s)")
+    parser.add_argument("--previous-defaults", action="store_true",
+                        help="with --ranks: also measure the detector's defaults before 2026-12-01 "
+                             "(heartbeat 0.1 s, suspect after 0.8 s, exclude after 1 s), in a first row")
     parser.add_argument("--hogs", type=int, default=0,
                         help="with --ranks: this many busy CPU processes beside the job throughout")
     parser.add_argument("--quiet", action="store_true")

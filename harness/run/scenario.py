@@ -570,15 +570,16 @@ def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str
     if k == 1.0:
         return None
     note = (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
-            f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
+            f"x{k:g} (step period, faults, timeouts, failure detector, hang cap, bounds; docs/scale.md)")
     return note + ("; your job's own command, args and env are not (a timeout there also bounds "
                    "its start-up: docs/scale.md)" if job else "")
 
 
-# A policy's waits that stretch with the scale factor; the failure detector's (and
-# exclude_after, how long a suspect may stay) do not: docs/scale.md says why.
+# A policy's waits that stretch with the scale factor, the failure detector's among them: a
+# rank's heartbeat thread waits for a core like its steps do (docs/scale.md).
 _POLICY_WAITS = ("timeout", "rendezvous_timeout", "backoff_base", "backoff_cap", "health_check_timeout",
-                 "rejoin_within")
+                 "rejoin_within", "exclude_after")
+_DETECTOR_WAITS = ("interval", "suspect_after", "straggler_after")
 _BOUNDS = ("detect_within", "recover_within", "breaker_within")
 
 
@@ -590,9 +591,8 @@ def scaled_to_cores(scenario: Scenario, cores: int | None = None) -> Scenario:
     """`scenario` with every time in it stretched by scale_factor(ranks, cores; default: the
     cores this process may run on), so that each relation it was written with holds (a link
     down longer than the timeout, a flap shorter than it): the step period, the fault
-    timeline, each policy's timeouts, backoff and waits, the hang cap and the expectations'
-    bounds. The failure detector's thresholds stay: its heartbeats are small and were
-    measured to keep up at 64 ranks on 2 cores (docs/scale.md)."""
+    timeline, each policy's timeouts, backoff and waits, its failure detector's heartbeat
+    period and thresholds, the hang cap and the expectations' bounds."""
     k = scale_factor(scenario.cluster.ranks, usable_cores() if cores is None else cores)
     if k == 1.0:
         return scenario
@@ -600,7 +600,9 @@ def scaled_to_cores(scenario: Scenario, cores: int | None = None) -> Scenario:
     for name, overrides in scenario.policies.items():
         spec = scenario.policy(name)
         policies[name] = {**overrides, **_stretched(spec, _POLICY_WAITS, k),
-                          "jitter": [spec.jitter[0] * k, spec.jitter[1] * k]}
+                          "jitter": [spec.jitter[0] * k, spec.jitter[1] * k],
+                          "detector": spec.detector and spec.detector.model_copy(
+                              update=_stretched(spec.detector, _DETECTOR_WAITS, k)).model_dump()}
     faults = tuple(event.model_copy(update={
         **_stretched(event, ("start", "duration"), k),
         "pulses": event.pulses and event.pulses.model_copy(update=_stretched(event.pulses, ("on_for", "off_for"), k))})

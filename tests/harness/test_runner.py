@@ -194,6 +194,9 @@ class FakeClock:
         self.t += max(seconds, 0.0)
 
 
+FAKE_SUSPECT_AFTER_S = 0.8
+
+
 class FakeDetector:
     """Verdicts from a script: peers silent from a time on, peers whose process is gone."""
 
@@ -211,7 +214,7 @@ class FakeDetector:
         found = [Suspicion(p, "connection", 0.1) for p in members if p in self.gone]
         found += [Suspicion(p, "heartbeat", round(self.clock.t - t, 3))
                   for p, t in self.silent_from.items()
-                  if p in members and p not in self.gone and self.clock.t - t >= 0.8]
+                  if p in members and p not in self.gone and self.clock.t - t >= FAKE_SUSPECT_AFTER_S]
         return found
 
     def stragglers(self, members):
@@ -340,7 +343,7 @@ def test_elastic_leaves_a_stuck_collective_and_goes_on_without_the_silent_rank(t
     [excluded] = [e for e in evs if e["kind"] == "exclude"]
     assert excluded["peers"] == [2]
     silent_for = group.joined_at[1] - detector.silent_from[2]
-    assert silent_for == pytest.approx(0.8 + 1.0, abs=0.1)  # suspect_after, then exclude_after
+    assert silent_for == pytest.approx(FAKE_SUSPECT_AFTER_S + runner.policy.exclude_after, abs=0.1)
     assert group.proposals == [None, (0, 1, 3)]
     [member] = [e for e in evs if e["kind"] == "membership"]
     assert member["members"] == [0, 1, 3] and member["left_out"] == [2] and member["world"] == 3
@@ -366,13 +369,13 @@ def test_elastic_leaves_out_a_rank_whose_process_is_gone_at_once(tmp_path):
 def test_a_silent_rank_that_speaks_again_within_the_grace_is_kept(tmp_path):
     clock = FakeClock()
     group, detector = ElasticGroup(clock), FakeDetector(clock)
-    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector, exclude_after="1s")
     StopAt(group, detector, clock, step=3, peer=1)(runner)
     original_sleep = runner.sleep
 
     def sleep(seconds):  # rank 1 speaks again 0.5 s into the grace
         original_sleep(seconds)
-        if 1 in detector.silent_from and clock.t - detector.silent_from[1] > 1.3:
+        if 1 in detector.silent_from and clock.t - detector.silent_from[1] > FAKE_SUSPECT_AFTER_S + 0.5:
             del detector.silent_from[1]
     runner.sleep = sleep
     assert runner.run(max_steps=6) is Outcome.STOPPED

@@ -19,6 +19,7 @@ from harness.cluster.api import ClusterSpec
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec
+from harness.job.control import CONTROL_NICE
 from harness.job.policies import policy_spec
 from runfolder.events import EVENTS_FILE, read_events
 
@@ -87,6 +88,28 @@ def test_a_runs_clusters_fork_from_one_launcher_and_leave_nothing(tmp_path: Path
             ledger.close_if_clean()
     assert not alive(launcher_pids[0])
     assert list(state.glob("*.jsonl")) == []
+
+
+def thread_nices(pid: int) -> set[int]:
+    """The nice value of each of the process's threads (/proc/PID/task/TID/stat, field 19)."""
+    return {int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+            for task in Path(f"/proc/{pid}/task").iterdir()}
+
+
+@pytest.mark.requires_root
+def test_the_control_plane_runs_ahead_of_the_ranks(tmp_path: Path) -> None:
+    state, run_id = tmp_path / "state", secrets.token_hex(3)
+    ledger = Ledger(run_id, state)
+    record_owner(ledger)
+    with LauncherPool(state) as pool:
+        cluster = NetnsBackend().up(ClusterSpec(run_id, RANKS, tmp_path / run_id), ledger, pool)
+        try:
+            start_and_wait_for_steps(cluster, tmp_path / run_id)
+            assert thread_nices(cluster.launcher.pids["control"]) == {CONTROL_NICE}
+            assert thread_nices(cluster.pid(0)) == {0}  # type: ignore[arg-type]
+        finally:
+            cluster.close()
+    assert ledger.close_if_clean()
 
 
 @pytest.mark.requires_root

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.job.policies import DetectorSpec, PolicySpec
 from harness.run.scenario import load_scenario
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -20,19 +21,27 @@ def detector(monkeypatch):
 
 def test_a_tuning_reaches_the_detector_policies_only(detector, tmp_path):
     path = tmp_path / "bench_blackhole.yaml"
-    path.write_text(detector.scenario_text("blackhole", ["elastic", "timeout"], detector.Tuning(0.4, 0.3)))
+    path.write_text(detector.scenario_text("blackhole", ["elastic", "timeout"], detector.Tuning(0.6, 0.5, interval=0.2)))
     tuned = load_scenario(path)
     elastic = tuned.policy("elastic")
-    assert elastic.detector.suspect_after == 0.4 and elastic.exclude_after == 0.3
+    assert (elastic.detector.suspect_after, elastic.detector.interval, elastic.exclude_after) == (0.6, 0.2, 0.5)
     assert tuned.policy("timeout").detector is None
     default = tmp_path / "default.yaml"
     default.write_text(detector.scenario_text("blackhole", ["elastic"]))
     elastic = load_scenario(default).policy("elastic")
-    assert elastic.exclude_after == 1.0 and elastic.detector.suspect_after == 0.8
+    assert (elastic.detector, elastic.exclude_after) == (DetectorSpec(), PolicySpec.model_fields["exclude_after"].default)
     assert detector.Tuning().folder(16) == "ranks-16"
     assert detector.Tuning(0.4, None).folder(16) == "ranks-16-suspect-0.4s"
     assert detector.Tuning(None, 0.3).folder(64) == "ranks-64-exclude-0.3s"
     assert load_scenario(default).cluster.sysctls == {}
+
+
+def test_the_previous_defaults_are_a_row_of_their_own(detector, tmp_path):
+    path = tmp_path / "bench_control.yaml"
+    path.write_text(detector.scenario_text("control", ["elastic"], detector.PREVIOUS_DEFAULTS))
+    elastic = load_scenario(path).policy("elastic")
+    assert (elastic.detector.interval, elastic.detector.suspect_after, elastic.exclude_after) == (0.1, 0.8, 1.0)
+    assert detector.PREVIOUS_DEFAULTS.folder(16) == "ranks-16-suspect-0.8s-exclude-1s-beat-0.1s"
 
 
 def test_an_arp_retransmission_time_reaches_every_host(detector, tmp_path):
