@@ -22,8 +22,8 @@ from typing import Any
 GENERATION_KEY = "generation"
 LISTENING = "control plane listening"
 # The control plane stands for a cluster's own infrastructure, which has cores of its own.
-# Here it shares two with the ranks: at 64 ranks beside two CPU hogs it went unscheduled for
-# over 0.4 s and every rank took the digests' silence for being cut off (docs/scale.md).
+# Here it shares two with the ranks: at 64 ranks beside two CPU hogs every rank at once
+# heard no digest for 0.4 s and took itself for cut off, again and again (docs/scale.md).
 # Linux keeps a nice value per thread; the store's and the detector's threads inherit it.
 CONTROL_NICE = -10
 
