@@ -8,7 +8,7 @@
     sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
         [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--arp-retrans 1 0.1] [--hogs 2] \
         [--previous-defaults]
-    .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...]
+    .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...] [--previous-defaults]
 
 `--suspect-after` measures the detector policies with each silence threshold side by side
 (the row "default" is the policies' own); `--exclude-after` likewise with each grace a
