@@ -14,18 +14,13 @@ Beside the store, on the next port, the failure detector's heartbeat server
 """
 from __future__ import annotations
 
-import os
 import signal
+import sys
 from datetime import timedelta
 from typing import Any
 
 GENERATION_KEY = "generation"
 LISTENING = "control plane listening"
-# The control plane stands for a cluster's own infrastructure, which has cores of its own.
-# Here it shares two with the ranks: at 64 ranks beside two CPU hogs every rank at once
-# heard no digest for 0.4 s and took itself for cut off, again and again (docs/scale.md).
-# Linux keeps a nice value per thread; the store's and the detector's threads inherit it.
-CONTROL_NICE = -10
 
 
 def heartbeat_port(store_port: int) -> int:
@@ -36,10 +31,14 @@ def heartbeat_port(store_port: int) -> int:
 def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
-    from harness.job.detector import HeartbeatServer
+    from harness.job.detector import AHEAD_NICE, HeartbeatServer, run_ahead
     from harness.signals import Terminated
 
-    os.setpriority(os.PRIO_PROCESS, 0, CONTROL_NICE)
+    # before the store's and the detector's threads start: they inherit it
+    if (nice := run_ahead()) != AHEAD_NICE:
+        print(f"control plane: runs at nice {nice}, not {AHEAD_NICE} (no CAP_SYS_NICE): beside "
+              "busy ranks on few cores the failure detector may take a late digest for "
+              "silence (docs/scale.md)", file=sys.stderr, flush=True)
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")

@@ -22,12 +22,13 @@ def test_sixteen_rank_services_and_the_rendezvous() -> None:
     ranks = {name: s for name, s in services.items() if s["labels"]["io.chaos-harness.role"] == "rank"}
     assert sorted(int(s["environment"]["CHAOS_RANK"]) for s in ranks.values()) == list(range(16))
     assert services["control"]["command"][-1] == "control"
+    assert services["control"]["cap_add"] == ["SYS_NICE"]  # harness.job.detector.run_ahead
     for s in ranks.values():
         env = s["environment"]
         assert env["CHAOS_WORLD_SIZE"] == "16" and env["CHAOS_STORE_ADDRESS"] == "control"
         assert env["GLOO_SOCKET_IFNAME"] == "eth0"
         assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env  # derived from the policy by each rank
-        assert "NET_ADMIN" in s["cap_add"] and s["init"] is False
+        assert {"NET_ADMIN", "SYS_NICE"} <= set(s["cap_add"]) and s["init"] is False
         gpu = s["deploy"]["resources"]["reservations"]["devices"][0]
         assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
         assert s["networks"] == ["job"] and s["depends_on"] == ["control"]
@@ -58,7 +59,7 @@ def test_the_harness_reads_the_rank_template() -> None:
     assert t.image == "chaos-harness:gpu"
     assert not any(k.startswith("CHAOS_") for k in t.environment)  # the harness passes a config file
     assert t.environment["GLOO_SOCKET_IFNAME"] == "eth0" and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in t.environment
-    assert t.cap_add == ("NET_ADMIN",) and t.gpu_requests and t.shm_size == "1gb"
+    assert t.cap_add == ("NET_ADMIN", "SYS_NICE") and t.gpu_requests and t.shm_size == "1gb"
 
 
 def test_ulimits_are_capped_at_the_hosts_hard_limits() -> None:

@@ -19,7 +19,7 @@ from harness.cluster.api import ClusterSpec
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec
-from harness.job.control import CONTROL_NICE
+from harness.job.detector import AHEAD_NICE
 from harness.job.policies import policy_spec
 from runfolder.events import EVENTS_FILE, read_events
 
@@ -30,12 +30,13 @@ def alive(pid: int) -> bool:
     return proc.start_time(pid) is not None
 
 
-def start_and_wait_for_steps(cluster: NetnsCluster, run_dir: Path, steps: int = 3, within_s: float = 30) -> None:
+def start_and_wait_for_steps(cluster: NetnsCluster, run_dir: Path, steps: int = 3, within_s: float = 30,
+                             policy: str = "timeout", overrides: dict | None = None) -> None:
     for r in range(RANKS):
         cluster.start_rank(r, RankConfig(
             rank=r, world_size=RANKS, seed=0, store_address=cluster.store_address,
             store_port=cluster.store_port, events_path=str(run_dir / EVENTS_FILE),
-            checkpoint_dir=str(run_dir / "ckpt"), policy=policy_spec("timeout", {"timeout": "10s"}),
+            checkpoint_dir=str(run_dir / "ckpt"), policy=policy_spec(policy, {"timeout": "10s", **(overrides or {})}),
             workload=WorkloadSpec()).model_dump(mode="json"))
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -97,16 +98,18 @@ def thread_nices(pid: int) -> set[int]:
 
 
 @pytest.mark.requires_root
-def test_the_control_plane_runs_ahead_of_the_ranks(tmp_path: Path) -> None:
+def test_the_control_plane_and_the_heartbeats_run_ahead_of_the_steps(tmp_path: Path) -> None:
     state, run_id = tmp_path / "state", secrets.token_hex(3)
     ledger = Ledger(run_id, state)
     record_owner(ledger)
     with LauncherPool(state) as pool:
         cluster = NetnsBackend().up(ClusterSpec(run_id, RANKS, tmp_path / run_id), ledger, pool)
         try:
-            start_and_wait_for_steps(cluster, tmp_path / run_id)
-            assert thread_nices(cluster.launcher.pids["control"]) == {CONTROL_NICE}
-            assert thread_nices(cluster.pid(0)) == {0}  # type: ignore[arg-type]
+            start_and_wait_for_steps(cluster, tmp_path / run_id, policy="with_detector",
+                                     overrides={"base": "retry", "detector": {}})
+            assert thread_nices(cluster.launcher.pids["control"]) == {AHEAD_NICE}
+            # the heartbeat thread runs ahead; the rank's steps (its other threads) do not
+            assert sorted(thread_nices(cluster.pid(0))) == [AHEAD_NICE, 0]  # type: ignore[arg-type]
         finally:
             cluster.close()
     assert ledger.close_if_clean()

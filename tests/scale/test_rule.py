@@ -34,7 +34,7 @@ def test_stretches_the_step_the_fault_timeline_and_the_hang_cap():
     assert scaled.expect == base.expect  # link_flap expects an outcome only
 
 
-def test_stretches_policies_bounds_and_the_detector():
+def test_stretches_policies_and_bounds_but_not_the_detectors_heartbeats():
     base = load_scenario(SCENARIOS / "elastic_kill.yaml", {"cluster.ranks": 64})
     scaled = scaled_to_cores(base, 2)
     for name in base.policies:
@@ -44,13 +44,13 @@ def test_stretches_policies_bounds_and_the_detector():
         assert after.jitter == (before.jitter[0] * 4, before.jitter[1] * 4)
         assert after.rendezvous_timeout == (None if before.rendezvous_timeout is None
                                             else before.rendezvous_timeout * 4)
-        assert after.exclude_after == before.exclude_after * 4 and after.max_retries == before.max_retries
+        assert after.exclude_after == before.exclude_after and after.max_retries == before.max_retries
         if before.detector is None:
             assert after.detector is None
         else:
-            assert (after.detector.interval, after.detector.suspect_after, after.detector.straggler_after) == \
-                   (before.detector.interval * 4, before.detector.suspect_after * 4, before.detector.straggler_after * 4)
-            assert (after.detector.phi, after.detector.straggler_loss) == (before.detector.phi, before.detector.straggler_loss)
+            # the heartbeats run ahead of the steps (harness.job.detector.run_ahead); a wait on a step does not
+            assert after.detector.straggler_after == before.detector.straggler_after * 4
+            assert after.detector.model_copy(update={"straggler_after": before.detector.straggler_after}) == before.detector
     assert scaled.expect["elastic"].detect_within == base.expect["elastic"].detect_within * 4
     assert scaled.expect["elastic"].recover_within == base.expect["elastic"].recover_within * 4
     assert scaled.expect["isolation"].breaker_within == base.expect["isolation"].breaker_within * 4
