@@ -115,6 +115,7 @@ PR_SET_PDEATHSIG = 1
 # survivors going on without a rank silent for good, and all of them back after a heal
 SCALE_TRIALS = {"blackhole": "elastic", "link_down": "elastic_rejoin", CONTROL: "elastic"}
 CPU_FILE = "harness_cpu.json"  # per trial of a size: the harness's CPU seconds, wall, load
+HOGS_FILE = "hogs.json"        # in --out: how many CPU hogs ran beside the job, for --analyze
 DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes (their base is elastic)
 # --arp-retrans: after a link comes back, a host's first packet to the control plane waits
 # for the neighbour entry's next probe, this long at most (chaos.sysctl; docs/scale.md)
@@ -363,7 +364,7 @@ def print_phases(sizes: list[int], settings: list[Tuning], out: Path) -> None:
                 print(f"- {tuning.folder(ranks)}: {line}")
 
 
-def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) -> None:
+def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int | None) -> None:
     head = ("ranks", "heartbeat", "suspect after", "exclude after", "ARP retransmit", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
             "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
             "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
@@ -373,7 +374,8 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int) 
     for ranks in sizes:
         for tuning in settings:
             print("| " + " | ".join(size_row(ranks, tuning, out / tuning.folder(ranks))) + " |")
-    print(f"\n{os.cpu_count()} CPUs, {hogs} CPU hog(s) beside the job; heartbeat: each rank's heartbeat "
+    print(f"\n{os.cpu_count()} CPUs, {'an unrecorded number of' if hogs is None else hogs} CPU hog(s) "
+          f"beside the job; heartbeat: each rank's heartbeat "
           f"period (default {DetectorSpec().interval:g} s); suspect after: the detector's "
           f"silence threshold (default {DetectorSpec().suspect_after:g} s); exclude after: how long "
           f"the survivors wait for a suspect to speak again before they leave it out (default "
@@ -423,11 +425,14 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if args.analyze is None:
         progress = Progress(quiet=args.quiet)
         signals.install()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / HOGS_FILE).write_text(json.dumps(args.hogs))
         with cpu_hogs(args.hogs):
             for ranks in args.ranks:
                 for tuning in settings:
                     measure_size(ranks, out / tuning.folder(ranks), args.control_seconds, progress, tuning)
-    print_scale(args.ranks, settings, out, args.hogs)
+    print_scale(args.ranks, settings, out,
+                json.loads((out / HOGS_FILE).read_text()) if (out / HOGS_FILE).is_file() else None)
     print_phases(args.ranks, settings, out)
     print(f"\nrun folders: {out}")
     return 0

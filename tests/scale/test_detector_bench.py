@@ -68,3 +68,11 @@ def test_each_phase_is_the_last_ranks_first_event_after_the_mark(detector):
               ("restored", "restored"), ("step", "stepping"))
     assert detector.phase_times(events, 10.0, phases) == [
         "suspect 0.40", "left out 1.35", "group 1.45", "restored not observed", "stepping 1.55"]
+
+
+def test_analyze_says_how_many_hogs_the_measuring_run_had(detector, tmp_path, capsys):
+    assert detector.main(["--ranks", "16", "--analyze", str(tmp_path)]) == 0
+    assert "an unrecorded number of CPU hog(s)" in capsys.readouterr().out  # a folder from before HOGS_FILE
+    (tmp_path / detector.HOGS_FILE).write_text("2")
+    assert detector.main(["--ranks", "16", "--analyze", str(tmp_path)]) == 0
+    assert "2 CPU hog(s) beside the job" in capsys.readouterr().out
