@@ -96,7 +96,7 @@ class Backend(abc.ABC):
     """Builds clusters of one kind (network namespaces, containers)."""
 
     name: str
-    start_timeout_s: float = 60.0  # from bring-up until every rank finished its warm-up
+    start_timeout_s: float = 60.0  # from bring-up until every rank steps (warm-up steps' own time on top)
 
     @abc.abstractmethod
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> Cluster:

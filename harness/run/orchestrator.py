@@ -239,8 +239,11 @@ class Trial:
         """Wait for the warm-up steps on every rank; False when a user's job made no step at
         all by its start_timeout while every rank's process lived: no step source (no
         torch.optim, no opt-in, no step_pattern), so the trial goes on on time alone."""
-        # a user's job starts its own interpreters and imports torch in each: it says how long
-        start_timeout = self.plan.job["start_timeout"] if self.plan.job else self.backend.start_timeout_s
+        # a user's job starts its own interpreters and imports torch in each: it says how long.
+        # The harness's ranks come up within the backend's bound, then make their warm-up steps
+        # at the step period, which the scale rule stretches (12 of 4 s at 256 ranks on 2 cores).
+        start_timeout = self.plan.job["start_timeout"] if self.plan.job else (
+            self.backend.start_timeout_s + self.plan.warmup_steps * self.plan.workload["step_period"])
         deadline = self.clock() + start_timeout
         want = self.plan.warmup_steps
         logs = self.trial_dir / LOGS_DIR

@@ -561,6 +561,9 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+MEASURED_RANKS_PER_CORE = 32  # 64 ranks on 2 cores ran every shipped scenario's policies
+
+
 def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str | None:
     """The line that says a scenario's times were stretched, or None when they were not;
     with a user's `job`, that its own arguments were not (the harness cannot tell which
@@ -571,6 +574,9 @@ def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str
         return None
     note = (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
             f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
+    if ranks / cores > MEASURED_RANKS_PER_CORE:
+        note += (f"; past {MEASURED_RANKS_PER_CORE} ranks per core nothing was seen to work (256 on 2 "
+                 "cores: a step took 24 s, not the stretched 4 s; docs/scale.md)")
     return note + ("; your job's own command, args and env are not (a timeout there also bounds "
                    "its start-up: docs/scale.md)" if job else "")
 

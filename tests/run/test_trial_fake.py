@@ -94,6 +94,15 @@ def test_the_hang_cap_stops_a_trial_whose_ranks_stop_stepping(tmp_path: Path) ->
                                            "recover_within 12 s: time to recover nothing measured: hung >= 5 s"]
 
 
+def test_the_warm_up_deadline_counts_the_warm_up_steps_at_the_step_period(tmp_path: Path) -> None:
+    """Four warm-up steps of 20 s (a step period the scale rule stretched) outlast the
+    backend's 60 s bound for bring-up; the warm-up is not cut short for it."""
+    text = HEADER.replace("step_period: 250ms", "step_period: 20s") + "hang_cap: 100s\n"
+    _, _, events, _, _ = run_trial(tmp_path, text)
+    warm = next(e for e in events if e["kind"] == "warmup_done")
+    assert warm["t"] - events[0]["t"] >= 4 * 20 > FakeBackend.start_timeout_s
+
+
 def test_teardown_reverts_last_in_first_out_then_stops_ranks_then_closes_the_cluster(tmp_path: Path) -> None:
     _, _, events, journal, _ = run_trial(tmp_path, STUCK)
     assert journal[-4:] == [("revert", "link_down", (2,)), ("revert", "blackhole", (1,)),
