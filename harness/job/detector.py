@@ -43,7 +43,7 @@ DATAGRAM_MAX = 65507
 # The control plane and each rank's heartbeat thread stand for timing that, on a real
 # cluster, has cores of its own. Here they share two with 16-64 busy ranks: at 64 ranks
 # beside two CPU hogs, at nice 0 the control plane made 817 false suspicions in 681 s and
-# the ranks' heartbeat threads 204 in 901 s; with both at -10, none in 677 s (docs/scale.md).
+# the ranks' heartbeat threads 204 in 901 s; with both at -10, none in 701 s (docs/scale.md).
 AHEAD_NICE = -10
 
 
@@ -270,7 +270,8 @@ class HeartbeatClient:
 
     def start(self) -> "HeartbeatClient":
         self._thread.start()
-        self.nice = run_ahead(self._thread.native_id or 0)
+        assert self._thread.native_id is not None  # set before start() returns (0 would be this thread)
+        self.nice = run_ahead(self._thread.native_id)
         return self
 
     def _beat(self) -> None:

@@ -3,7 +3,10 @@ and client over loopback (real sockets, no namespaces, no root)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -167,14 +170,12 @@ def test_server_and_clients_over_loopback():
 def test_a_process_that_may_not_run_ahead_keeps_its_nice_value():
     """A container without CAP_SYS_NICE (Kubernetes' baseline pods): the control plane and
     the heartbeats start anyway, at the nice value they have (and say so)."""
-    import subprocess
-    import sys
-
     def nice_after_run_ahead(as_user: int | None) -> str:
         drop = f"os.setuid({as_user}); " if as_user is not None else ""
         return subprocess.run(
             [sys.executable, "-c", "import os; from harness.job.detector import run_ahead; "
              f"{drop}print(run_ahead())"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
 
-    assert nice_after_run_ahead(65534) == "0"     # nobody: may not, carries on
-    assert nice_after_run_ahead(None) == "-10"    # root: runs ahead
+    own = os.getpriority(os.PRIO_PROCESS, 0)  # what the subprocess inherits
+    assert nice_after_run_ahead(65534) == str(own)  # nobody: may not, carries on as it was
+    assert nice_after_run_ahead(None) == "-10"      # root: runs ahead
