@@ -31,14 +31,12 @@ def heartbeat_port(store_port: int) -> int:
 def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
-    from harness.job.detector import AHEAD_NICE, HeartbeatServer, run_ahead
+    from harness.job.detector import HeartbeatServer, not_ahead, run_ahead
     from harness.signals import Terminated
 
     # before the store's and the detector's threads start: they inherit it
-    if (nice := run_ahead()) != AHEAD_NICE:
-        print(f"control plane: runs at nice {nice}, not {AHEAD_NICE} (no CAP_SYS_NICE): beside "
-              "busy ranks on few cores the failure detector may take a late digest for "
-              "silence (docs/scale.md)", file=sys.stderr, flush=True)
+    if warning := not_ahead("control plane", run_ahead()):
+        print(warning, file=sys.stderr, flush=True)
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")

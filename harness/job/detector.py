@@ -58,6 +58,15 @@ def run_ahead(tid: int = 0) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)
 
 
+def not_ahead(who: str, nice: int) -> str | None:
+    """The line `who` prints when run_ahead could not raise its priority, else None."""
+    if nice == AHEAD_NICE:
+        return None
+    return (f"{who}: runs at nice {nice}, not {AHEAD_NICE} (no CAP_SYS_NICE): beside busy ranks on "
+            "few cores the failure detector may take a late heartbeat or digest for silence "
+            "(docs/scale.md)")
+
+
 class PhiAccrual:
     """Hayashibara et al.'s phi: -log10 P(a heartbeat comes later than this silence), with
     arrival intervals modelled as a normal distribution over a sliding window."""
@@ -250,6 +259,8 @@ def parse_digest(data: bytes, received: float) -> View:
 class HeartbeatClient:
     """The rank's side: a thread sends heartbeats; digests are read by whoever asks first."""
 
+    nice: int  # the heartbeat thread's nice value, set by start()
+
     def __init__(self, address: tuple[str, int], rank: int, interval_s: float,
                  generation: Callable[[], int], clock: Callable[[], float] = time.monotonic) -> None:
         self.address = address
@@ -266,7 +277,6 @@ class HeartbeatClient:
         self._view: View | None = None
         self._seq = 0
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
-        self.nice: int | None = None  # the heartbeat thread's, once started
 
     def start(self) -> "HeartbeatClient":
         self._thread.start()

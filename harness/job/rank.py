@@ -26,7 +26,7 @@ def main(config: dict[str, Any]) -> int:
 
     from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
-    from harness.job.detector import AHEAD_NICE, FailureDetector, HeartbeatClient
+    from harness.job.detector import FailureDetector, HeartbeatClient, not_ahead
     from harness.job.gpufault import HangWatcher, command_file, spin_kernel
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
@@ -63,10 +63,8 @@ def main(config: dict[str, Any]) -> int:
             heartbeats = HeartbeatClient(
                 (cfg.store_address, heartbeat_port(cfg.store_port)), cfg.rank, spec.interval,
                 generation=lambda: group.generation).start()
-            if heartbeats.nice != AHEAD_NICE:
-                print(f"rank {cfg.rank}: heartbeats at nice {heartbeats.nice}, not {AHEAD_NICE} "
-                      "(no CAP_SYS_NICE): beside busy ranks on few cores a late heartbeat may "
-                      "look like silence (docs/scale.md)", file=sys.stderr, flush=True)
+            if warning := not_ahead(f"rank {cfg.rank}'s heartbeat thread", heartbeats.nice):
+                print(warning, file=sys.stderr, flush=True)
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
                                        spec.straggler_loss)
         workload = Workload(cfg.workload, cfg.seed, cfg.rank, torch.device(cfg.device))

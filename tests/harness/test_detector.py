@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from harness.job.detector import (FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
-                              PhiAccrual, View, parse_digest)
+from harness.job.detector import (AHEAD_NICE, FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
+                              PhiAccrual, View, not_ahead, parse_digest)
 
 
 class Clock:
@@ -179,3 +179,5 @@ def test_a_process_that_may_not_run_ahead_keeps_its_nice_value():
     own = os.getpriority(os.PRIO_PROCESS, 0)  # what the subprocess inherits
     assert nice_after_run_ahead(65534) == str(own)  # nobody: may not, carries on as it was
     assert nice_after_run_ahead(None) == "-10"      # root: runs ahead
+    assert not_ahead("control plane", AHEAD_NICE) is None
+    assert not_ahead("control plane", 0).startswith("control plane: runs at nice 0, not -10 (no CAP_SYS_NICE)")
