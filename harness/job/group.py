@@ -2,9 +2,11 @@
 
 torch raises plain RuntimeErrors (and DistError subclasses) for every collective failure;
 they are translated once, here, into `CollectiveError` with a short classification.
-Collectives are issued asynchronously and waited on by polling, so that a SIGTERM is
-noticed within one poll interval, and a `watch` (the failure detector) is asked every
-WATCH_INTERVAL_S whether to stop waiting.
+Collectives are issued asynchronously and waited on in slices of WATCH_INTERVAL_S, so that
+a SIGTERM is noticed within one slice and a `watch` (the failure detector) is asked after
+each whether to stop waiting. A gloo op is waited on inside torch (`Work.wait(timeout)`,
+GIL released, woken when the op ends); an NCCL op's `wait()` only orders the CUDA stream,
+so its completion is polled.
 
 Each generation is its own `ProcessGroupGloo` object (not the default group), so a group
 whose collective is stuck can be abandoned: gloo has no abort (`abort()` and `shutdown()`
@@ -245,23 +247,32 @@ class GlooGroup:
         if self._pg is None:
             raise CollectiveError("no process group: join first", "other", "step")
         started = time.monotonic()
-        next_watch = started
         try:
             work = self._pending = issue()
-            while not work.is_completed():
-                time.sleep(POLL_INTERVAL_S)
-                if watch is not None and time.monotonic() >= next_watch:
-                    next_watch = time.monotonic() + WATCH_INTERVAL_S
-                    reason = watch(time.monotonic() - started)
+            while not self._completed_within(work, WATCH_INTERVAL_S):
+                if watch is not None and (reason := watch(time.monotonic() - started)) is not None:
                     # a rank descheduled past its op's end would otherwise abandon a finished
                     # op (a member that moved on after it reads as "a newer generation")
-                    if reason is not None and not work.is_completed():
+                    if not work.is_completed():
                         raise CollectiveError(reason, "suspect", "step")
             work.wait()
             self._pending = None
         except RuntimeError as exc:
             self._pending = None  # a failed op is over: nothing left to abandon
             raise CollectiveError(_short(exc), classify(str(exc)), "step") from exc
+
+    def _completed_within(self, work: Any, seconds: float) -> bool:
+        """Whether `work` ended (done or failed) within `seconds`. A gloo op is waited on in
+        torch, which wakes at its end, instead of polling every 5 ms: 64 ranks' steps on 2
+        cores took 0.03-0.05 s less (median of 0.67-0.79 s; docs/scale.md)."""
+        if self.comm == "nccl":
+            deadline = time.monotonic() + seconds
+            while not work.is_completed() and time.monotonic() < deadline:
+                time.sleep(POLL_INTERVAL_S)
+        else:
+            with contextlib.suppress(RuntimeError):  # the slice ran out, or the op failed:
+                work.wait(timedelta(seconds=seconds))  # is_completed() tells which
+        return work.is_completed()
 
     def leave(self) -> float:
         """Release the group so its sockets close and peers see it; returns seconds taken.

@@ -1,13 +1,16 @@
-"""The rejoin protocol of `GlooGroup` against a real TCPStore on loopback (no gloo group is
-formed: these steps are store operations only; tests/harness/test_detector_job.py runs
-them in the 16-rank job)."""
+"""`GlooGroup` against a real TCPStore on loopback: the rejoin protocol (store operations
+only; tests/harness/test_detector_job.py runs it in the 16-rank job), and waiting on a real
+two-rank gloo group's collectives."""
 from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from datetime import timedelta
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from harness.job.control import GENERATION_KEY
@@ -88,7 +91,7 @@ class Work:
     def is_completed(self) -> bool:
         return self.done
 
-    def wait(self) -> bool:
+    def wait(self, timeout: timedelta | None = None) -> bool:
         return True
 
 
@@ -110,3 +113,42 @@ def test_an_op_still_pending_when_the_watch_speaks_is_abandoned(store):
     with pytest.raises(CollectiveError, match="silent") as caught:
         group._wait(lambda: work, lambda waited_s: "rank 1 silent for 0.80s")
     assert caught.value.cause == "suspect" and group._pending is work  # left for the reaper
+
+
+def two_rank_gloo(timeout_s: float) -> tuple[GlooGroup, GlooGroup]:
+    """Ranks 0 and 1 of one real gloo group, both in this process."""
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=5))
+    master.set(GENERATION_KEY, "0")
+    groups = [GlooGroup(master if r == 0 else dist.TCPStore("127.0.0.1", port, is_master=False),
+                        ("127.0.0.1", port), r, 2, timeout_s, 5.0) for r in (0, 1)]
+    joining = threading.Thread(target=groups[1].join, args=(None,))
+    joining.start()
+    groups[0].join(None)
+    joining.join()
+    return groups[0], groups[1]
+
+
+def test_a_collective_that_outlasts_many_wait_slices_completes():
+    first, late = two_rank_gloo(timeout_s=5.0)
+    ones = torch.ones(3)
+
+    def late_all_reduce():  # ten wait slices after rank 0 issued its op
+        time.sleep(10 * 0.02)
+        late.all_reduce(torch.ones(3))
+    joining = threading.Thread(target=late_all_reduce)
+    joining.start()
+    first.all_reduce(ones)
+    joining.join()
+    assert ones.tolist() == [2.0, 2.0, 2.0]
+    first.leave(), late.leave()
+
+
+def test_a_collective_that_times_out_fails_at_the_group_timeout_not_at_a_slice():
+    first, silent = two_rank_gloo(timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(CollectiveError) as caught:
+        first.all_reduce(torch.ones(3))  # rank 1 never issues its op
+    assert caught.value.cause == "timeout" and time.monotonic() - started >= 0.9
+    first.leave(), silent.leave()
