@@ -15,10 +15,12 @@ SCENARIOS = REPO / "scenarios"
     (16, 2, 1.0),    # the reference: what every shipped scenario was measured with
     (8, 2, 1.0),     # fewer ranks per core never shrinks a time
     (64, 2, 4.0),
-    (256, 16, 2.0),
     (24, 2, 1.5),
+    (128, 2, 16.0),  # past 64 ranks the ring's length counts too
+    (256, 16, 8.0),
+    (256, 64, 4.0),  # fewer than 8 ranks per core: the ring alone
 ])
-def test_factor_is_ranks_per_core_over_eight(ranks, cores, factor):
+def test_factor_is_ranks_per_core_over_eight_times_the_ring_past_64(ranks, cores, factor):
     assert scale_factor(ranks, cores) == factor
 
 
