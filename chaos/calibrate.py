@@ -25,10 +25,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from pyroute2 import netns
 
 from chaos import netlink, topology
 from chaos.api import Host, Injection
@@ -66,7 +64,7 @@ def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2,
 def host_socket(host: Host, kind: int) -> socket.socket:
     """A socket living in `host`'s namespace."""
     with netlink.translated(f"open a socket in {host.name}"):
-        return netns.create_socket(Path(host.ns_path).name, socket.AF_INET, kind, flags=0)
+        return netlink.socket_in(host.ns_path, socket.AF_INET, kind)
 
 
 @dataclass

@@ -4,12 +4,12 @@ kernel that spins on the rank's GPU.
 chaos.cmdfile writes a command for a target rank into the trial folder
 (`command_file(trial folder, rank)`; the run folder is bind-mounted at the same path in
 containers). A CUDA rank runs a daemon thread of its own beside the training (harness.job.rank
-starts it; the heartbeat thread exists only under a failure detector, so it cannot be the
-one) that looks for that file every POLL_S and plays a command it has not played yet (by
+starts it; the detector's digest thread exists only under a failure detector, so it cannot
+be the one) that looks for that file every POLL_S and plays a command it has not played yet (by
 its id): one kernel that spins until the command's `until` (monotonic, the clock every
 process of the kernel shares), queued on the stream the training uses. The step's next
 kernels wait behind it and its next synchronisation blocks there, so the rank stops making
-progress while its process, its heartbeat thread and its link stay alive: a silent fault,
+progress while its process, its heart (heartbeats) and its link stay alive: a silent fault,
 like pause. A command read after its `until` is not played. A queued kernel cannot be
 stopped: a revert before its end (teardown) only removes the file.
 

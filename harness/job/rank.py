@@ -40,7 +40,7 @@ def main(config: dict[str, Any]) -> int:
     os.environ.update(cfg.env)  # its GPU and NCCL settings (harness.job.device): before CUDA initialises
     torch.set_num_threads(1)
     # torch's ~10^6 objects are never garbage: frozen, a full collection takes ~0 s instead
-    # of 0.2-0.9 s that would hold the GIL and silence the heartbeat thread.
+    # of 0.2-0.9 s that would hold the GIL (and starve the thread that reads digests).
     gc.freeze()
     recorder = EventRecorder(cfg.events_path, "rank", cfg.rank)
     recorder.emit(kinds.RANK_START, policy=cfg.policy.name, world=cfg.world_size)
@@ -63,7 +63,7 @@ def main(config: dict[str, Any]) -> int:
             heartbeats = HeartbeatClient(
                 (cfg.store_address, heartbeat_port(cfg.store_port)), cfg.rank, spec.interval,
                 generation=lambda: group.generation).start()
-            if warning := not_ahead(f"rank {cfg.rank}'s heartbeat thread", heartbeats.nice):
+            if warning := not_ahead(f"rank {cfg.rank}'s heart", heartbeats.nice):
                 print(warning, file=sys.stderr, flush=True)
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
                                        spec.straggler_loss)

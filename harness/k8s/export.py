@@ -129,8 +129,8 @@ def _job_notes(job: str, namespace: str, api: str, ranks: int, index_label: str,
         "faults select ranks by.",
         "exact: the control plane is one pod running `... control` (the rendezvous store and the failure "
         "detector's server), reached by name from every rank, as the harness's switch hosts it.",
-        "approximated: priority: the pods add no capability, so the control plane and each rank's heartbeat "
-        "thread run at the pod's nice value, not ahead of the steps as under the harness (without "
+        "approximated: priority: the pods add no capability, so the control plane and each rank's heart "
+        "(the process that sends its heartbeats) run at the pod's nice value, not ahead of the steps as under the harness (without "
         "CAP_SYS_NICE each says so in its log); a rank with cores of its own seldom needs it.",
         "exact: no pod is restarted: a killed or failed rank stays gone and the others go on.",
         "exact: a rank trains until stopped; `chaos collect k8s` ends the trial by the harness's rules "

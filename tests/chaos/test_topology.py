@@ -3,6 +3,8 @@ and these tests: names and addresses, the ledger first, and a switch whose MAC n
 a port (calibration's own copy of the layout once lacked that, and stalled ~15 s)."""
 from __future__ import annotations
 
+import errno
+import os
 import socket
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from chaos import netlink, topology
 from chaos.api import Host
 from chaos.calibrate import delivered, scratch_cluster
-from chaos.errors import HarnessError
+from chaos.errors import HarnessError, InjectionError
 from chaos.ledger import Ledger
 
 from .conftest import new_run_id, run_leftovers
@@ -79,3 +81,21 @@ def test_calibration_builds_the_same_layout(state_dir) -> None:
         assert bridge_mac(hosts[0].switch_ns) == topology.BRIDGE_MAC
         assert delivered(hosts[0], hosts[1]) == 1.0
     assert run_leftovers(run_id) == ([], [])
+
+
+@pytest.mark.requires_root
+def test_a_socket_is_made_inside_a_namespace_without_moving_this_thread(cluster) -> None:
+    """`netlink.socket_in` enters the namespace on a thread of its own (no fork): the socket
+    sees the host's interface, this thread stays where it was, a missing namespace is
+    ENOENT (which a revert may tolerate), never created."""
+    host = cluster.hosts[0]
+    mine = os.readlink("/proc/thread-self/ns/net")
+    with netlink.route(host.ns_path) as ipr:
+        assert netlink.link_index(ipr, host.ifname) > 0
+    with netlink.socket_in(host.ns_path, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((host.address, 0))  # only there does this address exist
+    assert os.readlink("/proc/thread-self/ns/net") == mine
+    missing = topology.namespace_name(cluster.run_id, "missing")
+    with pytest.raises(InjectionError) as raised, netlink.translated("open"), netlink.route(missing):
+        pass
+    assert raised.value.errno == errno.ENOENT and missing not in netlink.list_namespaces()

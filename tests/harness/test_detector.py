@@ -75,6 +75,24 @@ def test_silent_peer_is_suspect_after_the_threshold_only():
     assert d.judge((0, 2), 0) == []  # not a member: not this group's problem
 
 
+def test_a_digest_is_judged_once_per_group_and_the_verdict_is_the_callers():
+    """A rank asks every 0.02 s and a digest comes every 0.05 s: the same digest for the same
+    members and generation is not judged again; another digest, member set or generation is."""
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(silent=0.9), r2=alive(gen=3))]
+    d = detector(clock, current)
+    first = d.judge((0, 1, 2), 2)
+    assert [(s.peer, s.via) for s in first] == [(1, "heartbeat"), (2, "generation")]
+    first.clear()  # the caller's list: emptying it changes no later verdict
+    assert [s.peer for s in d.judge((0, 1, 2), 2)] == [1, 2]
+    assert [s.peer for s in d.judge((0, 2), 2)] == [2]
+    assert d.judge((0, 2), 3) == []
+    current[0] = view(clock, r0=alive(), r1=alive(), r2=alive(gen=3))
+    assert [s.peer for s in d.judge((0, 1, 2), 2)] == [2]
+    clock.t += 0.9  # the same digest, now stale: this rank is the one cut off
+    assert [s.via for s in d.judge((0, 1, 2), 2)] == ["cut-off"]
+
+
 def test_closed_lease_is_suspect_at_once():
     clock = Clock()
     current = [view(clock, r0=alive(), r1=PeerState(0.01, 0.0, True, 0, 0.0))]
@@ -153,17 +171,64 @@ def test_server_and_clients_over_loopback():
     gens = {0: 0, 1: 0}
     a = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: gens[0]).start()
     b = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: gens[1]).start()
-    seen = _wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
-    assert not seen.peers[1].closed and seen.peers[1].silent_s < 0.5
-    gens[1] = 4
-    _wait_for(lambda: a.view().peers[1].gen == 4)
-    b._lease.close()  # what the kernel does when the process dies
-    started = time.monotonic()
-    _wait_for(lambda: a.view().peers[1].closed)
-    assert time.monotonic() - started < 0.3
-    d = FailureDetector(a.view, 0, 0.8, None, 0.05)
-    assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
-    assert set(server.members) == {0, 1}
+    try:
+        seen = _wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
+        assert not seen.peers[1].closed and seen.peers[1].silent_s < 0.5
+        gens[1] = 4  # the generation reaches the heart, and with its beats the digest
+        _wait_for(lambda: a.view().peers[1].gen == 4)
+        b.stop()  # the lease closes, as the kernel closes it when the process dies
+        started = time.monotonic()
+        _wait_for(lambda: a.view().peers[1].closed)
+        assert time.monotonic() - started < 0.3
+        d = FailureDetector(a.view, 0, 0.8, None, 0.05)
+        assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
+        assert set(server.members) == {0, 1}
+    finally:
+        a.stop()
+        b.stop()
+
+
+# A rank whose main thread keeps the GIL for 1.5 s (a switch interval longer than that):
+# its heart beats on; then it waits to be killed.
+GIL_HOG = """
+import sys, time
+from harness.job.detector import HeartbeatClient
+client = HeartbeatClient(("127.0.0.1", {port}), 7, 0.05, lambda: 0).start()
+print(client._heart.pid, flush=True)
+time.sleep(0.5)
+sys.setswitchinterval(10.0)
+print("holding", flush=True)
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    pass
+sys.setswitchinterval(0.005)
+print("released", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank():
+    """The heartbeats come from a process of their own: a rank busy in Python (holding the
+    GIL) is not silent, and a rank killed takes its heart with it."""
+    port = _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1").start()
+    rank = subprocess.Popen([sys.executable, "-c", GIL_HOG.format(port=port)], stdout=subprocess.PIPE, text=True)
+    try:
+        heart = int(rank.stdout.readline())
+        assert rank.stdout.readline() == "holding\n"
+        longest, end = 0.0, time.monotonic() + 1.4
+        while time.monotonic() < end:
+            time.sleep(0.01)
+            longest = max(longest, server.members[7].accrual.silence(server.clock()))
+        assert rank.stdout.readline() == "released\n"  # it did hold the GIL all along
+        assert longest < 0.3, f"silent for {longest:.2f} s while the rank held its GIL"
+        rank.kill()
+        rank.wait()
+        _wait_for(lambda: not os.path.exists(f"/proc/{heart}") or
+                  open(f"/proc/{heart}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+    finally:
+        rank.kill()
+        rank.wait()
 
 
 @pytest.mark.requires_root

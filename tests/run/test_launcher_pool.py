@@ -108,10 +108,13 @@ def test_the_control_plane_and_the_heartbeats_run_ahead_of_the_steps(tmp_path: P
             start_and_wait_for_steps(cluster, tmp_path / run_id, policy="with_detector",
                                      overrides={"base": "retry", "detector": {}})
             assert thread_nices(cluster.launcher.pids["control"]) == {AHEAD_NICE}
-            # the heartbeat thread runs ahead; the rank's steps (its other threads) keep the
-            # nice value the rank inherited from this process
-            own = os.getpriority(os.PRIO_PROCESS, 0)
-            assert sorted(thread_nices(cluster.pid(0))) == sorted([AHEAD_NICE, own])  # type: ignore[arg-type]
+            # the rank's heart (its one child) runs ahead; the rank's steps (all its threads)
+            # keep the nice value the rank inherited from this process
+            rank = cluster.pid(0)
+            hearts = [int(pid) for task in Path(f"/proc/{rank}/task").iterdir()
+                      for pid in (task / "children").read_text().split()]
+            assert len(hearts) == 1 and thread_nices(hearts[0]) == {AHEAD_NICE}
+            assert thread_nices(rank) == {os.getpriority(os.PRIO_PROCESS, 0)}  # type: ignore[arg-type]
         finally:
             cluster.close()
     assert ledger.close_if_clean()
