@@ -45,6 +45,7 @@ LOSS_WINDOW_S = 2.0       # heartbeat loss is measured over this recent window
 PHI_WINDOW = 100          # arrival intervals kept per rank for phi
 PHI_MIN_STD_S = 0.05      # floor on the interval spread: a perfectly regular sender is not fragile
 LEASE_CONNECT_TIMEOUT_S = 2.0
+HEART_STOP_S = 2.0        # a heart ends within one heartbeat of end of file on its pipe
 DATAGRAM_MAX = 65507
 # The control plane and each rank's heart stand for timing that, on a real cluster, has
 # cores of its own. Here they share two with 16-64 busy ranks: at 64 ranks beside two CPU
@@ -55,8 +56,8 @@ AHEAD_NICE = -10
 
 def run_ahead(tid: int = 0) -> int:
     """Give thread or process `tid` (0: the calling thread) nice AHEAD_NICE; threads it
-    starts later inherit it. Returns the nice value it runs at: unchanged where the process may not raise
-    its priority (a container without CAP_SYS_NICE)."""
+    starts later inherit it. Returns the nice value it runs at: unchanged where the process
+    may not raise its priority (a container without CAP_SYS_NICE)."""
     try:
         os.setpriority(os.PRIO_PROCESS, tid, AHEAD_NICE)
     except PermissionError:
@@ -285,6 +286,7 @@ class HeartbeatClient:
         self._told = generation()
         self._heart: subprocess.Popen | None = None
         self._to_heart = -1
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="digests", daemon=True)
 
     def start(self) -> "HeartbeatClient":
@@ -300,26 +302,35 @@ class HeartbeatClient:
         return self
 
     def stop(self) -> None:
-        """End the heart now (a process that outlives its client ends it by exiting)."""
-        if self._heart is not None and self._heart.poll() is None:
+        """End the heart now (a rank never needs to: the heart ends when the rank does)."""
+        with self._lock:  # never a write to the closed pipe's number, reused meanwhile
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
             os.close(self._to_heart)
+        assert self._heart is not None
+        try:
+            self._heart.wait(timeout=HEART_STOP_S)
+        except subprocess.TimeoutExpired:  # stopped by a pause fault: end of file cannot wake it
+            self._heart.kill()
             self._heart.wait()
         self._lease.close()
 
     def _listen(self) -> None:
-        while True:
-            if (gen := self.generation()) != self._told:
+        while not self._stopped.wait(self.interval_s):
+            self.view()  # keeps the socket drained while the rank is busy
+            with self._lock:
+                if self._stopped.is_set() or (gen := self.generation()) == self._told:
+                    continue
                 try:
                     os.write(self._to_heart, f"{gen}\n".encode())
                 except OSError:
-                    return  # stopped
+                    pass  # the heart is gone (killed with the rank's tree): silence says so
                 self._told = gen
-            time.sleep(self.interval_s)
-            self.view()  # keeps the socket drained while the rank is busy
 
     def view(self) -> View | None:
         """The newest digest, after draining the socket (so a late reader sees fresh news);
-        only the newest is parsed, which at 96 ranks costs 0.3 ms."""
+        only the newest is parsed (0.13 ms at 96 ranks)."""
         with self._lock:
             arrived = []
             while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -186,6 +187,20 @@ def test_server_and_clients_over_loopback():
     finally:
         a.stop()
         b.stop()
+
+
+def test_stopping_a_client_ends_even_a_frozen_heart():
+    """A heart stopped by a pause fault cannot read end of file: stop() kills it after its
+    deadline, and stopping twice is harmless."""
+    port = _free_port()
+    HeartbeatServer(port, host="127.0.0.1").start()
+    client = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0).start()
+    heart = client._heart
+    os.kill(heart.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    client.stop()
+    client.stop()
+    assert heart.returncode == -signal.SIGKILL and time.monotonic() - started < 5
 
 
 # A rank whose main thread keeps the GIL for 1.5 s (a switch interval longer than that):
