@@ -8,9 +8,14 @@ not special and a fault on a rank's link also cuts that rank off from the store.
                    it reads, under PrefixStore("gen<N>/").
     gen<N>/members the members of generation N (original rank ids, a JSON list), agreed
                    by compare_set from "": the first proposal wins.
+    rejoin/<rank>, rejoin/requests
+                   a rank left out asks to be let back in (harness.job.group); the counter
+                   counts the requests.
 
 Beside the store, on the next port, the failure detector's heartbeat server
-(harness.job.detector): UDP heartbeats in, one digest of every rank's liveness out to all.
+(harness.job.detector): UDP heartbeats in, one digest of every rank's liveness out to all,
+with the rejoin request counter, so that the members hear of a rank asking back within a
+digest (they step at once, and group rank 0 admits it in that step).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 GENERATION_KEY = "generation"
+REJOIN_REQUESTS_KEY = "rejoin/requests"
 LISTENING = "control plane listening"
 
 
@@ -28,10 +34,17 @@ def heartbeat_port(store_port: int) -> int:
     return store_port + 1
 
 
+def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0") -> Any:
+    """The failure detector's server, telling in its digests the store's rejoin counter."""
+    from harness.job.detector import HeartbeatServer
+
+    return HeartbeatServer(port, host, rejoin_requests=lambda: store.add(REJOIN_REQUESTS_KEY, 0))
+
+
 def main(config: dict[str, Any]) -> int:
     import torch.distributed as dist
 
-    from harness.job.detector import HeartbeatServer, not_ahead, run_ahead
+    from harness.job.detector import not_ahead, run_ahead
     from harness.signals import Terminated
 
     # before the store's and the detector's threads start: they inherit it
@@ -40,7 +53,7 @@ def main(config: dict[str, Any]) -> int:
     store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")
-    HeartbeatServer(heartbeat_port(config["port"])).start()
+    heartbeat_server(heartbeat_port(config["port"]), store).start()
     print(f"{LISTENING} on port {config['port']}", flush=True)
     try:
         while True:

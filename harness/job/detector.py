@@ -12,7 +12,7 @@ own UDP socket, so its beats never wait for the rank's GIL.
 The server timestamps arrivals on its own clock and sends every rank the same digest: per
 rank, seconds since its last heartbeat, phi (accrual suspicion), whether its lease closed
 (the process is gone: the kernel closed its socket), its generation, and its recent
-heartbeat loss. Every rank judges the same digest, so survivors agree on who is suspect
+heartbeat loss; and how many times a rank left out has asked to rejoin. Every rank judges the same digest, so survivors agree on who is suspect
 within one digest. A fault on a rank's link cuts its heartbeats as well as its gloo
 traffic; the rank itself notices that digests stopped (it is the one cut off).
 
@@ -125,8 +125,11 @@ class HeartbeatServer:
     """Runs in the control process (a daemon thread): collects heartbeats, serves digests."""
 
     def __init__(self, port: int, host: str = "0.0.0.0",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 rejoin_requests: Callable[[], int] = lambda: 0) -> None:
         self.clock = clock
+        self.rejoin_requests = rejoin_requests
+        self._asks = 0
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind((host, port))
         self.udp.setblocking(False)
@@ -230,9 +233,13 @@ class HeartbeatServer:
         peers = {str(rank): [round(m.accrual.silence(now), 4), round(min(m.accrual.phi(now), 99.0), 2),
                              int(m.closed), m.gen, round(m.loss(), 3)]
                  for rank, m in self.members.items()}
-        return json.dumps({"peers": peers}, separators=(",", ":")).encode()
+        return json.dumps({"peers": peers, "asks": self._asks}, separators=(",", ":")).encode()
 
     def _broadcast(self, now: float) -> None:
+        try:
+            self._asks = self.rejoin_requests()
+        except RuntimeError:  # the store in this process (torch's errors): the last count will do
+            pass
         payload = self.digest(now)
         for member in self.members.values():
             if member.addr is not None and not member.closed:
@@ -254,12 +261,13 @@ class PeerState(NamedTuple):  # a tuple: a rank parses one per peer 20 times a s
 class View:
     received: float               # local time the digest arrived
     peers: dict[int, PeerState]
+    asks: int = 0                 # requests to rejoin so far (the store's counter)
 
 
 def parse_digest(data: bytes, received: float) -> View:
-    peers = json.loads(data)["peers"]
+    digest = json.loads(data)
     return View(received, {int(r): PeerState(v[0], v[1], bool(v[2]), int(v[3]), v[4])
-                           for r, v in peers.items()})
+                           for r, v in digest["peers"].items()}, int(digest["asks"]))
 
 
 class HeartbeatClient:
@@ -424,6 +432,11 @@ class FailureDetector:
             return silent >= self.suspect_after_s
         # phi decides, but never on a silence shorter than a few heartbeats
         return state.phi >= self.phi_threshold and silent >= self.suspect_after_s / 4
+
+    def rejoin_asks(self) -> int:
+        """How many times a rank has asked to rejoin, as of the newest digest."""
+        view = self.view()
+        return 0 if view is None else view.asks
 
     def stragglers(self, members: tuple[int, ...]) -> list[Straggler]:
         """Alive members whose heartbeats arrive degraded (lossy or late): slow, not dead."""

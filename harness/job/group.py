@@ -21,9 +21,11 @@ by compare-and-set from the empty value: the first proposal wins and every rank 
 Ranks are renumbered by their position in it.
 
 Rejoin: a rank left out asks under ``rejoin/<rank>`` and counts itself in under
-``rejoin/requests``; group rank 0 reads that counter once a step and, when it moved,
-agrees the next generation's members (the current ones and those asking) before the
+``rejoin/requests``; group rank 0 reads that counter at each step's start and, when it
+moved, agrees the next generation's members (the current ones and those asking) before the
 others move there; the rank asking watches for a generation whose members include it.
+(The control plane's digest carries the counter too, so the members cut their pacing
+sleep short and that step starts at once.)
 """
 from __future__ import annotations
 
@@ -40,14 +42,13 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 import torch.distributed as dist
 
-from harness.job.control import GENERATION_KEY
+from harness.job.control import GENERATION_KEY, REJOIN_REQUESTS_KEY
 
 POLL_INTERVAL_S = 0.005
 WATCH_INTERVAL_S = 0.02
 RENDEZVOUS_SLICE_S = 0.5
 WATCHED_RENDEZVOUS_SLICE_S = 0.05
 RENDEZVOUS_REPORT_S = 5.0
-REJOIN_REQUESTS_KEY = "rejoin/requests"
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 

@@ -219,15 +219,21 @@ class FaultTolerantRunner:
             return Failure(self.workload.step, exc.generation, "join", "left-out", str(exc))
 
     def _pace(self, until: float) -> Failure | None:
-        """Sleep until the next step is due; with a detector, in slices that consult it."""
+        """Sleep until the next step is due; with a detector, in slices that consult it.
+        With rejoin, a rank asking back ends the sleep: every member hears of it in the
+        same digest, so the step whose all-reduce tells them of its admission starts now
+        rather than up to a step period later."""
         if self._watch is None:
             if (spare := until - self.clock()) > 0:
                 self.sleep(spare)
             return None
+        assert self.suspicions is not None
         while (spare := until - self.clock()) > 0:
             self.sleep(min(spare, PACE_SLICE_S))
             if (reason := self._watch(0.0)) is not None:
                 return Failure(self.workload.step, self.group.generation, "pace", "suspect", reason)
+            if self.policy.rejoin and self.suspicions.rejoin_asked():
+                return None
         return None
 
     def _consult(self, waited_s: float) -> str | None:
@@ -356,7 +362,7 @@ class FaultTolerantRunner:
                                    left_out=sorted(set(before) - set(self.group.members)),
                                    joined=sorted(set(self.group.members) - set(before)))
             if self.suspicions is not None:
-                self.suspicions.forget_silences()
+                self.suspicions.generation_formed()
             restored = self.restore.restore(self.group, self.workload, self._watch)
             self.recorder.emit(kinds.RESTORED, step=self.workload.step, gen=self.group.generation,
                                **restored.fields())

@@ -9,6 +9,8 @@
                 speak again; a member no longer suspect is forgotten, so a later silence
                 starts a new grace, as it does once a generation forms)
     cut_off     this rank hears no digest: the health check of a policy with a detector
+    rejoin_asked  a rank asked to rejoin since this rank last looked (or its generation
+                formed): the pacing sleep ends, so the step that admits it starts now
 
 Pure given the detector's verdicts and the clock: unit-tested with a scripted detector.
 """
@@ -45,6 +47,7 @@ class Suspicions:
         self._reported: set[tuple[int, int, str]] = set()  # (generation, peer, via) written
         self._slow_waits: set[tuple[int, int]] = set()      # (generation, step) with stragglers written
         self._suspected_at: dict[int, float] = {}           # member -> when first suspected
+        self._asks_seen = 0                                 # rejoin requests already acted on
 
     def watch(self, generation: int, members: tuple[int, ...], step: int,
               waited_s: float) -> str | None:
@@ -78,9 +81,19 @@ class Suspicions:
         """This rank's own suspicion of itself, if it hears nothing from the control plane."""
         return next((s for s in self.detector.judge((me,), -1) if s.via == "cut-off"), None)
 
-    def forget_silences(self) -> None:
-        """A generation formed: a member silent from now on starts a new grace."""
+    def rejoin_asked(self) -> bool:
+        """True once for each new request to rejoin in the digests."""
+        asks = self.detector.rejoin_asks()
+        if asks <= self._asks_seen:
+            return False
+        self._asks_seen = asks
+        return True
+
+    def generation_formed(self) -> None:
+        """A member silent from now on starts a new grace; requests to rejoin so far were
+        for this generation to answer."""
         self._suspected_at.clear()
+        self._asks_seen = self.detector.rejoin_asks()
 
     def _note(self, suspicions: Iterable[Suspicion]) -> float:
         now = self.clock()

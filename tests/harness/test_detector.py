@@ -146,8 +146,8 @@ def test_lossy_or_late_alive_peer_is_a_straggler_not_a_suspect():
 
 
 def test_digest_round_trip():
-    server_view = parse_digest(json.dumps({"peers": {"3": [0.25, 1.5, 1, 2, 0.1]}}).encode(), 7.0)
-    assert server_view == View(7.0, {3: PeerState(0.25, 1.5, True, 2, 0.1)})
+    server_view = parse_digest(json.dumps({"peers": {"3": [0.25, 1.5, 1, 2, 0.1]}, "asks": 2}).encode(), 7.0)
+    assert server_view == View(7.0, {3: PeerState(0.25, 1.5, True, 2, 0.1)}, asks=2)
 
 
 def _free_port() -> int:
@@ -156,7 +156,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_for(predicate, timeout: float = 5.0):
+def wait_for(predicate, timeout: float = 5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (value := predicate()):
@@ -173,13 +173,13 @@ def test_server_and_clients_over_loopback():
     a = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: gens[0]).start()
     b = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: gens[1]).start()
     try:
-        seen = _wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
+        seen = wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
         assert not seen.peers[1].closed and seen.peers[1].silent_s < 0.5
         gens[1] = 4  # the generation reaches the heart, and with its beats the digest
-        _wait_for(lambda: a.view().peers[1].gen == 4)
+        wait_for(lambda: a.view().peers[1].gen == 4)
         b.stop()  # the lease closes, as the kernel closes it when the process dies
         started = time.monotonic()
-        _wait_for(lambda: a.view().peers[1].closed)
+        wait_for(lambda: a.view().peers[1].closed)
         assert time.monotonic() - started < 0.3
         d = FailureDetector(a.view, 0, 0.8, None, 0.05)
         assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
@@ -239,7 +239,7 @@ def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank():
         assert longest < 0.3, f"silent for {longest:.2f} s while the rank held its GIL"
         rank.kill()
         rank.wait()
-        _wait_for(lambda: not os.path.exists(f"/proc/{heart}") or
+        wait_for(lambda: not os.path.exists(f"/proc/{heart}") or
                   open(f"/proc/{heart}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
     finally:
         rank.kill()

@@ -13,8 +13,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.job.control import GENERATION_KEY
+from harness.job.control import GENERATION_KEY, heartbeat_server
+from harness.job.detector import HeartbeatClient
 from harness.job.group import CollectiveError, GlooGroup
+from tests.harness.test_detector import wait_for
 
 
 def free_port() -> int:
@@ -152,3 +154,18 @@ def test_a_collective_that_times_out_fails_at_the_group_timeout_not_at_a_slice()
         first.all_reduce(torch.ones(3))  # rank 1 never issues its op
     assert caught.value.cause == "timeout" and time.monotonic() - started >= 0.9
     first.leave(), silent.leave()
+
+
+def test_the_control_planes_digest_tells_the_members_a_rank_asked_back(store):
+    """The store's rejoin counter reaches the members in the digest, as the control plane
+    serves it, so they need not wait for group rank 0's next step to hear of a request."""
+    master, port = store
+    hb_port = free_port()
+    heartbeat_server(hb_port, master, host="127.0.0.1").start()
+    member = HeartbeatClient(("127.0.0.1", hb_port), 0, 0.05, lambda: 3).start()
+    try:
+        assert wait_for(lambda: (v := member.view()) is not None and v).asks == 0
+        group_of(port, 2, (0, 1, 3)).ask_to_rejoin()
+        assert wait_for(lambda: member.view().asks == 1)
+    finally:
+        member.stop()

@@ -5,6 +5,7 @@ test_job.py runs the same runner against real gloo ranks in real namespaces.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -207,6 +208,10 @@ class FakeDetector:
         self.gone: set[int] = set()
         self.cut_off = False
         self.degraded: list[Straggler] = []
+        self.asks_at: list[float] = []  # fake-clock times ranks asked to rejoin, as digests tell
+
+    def rejoin_asks(self):
+        return sum(1 for t in self.asks_at if t <= self.clock.t)
 
     def judge(self, members, generation):
         if self.cut_off:
@@ -581,6 +586,42 @@ def test_a_member_moves_on_when_another_member_admits_a_rank(tmp_path):
     assert group.proposals == [None, None]  # moved on to what rank 0 agreed, not a proposal of its own
     steps = [(e["step"], e["gen"]) for e in events(tmp_path) if e["kind"] == "step"]
     assert steps == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1)]
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [round(b - a, 3) for a, b in itertools.pairwise(times)]
+
+
+def test_a_rank_asking_back_ends_the_members_pacing_sleep_once(tmp_path):
+    """The digest says a rank asked to rejoin: the step that may admit it starts within a
+    pacing slice, not when it is due; the same request does not cut a later sleep short."""
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=1), FakeDetector(clock, me=1)
+    detector.asks_at = [clock.t - 5.0]  # a request answered before this generation formed
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector, rejoin=True)
+    started: list[float] = []
+    original = runner.workload.train_step
+
+    def train_step(all_reduce, world_size):
+        started.append(clock.t)
+        if runner.workload.step == 3:
+            detector.asks_at.append(clock.t + 0.09)  # during the sleep after step 3
+        return original(all_reduce, world_size)
+    runner.workload.train_step = train_step
+    assert runner.run(max_steps=6) is Outcome.STOPPED
+    assert gaps(started) == [0.25, 0.25, 0.25, 0.1, 0.25]
+
+
+def test_without_rejoin_a_rank_asking_back_does_not_shorten_a_step(tmp_path):
+    clock = FakeClock()
+    group, detector = ElasticGroup(clock, member=1), FakeDetector(clock, me=1)
+    detector.asks_at = [clock.t + 0.6]
+    runner, _ = make_detector_runner(tmp_path, "elastic", group, clock, detector)
+    started: list[float] = []
+    original = runner.workload.train_step
+    runner.workload.train_step = lambda *a: started.append(clock.t) or original(*a)
+    assert runner.run(max_steps=5) is Outcome.STOPPED
+    assert gaps(started) == [0.25] * 4
 
 
 def test_rejoin_needs_an_elastic_policy():

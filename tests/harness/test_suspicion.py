@@ -102,10 +102,22 @@ def test_a_new_generation_forgets_when_members_were_first_suspected(tmp_path):
     detector.silent_from[2] = clock.t - 0.85
     suspicions.exclusion(MEMBERS)
     clock.sleep(1.1)  # past its grace: left out, were it not for the new generation
-    suspicions.forget_silences()
+    suspicions.generation_formed()
     assert not suspicions.exclusion(MEMBERS).settled  # the grace starts again
     clock.sleep(1.05)
     assert suspicions.exclusion(MEMBERS).settled
+
+
+def test_each_new_request_to_rejoin_is_told_once_and_a_new_generation_has_answered_those_before(tmp_path):
+    suspicions, detector, clock = book(tmp_path)
+    assert not suspicions.rejoin_asked()
+    detector.asks_at = [clock.t, clock.t]  # two ranks asked in one digest
+    assert suspicions.rejoin_asked() and not suspicions.rejoin_asked()
+    detector.asks_at.append(clock.t)
+    suspicions.generation_formed()  # the generation that let them in
+    assert not suspicions.rejoin_asked()
+    detector.asks_at.append(clock.t)
+    assert suspicions.rejoin_asked()
 
 
 @pytest.mark.parametrize("cut_off", [True, False])
