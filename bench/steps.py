@@ -1,15 +1,19 @@
 """A step's length against its stretched period, per number of ranks: does the scale rule hold here?
 
     sudo .venv/bin/python bench/steps.py [--ranks 16 32 64 128] [--seconds 30] [--out DIR]
+                                         [--policies timeout elastic]
     .venv/bin/python bench/steps.py --ranks 16 32 --analyze DIR    # the table of a stored run, again
 
 For each size, `scenarios/control.yaml` (no fault, its timeout policy) scaled the way
 `chaos run --ranks` scales it (k = max(1, ranks / cores / 8) x max(1, ranks / 64);
-docs/scale.md), with `--seconds` of steps after the warm-up. Prints, per size: the cores,
-k, the stretched step period, the median and 95th percentile of every rank's step after the
-warm-up (the `dur` of the step events: compute and all-reduce, not the pacing sleep), the
-median's share of the period, and the trial's outcome. A step longer than its period means
-the rule stretches too little on this machine. A size that fails prints why.
+docs/scale.md), with `--seconds` of steps after the warm-up. Prints, per size and policy:
+the cores, k, the stretched step period, the median and 95th percentile of every rank's
+step after the warm-up (the `dur` of the step events: compute and all-reduce, not the
+pacing sleep), the median's share of the period, the median against the first policy's,
+and the trial's outcome. A step longer than its period means the rule stretches too little
+on this machine. `--policies timeout elastic` runs the same steps with the failure detector
+too (`elastic: {}`, added to the scenario), one trial after the other in one run: what the
+detector costs a step. A size that fails prints why.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
 from detector import latest_run, scale_scenario
 
 from chaos.errors import ChaosError
@@ -32,19 +37,34 @@ from runfolder.events import EVENTS_FILE, STEP, TRIAL_END, WARMUP_DONE, read_eve
 from runfolder.layout import trial_dirs
 
 CONTROL = Path(__file__).resolve().parent.parent / "scenarios" / "control.yaml"
-POLICY = "timeout"
+# control.yaml's own policy, and the failure detector's, which the bench adds
+POLICIES = {"timeout": None, "elastic": {}}
 SIZE_FILE = "size.json"      # in a size's folder: the cores, k and step period it ran with
 FAILED_FILE = "failed.json"  # in a size's folder: why its run stopped
 
 
-def measure(ranks: int, seconds: float, out: Path, progress: Progress) -> None:
+def control_with(policies: list[str], out: Path) -> Path:
+    """control.yaml with every policy of `policies` it lacks, written into `out`."""
+    doc = yaml.safe_load(CONTROL.read_text())
+    for policy in policies:
+        if policy not in doc["policies"]:
+            doc["policies"][policy] = POLICIES[policy]
+            doc["expect"][policy] = {"outcome": "no-fault"}
+    path = out / CONTROL.name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def measure(ranks: int, seconds: float, policies: list[str], out: Path, progress: Progress) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    scenario = scale_scenario(CONTROL, ranks, seconds)
+    path = control_with(policies, out)
+    scenario = scale_scenario(path, ranks, seconds)
     cores = usable_cores()
     (out / SIZE_FILE).write_text(json.dumps({"cores": cores, "k": scale_factor(ranks, cores),
-                                             "step_period": scenario.workload.step_period}))
+                                             "step_period": scenario.workload.step_period,
+                                             "policies": policies}))
     try:
-        run_scenario(scenario, CONTROL, [POLICY], out, backend_named("netns"), progress)
+        run_scenario(scenario, path, policies, out, backend_named("netns"), progress)
     except (ChaosError, OSError) as exc:  # a size that fails says why; the others run
         (out / FAILED_FILE).write_text(json.dumps(f"{type(exc).__name__}: {exc}"))
 
@@ -57,25 +77,34 @@ def step_durations(events: list[dict]) -> list[float]:
     return [e["dur"] for e in events if e["kind"] == STEP and e["t"] > warm]
 
 
-def row(ranks: int, out: Path) -> str:
+def rows(ranks: int, out: Path) -> list[str]:
+    """One row per policy measured at `ranks` ranks, from the run folder in `out`."""
     if not (out / SIZE_FILE).is_file():
-        return f"| {ranks} | - | - | - | - | - | - | not measured (no {out / SIZE_FILE}) |"
+        return [f"| {ranks} | - | - | - | - | - | - | - | - | not measured (no {out / SIZE_FILE}) |"]
     size = json.loads((out / SIZE_FILE).read_text())
+    policies = size.get("policies", ["timeout"])
     period = size["step_period"]
-    head = f"| {ranks} | {size['cores']} | {size['k']:g} | {period:g} s |"
     failed = json.loads((out / FAILED_FILE).read_text()) if (out / FAILED_FILE).is_file() else None
     run_dir = latest_run(out, "control")
-    if run_dir is None:
-        return f"{head} - | - | - | {failed or 'no run folder'} |"
-    [trial] = trial_dirs(run_dir)
-    events, _ = read_events(trial / EVENTS_FILE)
-    durations = step_durations(events)
-    ended = next((e["reason"] for e in events if e["kind"] == TRIAL_END), "did not end")
-    outcome = failed or f"ended: {ended}"
-    if len(durations) < 2:
-        return f"{head} - | - | - | no step after the warm-up; {outcome} |"
-    median, p95 = statistics.median(durations), statistics.quantiles(durations, n=20)[-1]
-    return f"{head} {median:.3f} / {p95:.3f} s | {median / period:.0%} | {len(durations)} | {outcome} |"
+    trials = {t.name: t for t in trial_dirs(run_dir)} if run_dir is not None else {}
+    found, first = [], None
+    for policy in policies:
+        head = f"| {ranks} | {policy} | {size['cores']} | {size['k']:g} | {period:g} s |"
+        if policy not in trials:
+            found.append(f"{head} - | - | - | - | {failed or 'no trial folder'} |")
+            continue
+        events, _ = read_events(trials[policy] / EVENTS_FILE)
+        durations = step_durations(events)
+        ended = next((e["reason"] for e in events if e["kind"] == TRIAL_END), "did not end")
+        outcome = failed or f"ended: {ended}"
+        if len(durations) < 2:
+            found.append(f"{head} - | - | - | - | no step after the warm-up; {outcome} |")
+            continue
+        median, p95 = statistics.median(durations), statistics.quantiles(durations, n=20)[-1]
+        first = first or median
+        found.append(f"{head} {median:.3f} / {p95:.3f} s | {median / period:.0%} | {median / first:.2f}x "
+                     f"| {len(durations)} | {outcome} |")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="run folders (default: a temp dir)")
     parser.add_argument("--analyze", type=Path, default=None, metavar="DIR",
                         help="print the table of a stored run, measuring nothing")
+    parser.add_argument("--policies", nargs="+", default=["timeout"], choices=list(POLICIES),
+                        help="each runs the same steps, one trial after the other (elastic: with the "
+                             "failure detector); --analyze prints those the folder has")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if min(args.ranks) < 2:
@@ -98,14 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         signals.install()
         progress = Progress(quiet=args.quiet)
         for ranks in args.ranks:
-            measure(ranks, args.seconds, out / f"ranks-{ranks}", progress)
-    print("| ranks | cores | k | step period | step after warm-up: median / p95 | median / period "
-          "| steps | trial |")
-    print("|---|---|---|---|---|---|---|---|")
+            measure(ranks, args.seconds, args.policies, out / f"ranks-{ranks}", progress)
+    print("| ranks | policy | cores | k | step period | step after warm-up: median / p95 | median / period "
+          "| median / the first policy's | steps | trial |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for ranks in args.ranks:
-        print(row(ranks, out / f"ranks-{ranks}"))
+        print(*rows(ranks, out / f"ranks-{ranks}"), sep="\n")
     print("\nk and the period as `chaos run --ranks` scales control.yaml on the measuring machine "
-          "(docs/scale.md); a median past 100% of the period: the rule stretches too little here")
+          "(docs/scale.md); a median past 100% of the period: the rule stretches too little here; "
+          "elastic: control.yaml's steps with the failure detector (`elastic: {}`)")
     print(f"run folders: {out}")
     return 0
 

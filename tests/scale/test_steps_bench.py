@@ -19,15 +19,24 @@ def steps_bench(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.requires_root
-def test_it_measures_each_size_and_prints_the_same_table_again_from_the_folder(tmp_path, leaves_nothing):
-    done = steps_bench("--ranks", "4", "--seconds", "2", "--out", str(tmp_path), "--quiet")
+def test_it_measures_each_size_and_policy_and_prints_the_same_table_again_from_the_folder(tmp_path, leaves_nothing):
+    done = steps_bench("--ranks", "4", "--seconds", "2", "--policies", "timeout", "elastic",
+                       "--out", str(tmp_path), "--quiet")
     assert done.returncode == 0, done.stderr
-    [row] = [line for line in done.stdout.splitlines() if line.startswith("| 4 |")]
-    # 4 ranks on any machine: k = 1, control.yaml's own 250 ms period
-    assert re.fullmatch(r"\| 4 \| \d+ \| 1 \| 0\.25 s \| \d\.\d{3} / \d\.\d{3} s \| \d+% \| \d+ \| ended: settled \|", row), row
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 4 |")]
+    # 4 ranks on any machine: k = 1, control.yaml's own 250 ms period; the first policy is 1x itself
+    figures = r"\| \d+ \| 1 \| 0\.25 s \| \d\.\d{3} / \d\.\d{3} s \| \d+% \| (\d+\.\d\d)x \| \d+ \| ended: settled \|"
+    timeout, elastic = (re.fullmatch(rf"\| 4 \| {policy} {figures}", row) for policy, row in
+                        zip(("timeout", "elastic"), rows, strict=True))
+    assert timeout and elastic, rows
+    assert timeout[1] == "1.00" and float(elastic[1]) > 0
+    [run] = (tmp_path / "ranks-4").glob("control-*")
+    detector = {p: json.loads((run / "trials" / p / "trial.json").read_text())["plan"]["policy_spec"]["detector"]
+                for p in ("timeout", "elastic")}
+    assert detector["timeout"] is None and detector["elastic"] is not None
     again = steps_bench("--ranks", "4", "--analyze", str(tmp_path))
     assert again.returncode == 0, again.stderr
-    assert row in again.stdout.splitlines()
+    assert rows == [line for line in again.stdout.splitlines() if line.startswith("| 4 |")]
 
 
 def test_a_size_that_failed_or_never_ran_says_so(tmp_path, monkeypatch):
@@ -37,9 +46,10 @@ def test_a_size_that_failed_or_never_ran_says_so(tmp_path, monkeypatch):
     failed.mkdir()
     (failed / steps.SIZE_FILE).write_text(json.dumps({"cores": 2, "k": 64, "step_period": 16.0}))
     (failed / steps.FAILED_FILE).write_text(json.dumps("HarnessError: ranks did not make 12 steps within 240 s"))
-    assert steps.row(256, failed) == ("| 256 | 2 | 64 | 16 s | - | - | - | "
-                                      "HarnessError: ranks did not make 12 steps within 240 s |")
-    assert "not measured" in steps.row(512, tmp_path / "ranks-512")
+    assert steps.rows(256, failed) == ["| 256 | timeout | 2 | 64 | 16 s | - | - | - | - | "
+                                       "HarnessError: ranks did not make 12 steps within 240 s |"]
+    [never] = steps.rows(512, tmp_path / "ranks-512")
+    assert "not measured" in never
 
 
 @pytest.mark.parametrize(("args", "says"), [
