@@ -80,13 +80,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write run folders there ({exc}); "
                          f"pick a writable folder") from None
-    import reports
-    from harness.cluster.backends import backend_named
-    from harness.run.orchestrator import run_scenario
-    from harness.run.progress import Progress
-    backend = backend_named(scenario.cluster.backend)
-    progress = Progress(quiet=args.quiet, scope=scenario.name)
-    run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress)
+    from harness.cluster.launcher import LauncherPool
+    with LauncherPool() as launchers:
+        launchers.start_ahead()  # its import of torch overlaps the imports and work below
+        import reports
+        from harness.cluster.backends import backend_named
+        from harness.run.orchestrator import run_scenario
+        from harness.run.progress import Progress
+        backend = backend_named(scenario.cluster.backend)
+        progress = Progress(quiet=args.quiet, scope=scenario.name)
+        run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
+                                  launchers=launchers)
     written = reports.write_reports(run_dir)
     table = reports.analyze_run(run_dir)
     print(reports.format_table(table))

@@ -117,8 +117,8 @@ TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backe
                     "the trial began")
 CLUSTER_UP = _kind("cluster_up", HARNESS, ("secs",),
                    "every host and the control plane are up (launcher: `kept`, the rank launcher an "
-                   "earlier trial of the run gave back, torch already imported; `new`, started for "
-                   "this trial)", optional=("launcher",))
+                   "earlier trial of the run gave back, torch already imported; `ahead`, started "
+                   "when the run began; `new`, started for this trial)", optional=("launcher",))
 RANK_SPAWNED = _kind("rank_spawned", HARNESS, ("pid",), "rank `rank`'s process started")
 WARMUP_DONE = _kind("warmup_done", HARNESS, ("step",),
                     "every rank made the warm-up steps; fault offsets count from here")

@@ -157,25 +157,40 @@ class LauncherPool:
 
     `take` gives the kept launcher, or starts one (recorded, with this process as owner, in
     the pool's own ledger under `state_dir`: a heal ends it after a SIGKILL); `give_back`
-    keeps it when it released the trial's processes, and closes it otherwise. `close` ends
-    the kept one and removes the pool's ledger."""
+    keeps it when it released the trial's processes, and closes it otherwise. `start_ahead`
+    starts the first one before it is needed, so that its import overlaps the caller's own
+    work. `close` ends the kept one and removes the pool's ledger."""
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self._state_dir = state_dir
         self._ledger: Ledger | None = None
         self._kept: Launcher | None = None
+        self._ahead = False  # the kept launcher was started ahead and never used
 
     @property
-    def kept(self) -> bool:
-        """Whether `take` will give a launcher an earlier trial gave back."""
-        return self._kept is not None
+    def next_launcher(self) -> str:
+        """What `take` will give: `kept` (one an earlier trial gave back), `ahead` (started
+        by start_ahead) or `new` (one it starts)."""
+        if self._kept is None:
+            return "new"
+        return "ahead" if self._ahead else "kept"
+
+    def start_ahead(self) -> None:
+        """Start a launcher for the first `take` now: `chaos run` spends ~1.3 s on its own
+        imports, the scenario and the run folder before its first bring-up, as long as the
+        launcher's import of torch."""
+        if self._kept is None:
+            self._kept, self._ahead = self._start(), True
 
     def take(self) -> Launcher:
         if self._kept is not None:
-            launcher, self._kept = self._kept, None
+            launcher, self._kept, self._ahead = self._kept, None, False
             if launcher.running:
                 return launcher
             launcher.close()  # ended since (a heal with --all, an OOM kill): start another
+        return self._start()
+
+    def _start(self) -> Launcher:
         if self._ledger is None:
             self._ledger = Ledger(secrets.token_hex(3), self._state_dir)
             record_owner(self._ledger)

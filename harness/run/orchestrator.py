@@ -201,7 +201,7 @@ class Trial:
             teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
             teardown.callback(self.progress.done)
             launchers = self.launchers or teardown.enter_context(LauncherPool(self.state_dir))
-            launcher = "kept" if launchers.kept else "new"
+            launcher = launchers.next_launcher
             cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
                                                   Path(plan.job["workdir"]) if plan.job else None,
                                                   tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),

@@ -64,7 +64,7 @@ def test_a_runs_clusters_fork_from_one_launcher_and_leave_nothing(tmp_path: Path
             record_owner(ledger)
             ledgers.append(ledger)
             run_dir = tmp_path / run_id
-            assert pool.kept == (trial == 1)
+            assert pool.next_launcher == ("kept" if trial == 1 else "new")
             cluster = NetnsBackend().up(ClusterSpec(run_id, RANKS, run_dir), ledger, pool)
             clusters.append(cluster)
             launcher_pids.append(cluster.launcher.pid)
@@ -128,7 +128,7 @@ def test_a_kept_launcher_that_died_is_replaced(tmp_path: Path) -> None:
         first = pool.take()
         first.wait_ready()
         pool.give_back(first)
-        assert pool.kept
+        assert pool.next_launcher == "kept"
         os.kill(first.pid, signal.SIGKILL)
         os.waitid(os.P_PID, first.pid, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
         second = pool.take()
@@ -139,3 +139,22 @@ def test_a_kept_launcher_that_died_is_replaced(tmp_path: Path) -> None:
             pool.give_back(second)
     assert not alive(second.pid)
     assert list(state.glob("*.jsonl")) == []
+
+
+@pytest.mark.requires_root
+def test_a_launcher_started_ahead_is_the_first_one_taken(tmp_path: Path) -> None:
+    with LauncherPool(tmp_path / "state") as pool:
+        assert pool.next_launcher == "new"
+        pool.start_ahead()
+        pool.start_ahead()  # one is enough
+        assert pool.next_launcher == "ahead"
+        first = pool.take()
+        assert pool.next_launcher == "new"  # nothing else was started
+        first.wait_ready()
+        pool.give_back(first)
+        assert pool.next_launcher == "kept"
+        again = pool.take()
+        assert again.pid == first.pid
+        pool.give_back(again)
+    assert not alive(first.pid)
+    assert list((tmp_path / "state").glob("*.jsonl")) == []
