@@ -22,7 +22,10 @@ from __future__ import annotations
 import signal
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.job.detector import HeartbeatServer
 
 GENERATION_KEY = "generation"
 REJOIN_REQUESTS_KEY = "rejoin/requests"
@@ -34,7 +37,7 @@ def heartbeat_port(store_port: int) -> int:
     return store_port + 1
 
 
-def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0") -> Any:
+def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0") -> HeartbeatServer:
     """The failure detector's server, telling in its digests the store's rejoin counter."""
     from harness.job.detector import HeartbeatServer
 
