@@ -2,7 +2,6 @@
 and client over loopback (real sockets, no namespaces, no root)."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -12,8 +11,8 @@ import time
 
 import pytest
 
-from harness.job.detector import (AHEAD_NICE, FailureDetector, HeartbeatClient, HeartbeatServer, PeerState,
-                              PhiAccrual, View, not_ahead, parse_digest)
+from harness.job.detector import (AHEAD_NICE, MAX_RANKS, FailureDetector, HeartbeatClient, HeartbeatServer,
+                                  PeerState, PhiAccrual, View, encode_digest, not_ahead, parse_digest)
 
 
 class Clock:
@@ -47,7 +46,8 @@ def test_phi_tolerates_the_jitter_it_has_seen():
 
 
 def view(clock: Clock, age: float = 0.0, **peers: PeerState) -> View:
-    return View(clock.t - age, {int(k[1:]): v for k, v in peers.items()})
+    """A digest as it travels: encoded by the server's code, read by the rank's."""
+    return parse_digest(encode_digest({int(k[1:]): v for k, v in peers.items()}, 0), clock.t - age)
 
 
 def alive(gen: int = 0, silent: float = 0.05, loss: float = 0.0) -> PeerState:
@@ -146,8 +146,21 @@ def test_lossy_or_late_alive_peer_is_a_straggler_not_a_suspect():
 
 
 def test_digest_round_trip():
-    server_view = parse_digest(json.dumps({"peers": {"3": [0.25, 1.5, 1, 2, 0.1]}, "asks": 2}).encode(), 7.0)
-    assert server_view == View(7.0, {3: PeerState(0.25, 1.5, True, 2, 0.1)}, asks=2)
+    sent = {3: PeerState(0.25, 1.5, True, 2, 0.125), 0: PeerState(0.0625, 0.5, False, 7, 0.0)}
+    received = parse_digest(encode_digest(sent, asks=2), 7.0)
+    assert (received.received, received.asks, received.ranks()) == (7.0, 2, [0, 3])
+    assert {r: received.state(r) for r in (0, 3)} == sent
+    assert received.state(1) is None and received.state(4) is None and received.state(-1) is None
+
+
+def test_anything_but_a_whole_digest_is_refused():
+    whole = encode_digest({0: PeerState(0.5, 1.0, False, 0, 0.0)}, asks=0)
+    for data in (b"", whole[:-1], whole + b"x", b"hbd0" + whole[4:], b'{"peers": {}}'):
+        with pytest.raises(ValueError):
+            parse_digest(data, 0.0)
+    with pytest.raises(ValueError, match="at most"):
+        encode_digest({MAX_RANKS: PeerState(0.5, 1.0, False, 0, 0.0)}, asks=0)
+    assert len(encode_digest({MAX_RANKS - 1: PeerState(0.5, 1.0, False, 0, 0.0)}, asks=0)) <= 65507
 
 
 def _free_port() -> int:
@@ -173,13 +186,13 @@ def test_server_and_clients_over_loopback():
     a = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: gens[0]).start()
     b = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: gens[1]).start()
     try:
-        seen = wait_for(lambda: (v := a.view()) and {0, 1} <= set(v.peers) and v)
-        assert not seen.peers[1].closed and seen.peers[1].silent_s < 0.5
+        seen = wait_for(lambda: (v := a.view()) and v.ranks() == [0, 1] and v)
+        assert not seen.state(1).closed and seen.state(1).silent_s < 0.5
         gens[1] = 4  # the generation reaches the heart, and with its beats the digest
-        wait_for(lambda: a.view().peers[1].gen == 4)
+        wait_for(lambda: a.view().state(1).gen == 4)
         b.stop()  # the lease closes, as the kernel closes it when the process dies
         started = time.monotonic()
-        wait_for(lambda: a.view().peers[1].closed)
+        wait_for(lambda: a.view().state(1).closed)
         assert time.monotonic() - started < 0.3
         d = FailureDetector(a.view, 0, 0.8, None, 0.05)
         assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
