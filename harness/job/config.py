@@ -26,6 +26,9 @@ class WorkloadSpec(BaseModel):
     checkpoint_every: Annotated[int, Field(ge=1)] = 10
     lr: Annotated[float, Field(gt=0)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    gloo_lazy_init: bool = Field(
+        default=False, description="gloo connects a pair of ranks when a collective first needs "
+                                   "it, not every pair while a group forms (TORCH_GLOO_LAZY_INIT=1)")
 
     @property
     def gradient_bytes(self) -> int:

@@ -125,6 +125,15 @@ class Group(Protocol):
     def admit(self, ranks: tuple[int, ...]) -> tuple[int, ...]: ...
 
 
+def gloo_environment(ifname: str, lazy_init: bool) -> dict[str, str]:
+    """What a rank's process sets before its first gloo group: the link gloo binds to, and
+    whether a group connects every pair of ranks as it forms (torch's default; a 64-rank
+    group is 2,016 connections) or each pair at its first collective (a ring's all-reduce
+    needs two per rank). docs/scale.md measures the difference. Both are set, so that the
+    harness's environment does not decide what the scenario says."""
+    return {"GLOO_SOCKET_IFNAME": ifname, "TORCH_GLOO_LAZY_INIT": "1" if lazy_init else "0"}
+
+
 def new_process_group(comm: str, store: dist.Store, rank: int, size: int, timeout: timedelta) -> Any:
     """One generation's group: gloo (CPU or CUDA tensors) or NCCL (CUDA tensors; the rank's
     environment, harness.job.device.rank_env, keeps it on the rank's link)."""

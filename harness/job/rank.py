@@ -30,13 +30,13 @@ def main(config: dict[str, Any]) -> int:
     from harness.job.gpufault import HangWatcher, command_file, spin_kernel
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
-    from harness.job.group import GlooGroup
+    from harness.job.group import GlooGroup, gloo_environment
     from harness.job.runner import FaultTolerantRunner
     from harness.signals import Terminated
     from harness.job.workload import Workload
 
     cfg = RankConfig.model_validate(config)
-    os.environ["GLOO_SOCKET_IFNAME"] = cfg.ifname
+    os.environ.update(gloo_environment(cfg.ifname, cfg.workload.gloo_lazy_init))
     os.environ.update(cfg.env)  # its GPU and NCCL settings (harness.job.device): before CUDA initialises
     torch.set_num_threads(1)
     # torch's ~10^6 objects are never garbage: frozen, a full collection takes ~0 s instead

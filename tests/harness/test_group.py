@@ -3,7 +3,9 @@ only; tests/harness/test_detector_job.py runs it in the 16-rank job), and waitin
 two-rank gloo group's collectives."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import threading
 import time
@@ -15,7 +17,7 @@ import torch.distributed as dist
 
 from harness.job.control import GENERATION_KEY, heartbeat_server
 from harness.job.detector import HeartbeatClient
-from harness.job.group import CollectiveError, GlooGroup
+from harness.job.group import CollectiveError, GlooGroup, gloo_environment
 from tests.harness.test_detector import wait_for
 
 
@@ -169,3 +171,50 @@ def test_the_control_planes_digest_tells_the_members_a_rank_asked_back(store):
         assert wait_for(lambda: member.view().asks == 1)
     finally:
         member.stop()
+
+
+def gloo_connections(store_port: int) -> int:
+    """This process's established TCP sockets that are not the store's (gloo's pairs, both
+    ends, since every rank of the test lives here)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(f"/proc/self/fd/{fd}")).startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            ports = {int(fields[i].rsplit(":", 1)[1], 16) for i in (1, 2)}
+            if fields[3] == "01" and fields[9] in inodes and store_port not in ports:
+                count += 1
+    return count
+
+
+@pytest.mark.parametrize("lazy_init, pairs", [(False, 6), (True, 4)])
+def test_a_lazy_group_connects_only_the_pairs_its_collectives_use(monkeypatch, lazy_init, pairs):
+    """Four real gloo ranks, one all-reduce: every pair connected as the group forms (4 x 3 / 2),
+    or with lazy init only the ring's neighbours."""
+    monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "0" if lazy_init else "1")  # the scenario decides, not this
+    for name, value in gloo_environment("lo", lazy_init).items():
+        monkeypatch.setenv(name, value)
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=5))
+    master.set(GENERATION_KEY, "0")
+    groups = [GlooGroup(master if r == 0 else dist.TCPStore("127.0.0.1", port, is_master=False),
+                        ("127.0.0.1", port), r, 4, 5.0, 5.0) for r in range(4)]
+    sums = [torch.ones(3) for _ in groups]
+
+    def join_and_reduce(r: int) -> None:
+        groups[r].join(None)
+        groups[r].all_reduce(sums[r])
+    threads = [threading.Thread(target=join_and_reduce, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert [s.tolist() for s in sums] == [[4.0, 4.0, 4.0]] * 4
+    assert gloo_connections(port) == 2 * pairs
+    for group in groups:
+        group.leave()
