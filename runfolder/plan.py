@@ -29,6 +29,8 @@ class Expectation:
     detect_within: float | None = None
     recover_within: float | None = None
     breaker_within: float | None = None
+    # suspect events from the failure detector; absent from plans written before it: None
+    suspects_at_most: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [o for o in self.outcome if o not in OUTCOMES]

@@ -90,7 +90,8 @@ def _expectation(written: WrittenExpectation | None) -> Expectation | None:
     if written is None or not written.model_dump(exclude_none=True):
         return None
     return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
-                       recover_within=written.recover_within, breaker_within=written.breaker_within)
+                       recover_within=written.recover_within, breaker_within=written.breaker_within,
+                       suspects_at_most=written.suspects_at_most)
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
@@ -102,6 +103,8 @@ def _expectation_text(expect: Expectation | None) -> str:
         return "nothing"
     wanted = [f"outcome {' or '.join(expect.outcome)}"] if expect.outcome else []
     wanted += [f"{name} {bound:g} s" for name, bound in expect.bounds().items()]
+    if expect.suspects_at_most is not None:
+        wanted.append(f"at most {expect.suspects_at_most} suspect events")
     return ", ".join(wanted)
 
 

@@ -5,7 +5,8 @@
     seed: 1                             # all randomness (jitter, target choice) comes from it
     cluster: {ranks: 16, backend: netns, device: auto, comm: auto,  # auto: harness.job.device
               sysctls: {net.ipv4.neigh.eth0.retrans_time_ms: 100}}  # each host's own (chaos.sysctl)
-    workload: {step_period: 250ms, checkpoint_every: 10}
+    workload: {step_period: 250ms, checkpoint_every: 10,
+               gloo_lazy_init: false}   # true: gloo connects pairs on first use (docs/scale.md)
     warmup_steps: 8                     # steps every rank completes before the first fault
     groups: {left: [0, 1, 2, 3]}        # named sets of ranks, for targets
     faults:                             # the timeline, offsets after warm-up
@@ -20,6 +21,7 @@
       timeout: {timeout: 5s}
     expect:                             # what each policy is expected to do
       timeout: {outcome: failed-fast, detect_within: 7s}
+      elastic: {suspects_at_most: 0}    # the failure detector's suspect events (0: no false alarm)
 
 Instead of the harness's runner and its policies, a scenario may run the user's own job
 (harness.cluster.userjob; docs/own-job.md), one trial per variant:
@@ -246,6 +248,9 @@ class Expectation(Frozen):
     detect_within: Span | None = None
     recover_within: Span | None = None
     breaker_within: Span | None = None
+    suspects_at_most: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="at most this many suspect events from the failure detector "
+                                  "(0 in a fault-free run: any is a false alarm)")
 
 
 class Scenario(Frozen):

@@ -50,6 +50,14 @@ def test_breaker_within_exceeded_and_not_measured():
     assert missing == "breaker_within 30 s: breaker open nothing measured (outcome failed-fast)"
 
 
+def test_suspects_at_most_counts_the_detectors_suspect_events():
+    control = Expectation(outcome=("no-fault",), suspects_at_most=0)
+    assert check_expectations(row(outcome="no-fault", suspect_events=0), control) == []
+    [false_alarm] = check_expectations(row(outcome="no-fault", suspect_events=3), control)
+    assert false_alarm == "suspects_at_most 0: 3 suspect events"
+    assert check_expectations(row(suspect_events=2), Expectation(suspects_at_most=2)) == []
+
+
 def test_an_unknown_outcome_name_is_refused_when_the_expectation_is_made():
     with pytest.raises(ValueError, match="'soon' is not one of incomplete, no-fault, bypassed, hung"):
         Expectation(outcome=("soon",))
