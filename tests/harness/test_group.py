@@ -173,22 +173,21 @@ def test_the_control_planes_digest_tells_the_members_a_rank_asked_back(store):
         member.stop()
 
 
-def gloo_connections(store_port: int) -> int:
-    """This process's established TCP sockets that are not the store's (gloo's pairs, both
-    ends, since every rank of the test lives here)."""
+def established_sockets(store_port: int) -> set[str]:
+    """The inodes of this process's established TCP sockets that are not the store's."""
     inodes = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
             if (target := os.readlink(f"/proc/self/fd/{fd}")).startswith("socket:["):
                 inodes.add(target[8:-1])
-    count = 0
+    found = set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         for line in open(table).read().splitlines()[1:]:
             fields = line.split()
             ports = {int(fields[i].rsplit(":", 1)[1], 16) for i in (1, 2)}
             if fields[3] == "01" and fields[9] in inodes and store_port not in ports:
-                count += 1
-    return count
+                found.add(fields[9])
+    return found
 
 
 @pytest.mark.parametrize("lazy_init, pairs", [(False, 6), (True, 4)])
@@ -205,6 +204,7 @@ def test_a_lazy_group_connects_only_the_pairs_its_collectives_use(monkeypatch, l
     groups = [GlooGroup(master if r == 0 else dist.TCPStore("127.0.0.1", port, is_master=False),
                         ("127.0.0.1", port), r, 4, 5.0, 5.0) for r in range(4)]
     sums = [torch.ones(3) for _ in groups]
+    earlier = established_sockets(port)  # other tests' groups in this process
 
     def join_and_reduce(r: int) -> None:
         groups[r].join(None)
@@ -215,6 +215,7 @@ def test_a_lazy_group_connects_only_the_pairs_its_collectives_use(monkeypatch, l
     for t in threads:
         t.join(timeout=30)
     assert [s.tolist() for s in sums] == [[4.0, 4.0, 4.0]] * 4
-    assert gloo_connections(port) == 2 * pairs
+    # both ends of each pair live in this process
+    assert len(established_sockets(port) - earlier) == 2 * pairs
     for group in groups:
         group.leave()
