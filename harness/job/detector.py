@@ -15,9 +15,11 @@ rank, seconds since its last heartbeat, phi (accrual suspicion), whether its lea
 heartbeat loss; and how many times a rank left out has asked to rejoin. Every rank judges
 the same digest, so survivors agree on who is suspect within one digest.
 
-The digest is binary, in columns indexed by rank, and a rank reads it in place: each rank
-reads 20 a second, and building objects from a 64-rank JSON digest cost 70 us each time,
-the largest share of the detector's cost per step at 64 ranks on two cores (docs/scale.md). A fault on a rank's link cuts its heartbeats as well as its gloo
+The digest is binary, in columns indexed by rank, and a rank reads it in place (1 us for
+64 ranks, against 68 us to build objects from the JSON it replaced; 20 a second per rank).
+That did not change a 64-rank step's cost under the detector (docs/scale.md).
+
+A fault on a rank's link cuts its heartbeats as well as its gloo
 traffic; the rank itself notices that digests stopped (it is the one cut off).
 
 UDP on purpose: under 20% loss a TCP heartbeat stream stalls behind retransmissions (RTO
