@@ -1,7 +1,7 @@
 """Bring-up, teardown and memory of a job on the namespace backend, per number of ranks.
 
     sudo .venv/bin/python bench/bringup.py [--ranks 16 32 64] [--repeat 3] [--ready-within 60]
-                                           [--launcher cold warm]
+                                           [--launcher cold warm] [--gloo-connects at-start on-first-use]
 
 For each size and each launcher, `--repeat` times on a fresh cluster: namespaces built
 (switch + hosts + bridge + veths + neighbour entries: hosts_s), the rank launcher ready
@@ -11,7 +11,10 @@ launcher an earlier bring-up gave back, after one unmeasured bring-up), control 
 (control_s), every rank forked (spawn_s), every rank's group formed after the last fork
 (group_s), the whole of it (ready_total_s), teardown (ranks stopped, hosts removed:
 teardown_s), and the proportional set size (PSS) of each rank process 3 s into training.
-Prints one row per size and launcher, the median of the repetitions (the worst in brackets). A size
+`--gloo-connects`: gloo connects every pair when the group is made (at-start, the default)
+or each pair on first use (workload.gloo_lazy_init; group_s then covers the store's
+rendezvous, and the first all-reduce connects its pairs).
+Prints one row per size, launcher and way of connecting, the median of the repetitions (the worst in brackets). A size
 that fails prints why instead: how many ranks formed the group within `--ready-within`,
 what the others did last, and how often the kernel's neighbour table was full meanwhile
 (the cause past 16 ranks before `chaos.neighbours`).
@@ -46,6 +49,7 @@ POLL_S = 0.005
 FIGURES = ("hosts_s", "launcher_s", "control_s", "spawn_s", "group_s", "ready_total_s",
            "teardown_s", "pss_mb_mean", "pss_mb_max")
 LAUNCHERS = ("cold", "warm")
+GLOO_CONNECTS = {"at-start": False, "on-first-use": True}  # --gloo-connects: workload.gloo_lazy_init
 TARGETS = "targets (issue 16): ready_total_s <= 1.0 at 16 ranks and <= 3 at 64, teardown_s <= 0.5, pss_mb_max <= 40"
 
 
@@ -91,13 +95,13 @@ def not_ready(ranks: int, ready: set[int], last: dict[int, dict[str, Any]], with
     return reason
 
 
-def start_ranks(cluster: NetnsCluster, ranks: int, run_dir: Path) -> None:
+def start_ranks(cluster: NetnsCluster, ranks: int, run_dir: Path, workload: WorkloadSpec) -> None:
     for r in range(ranks):
         cluster.start_rank(r, RankConfig(
             rank=r, world_size=ranks, seed=0, store_address=cluster.store_address,
             store_port=cluster.store_port, events_path=str(run_dir / EVENTS_FILE),
             checkpoint_dir=str(run_dir / "ckpt"), policy=policy_spec("timeout", {"timeout": "30s"}),
-            workload=WorkloadSpec()).model_dump(mode="json"))
+            workload=workload).model_dump(mode="json"))
 
 
 def wait_for_group(cluster: NetnsCluster, ranks: int, run_dir: Path, within_s: float) -> None:
@@ -122,7 +126,8 @@ def wait_for_group(cluster: NetnsCluster, ranks: int, run_dir: Path, within_s: f
         time.sleep(POLL_S)
 
 
-def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool) -> dict[str, float]:
+def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool,
+        workload: WorkloadSpec) -> dict[str, float]:
     """Bring up `ranks` ranks, measure, tear down; SizeFailed (or a ChaosError) says why not."""
     run_id = "b" + secrets.token_hex(3)
     run_dir = workdir / run_id
@@ -134,7 +139,7 @@ def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool) -> 
         cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger, launchers)
         t_up = time.monotonic()
         try:
-            start_ranks(cluster, ranks, run_dir)
+            start_ranks(cluster, ranks, run_dir, workload)
             t_spawned = time.monotonic()
             wait_for_group(cluster, ranks, run_dir, within_s)
             t_ready = time.monotonic()
@@ -154,22 +159,27 @@ def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool) -> 
             "pss_mb_mean": statistics.mean(pss), "pss_mb_max": max(pss)}
 
 
-def measure(ranks: int, repeat: int, within_s: float, launcher: str) -> list[dict[str, float]]:
+def measure(ranks: int, repeat: int, within_s: float, launcher: str, connects: str) -> list[dict[str, float]]:
+    workload = WorkloadSpec(gloo_lazy_init=GLOO_CONNECTS[connects])
     with tempfile.TemporaryDirectory(prefix="chaos-bench-") as tmp:
         if launcher == "cold":  # a pool per bring-up: each starts its own launcher
             rows = []
             for _ in range(repeat):
                 with LauncherPool() as launchers:
-                    rows.append(one(ranks, Path(tmp), within_s, launchers))
+                    rows.append(one(ranks, Path(tmp), within_s, launchers, workload))
             return rows
         with LauncherPool() as launchers:
-            one(ranks, Path(tmp), within_s, launchers)  # warms the launcher: not measured
-            return [one(ranks, Path(tmp), within_s, launchers) for _ in range(repeat)]
+            one(ranks, Path(tmp), within_s, launchers, workload)  # warms the launcher: not measured
+            return [one(ranks, Path(tmp), within_s, launchers, workload) for _ in range(repeat)]
 
 
-def row(ranks: int, launcher: str, rows: list[dict[str, float]]) -> str:
+def label(ranks: int, launcher: str, connects: str) -> str:
+    return f"{ranks:6d}  {launcher:>8s}  {connects:>12s}"
+
+
+def row(ranks: int, launcher: str, connects: str, rows: list[dict[str, float]]) -> str:
     cells = [f"{statistics.median(r[k] for r in rows):7.2f} ({max(r[k] for r in rows):6.2f})" for k in FIGURES]
-    return f"{ranks:6d}  {launcher:>8s}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
+    return f"{label(ranks, launcher, connects)}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
 
 
 def main() -> int:
@@ -181,22 +191,26 @@ def main() -> int:
     parser.add_argument("--launcher", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS),
                         help="cold: a new launcher per bring-up (a run's first trial); warm: the "
                              "launcher an earlier bring-up gave back (every later trial)")
+    parser.add_argument("--gloo-connects", nargs="+", choices=GLOO_CONNECTS, default=["at-start"],
+                        help="at-start: gloo connects every pair when the group is made (the default); "
+                             "on-first-use: each pair on its first collective (workload.gloo_lazy_init)")
     args = parser.parse_args()
     print(f"netns backend, {os.cpu_count()} CPUs, median of {args.repeat} (worst in brackets)")
-    print(f"{'ranks':>6s}  {'launcher':>8s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES),
+    print(f"{'ranks':>6s}  {'launcher':>8s}  {'gloo connects':>12s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES),
           flush=True)
     results: dict[str, Any] = {}
     failed = False
     for ranks in args.ranks:
         for launcher in args.launcher:
-            key = f"{ranks} {launcher}"
-            try:
-                results[key] = rows = measure(ranks, args.repeat, args.ready_within, launcher)
-                print(row(ranks, launcher, rows), flush=True)
-            except (SizeFailed, ChaosError, OSError) as exc:  # a size that fails says why; the next one runs
-                failed = True
-                results[key] = {"failed": f"{type(exc).__name__}: {exc}"}
-                print(f"{ranks:6d}  {launcher:>8s}  failed: {exc}", flush=True)
+            for connects in args.gloo_connects:
+                key = f"{ranks} {launcher} {connects}"
+                try:
+                    results[key] = rows = measure(ranks, args.repeat, args.ready_within, launcher, connects)
+                    print(row(ranks, launcher, connects, rows), flush=True)
+                except (SizeFailed, ChaosError, OSError) as exc:  # a size that fails says why; the next one runs
+                    failed = True
+                    results[key] = {"failed": f"{type(exc).__name__}: {exc}"}
+                    print(f"{label(ranks, launcher, connects)}  failed: {exc}", flush=True)
     print(TARGETS)
     print(json.dumps(results), file=sys.stderr)
     return 1 if failed else 0

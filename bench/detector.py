@@ -7,14 +7,16 @@
     .venv/bin/python bench/detector.py --analyze DIR    # the table of a stored run, again
     sudo .venv/bin/python bench/detector.py --ranks 16 32 64 [--control-seconds 60] [--out DIR] \
         [--suspect-after 0.8 0.4] [--exclude-after 0.3] [--arp-retrans 1 0.1] [--hogs 2] \
-        [--previous-defaults]
+        [--gloo-connects at-start on-first-use] [--previous-defaults]
     .venv/bin/python bench/detector.py --ranks 16 64 --analyze DIR [--suspect-after ...] [--exclude-after ...] [--previous-defaults]
 
 `--suspect-after` measures the detector policies with each silence threshold side by side
 (the row "default" is the policies' own); `--exclude-after` likewise with each grace a
 suspect member gets before the survivors leave it out; `--arp-retrans` likewise with each
 ARP retransmission time of the hosts (how long, at most, a host's first packet to the
-control plane waits after its link comes back); `--previous-defaults` adds a first row
+control plane waits after its link comes back); `--gloo-connects` likewise with gloo
+connecting every pair when a group is made and each pair on first use
+(workload.gloo_lazy_init); `--previous-defaults` adds a first row
 with the detector's defaults before 2026-12-01 (PREVIOUS_DEFAULTS), today's side by side
 with them in one run; `--hogs N` runs N busy processes
 beside the job the whole time (the issue's "no false trip with two CPU hogs"). Under the
@@ -120,18 +122,20 @@ DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes 
 # --arp-retrans: after a link comes back, a host's first packet to the control plane waits
 # for the neighbour entry's next probe, this long at most (chaos.sysctl; docs/scale.md)
 ARP_RETRANS = "net.ipv4.neigh.eth0.retrans_time_ms"
+GLOO_CONNECTS = {"at-start": False, "on-first-use": True}  # --gloo-connects: workload.gloo_lazy_init
 
 
 @dataclass(frozen=True)
 class Tuning:
     """The settings a --ranks row measures: the detector policies' thresholds and heartbeat
-    period, and the hosts' ARP retransmission time (seconds); None: the policies' own, the
-    kernel's."""
+    period, the hosts' ARP retransmission time (seconds), and whether gloo connects each
+    pair on first use; None: the policies' own, the kernel's, the workload's."""
 
     suspect_after: float | None = None
     exclude_after: float | None = None
     arp_retrans: float | None = None
     interval: float | None = None
+    gloo_lazy_init: bool | None = None
 
     def overrides(self) -> dict:
         detector = {name: f"{value:g}s" for name, value in
@@ -142,11 +146,15 @@ class Tuning:
     def sysctls(self) -> dict:
         return {} if self.arp_retrans is None else {ARP_RETRANS: round(self.arp_retrans * 1000)}
 
+    def workload(self) -> dict:
+        return {} if self.gloo_lazy_init is None else {"gloo_lazy_init": self.gloo_lazy_init}
+
     def folder(self, ranks: int) -> str:
         return f"ranks-{ranks}" + "".join(f"-{name}-{value:g}s" for name, value in
                                           (("suspect", self.suspect_after), ("exclude", self.exclude_after),
                                            ("arp", self.arp_retrans), ("beat", self.interval))
-                                          if value is not None)
+                                          if value is not None) + {
+            None: "", True: "-gloo-lazy", False: "-gloo-mesh"}[self.gloo_lazy_init]
 
 
 # --previous-defaults: the detector's defaults until 2026-12-01 (0.8 s = eight 0.1 s beats)
@@ -167,7 +175,7 @@ def scenario_text(fault: str, policies: list[str], tuning: Tuning = Tuning()) ->
     return yaml.safe_dump({
         "name": f"bench_{fault}", "seed": 1,
         "cluster": {"ranks": 16, **({"sysctls": sysctls} if (sysctls := tuning.sysctls()) else {})},
-        "workload": {"step_period": "250ms", "checkpoint_every": 10}, "warmup_steps": 12,
+        "workload": {"step_period": "250ms", "checkpoint_every": 10, **tuning.workload()}, "warmup_steps": 12,
         "faults": events, "hang_cap": "20s", "settle_steps": 8, "policies": specs}, sort_keys=False)
 
 
@@ -299,6 +307,7 @@ def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
     cells, failures = [str(ranks)] + ["default" if v is None else f"{v:g}s"
                                       for v in (tuning.interval, tuning.suspect_after, tuning.exclude_after,
                                                 tuning.arp_retrans)], []
+    cells.append({None: "default", True: "on first use", False: "at start"}[tuning.gloo_lazy_init])
     for fault in SCALE_TRIALS:
         run_dir = latest_run(out, f"bench_{fault}")
         failed = cpu.get(fault, {}).get("failed")
@@ -365,7 +374,8 @@ def print_phases(sizes: list[int], settings: list[Tuning], out: Path) -> None:
 
 
 def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int | None) -> None:
-    head = ("ranks", "heartbeat", "suspect after", "exclude after", "ARP retransmit", "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
+    head = ("ranks", "heartbeat", "suspect after", "exclude after", "ARP retransmit", "gloo connects",
+            "blackhole (elastic)", "suspect first", "suspect last", "survivors step again",
             "harness CPU", "link down 10 s x k (elastic_rejoin)", "suspect first", "suspect last",
             "all back after the heal", "harness CPU", "false trips (elastic, no fault)", "harness CPU",
             "failed")
@@ -380,7 +390,8 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int |
           f"silence threshold (default {DetectorSpec().suspect_after:g} s); exclude after: how long "
           f"the survivors wait for a suspect to speak again before they leave it out (default "
           f"{PolicySpec.model_fields['exclude_after'].default:g} s); ARP retransmit: the hosts' "
-          f"{ARP_RETRANS} (default: the kernel's, 1 s); heartbeat, suspect and exclude after are never stretched "
+          f"{ARP_RETRANS} (default: the kernel's, 1 s); gloo connects: every pair when the group is "
+          "made, or each pair on first use (workload.gloo_lazy_init, default at start); heartbeat, suspect and exclude after are never stretched "
           "(past 8 ranks per core the steps and timeouts are, by k: docs/scale.md); times from the fault's start "
           "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
           "silent one included; harness "
@@ -419,8 +430,9 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if any(s <= 0 for s in args.arp_retrans or []):
         parser.error("--arp-retrans: give a positive number of seconds")
     settings = ([PREVIOUS_DEFAULTS] if args.previous_defaults else []) + [
-        Tuning(s, e, a) for s in args.suspect_after or [None] for e in args.exclude_after or [None]
-        for a in args.arp_retrans or [None]]
+        Tuning(s, e, a, gloo_lazy_init=lazy) for s in args.suspect_after or [None]
+        for e in args.exclude_after or [None] for a in args.arp_retrans or [None]
+        for lazy in [GLOO_CONNECTS[c] for c in args.gloo_connects or []] or [None]]
     out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
     if args.analyze is None:
         progress = Progress(quiet=args.quiet)
@@ -461,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arp-retrans", type=float, nargs="+", default=None, metavar="S",
                         help="with --ranks: also measure with the hosts' ARP retransmission time set "
                              f"to these seconds ({ARP_RETRANS}), side by side (default: the kernel's, 1 s)")
+    parser.add_argument("--gloo-connects", nargs="+", choices=GLOO_CONNECTS, default=None,
+                        help="with --ranks: also measure with gloo connecting every pair at start "
+                             "and/or each pair on first use (workload.gloo_lazy_init), side by side")
     parser.add_argument("--previous-defaults", action="store_true",
                         help="with --ranks: also measure the detector's defaults before 2026-12-01 "
                              "(heartbeat 0.1 s, suspect after 0.8 s, exclude after 1 s), in a first row")

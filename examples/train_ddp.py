@@ -6,9 +6,10 @@
 Everything comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT). CUDA and NCCL when there are GPUs, CPU and gloo otherwise. The model, its
 optimizer and the step are saved every `--checkpoint-every` steps (rank 0, atomically) and
-loaded at start, so a restarted job resumes. `--timeout` is the process group's timeout:
-PyTorch's default (30 min for gloo) unless given. The harness measures it from outside: it
-changes nothing here.
+loaded at start, so a restarted job resumes. `--timeout` bounds the training collectives
+(PyTorch's default, 30 min for gloo, unless given); start-up waits PyTorch's default for
+every rank to arrive, since interpreters importing torch on a busy host arrive tens of
+seconds apart. The harness measures it from outside: it changes nothing here.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=1_000_000, help="stop after this many steps")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--step-period", type=float, default=0.25, help="seconds per step at least (pacing)")
-    parser.add_argument("--timeout", type=float, default=None, help="process group timeout in seconds")
+    parser.add_argument("--timeout", type=float, default=None, help="training collectives' timeout in seconds")
     parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
     parser.add_argument("--checkpoint-every", type=int, default=10)
     return parser.parse_args()
@@ -41,8 +42,7 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    timeout = None if args.timeout is None else datetime.timedelta(seconds=args.timeout)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
 
     torch.manual_seed(0)
@@ -55,7 +55,14 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
         print(f"rank {rank}: resumed from {args.checkpoint} at step {step}", flush=True)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    training_group = None
+    if args.timeout is not None:
+        # Made, and first used by DDP, with every rank present: the short timeout bounds
+        # training, never a rank that is still starting.
+        dist.barrier()
+        training_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+        dist.barrier()
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, process_group=training_group)
     generator = torch.Generator().manual_seed(rank)
 
     while step < args.steps:

@@ -51,6 +51,16 @@ def test_an_arp_retransmission_time_reaches_every_host(detector, tmp_path):
     assert detector.Tuning(0.4, None, 0.1).folder(16) == "ranks-16-suspect-0.4s-arp-0.1s"
 
 
+def test_gloo_connecting_on_first_use_reaches_the_workload(detector, tmp_path):
+    path = tmp_path / "bench_blackhole.yaml"
+    path.write_text(detector.scenario_text("blackhole", ["elastic"], detector.Tuning(gloo_lazy_init=True)))
+    assert load_scenario(path).workload.gloo_lazy_init is True
+    path.write_text(detector.scenario_text("blackhole", ["elastic"], detector.Tuning(gloo_lazy_init=False)))
+    assert load_scenario(path).workload.gloo_lazy_init is False
+    assert [detector.Tuning(gloo_lazy_init=lazy).folder(64) for lazy in (None, False, True)] == [
+        "ranks-64", "ranks-64-gloo-mesh", "ranks-64-gloo-lazy"]
+
+
 def event(t, kind, rank, **fields):
     return {"t": t, "kind": kind, "src": "rank", "rank": rank, **fields}
 

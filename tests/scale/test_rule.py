@@ -77,8 +77,8 @@ def test_chaos_run_ranks_applies_the_rule():
 
 
 def test_a_users_job_is_told_its_own_arguments_were_not_stretched():
-    # byo_kill's timeout_5s variant at 64 ranks on 2 cores: the job's own --timeout 5 also
-    # bounds its rendezvous, and 64 interpreters importing torch reach it > 20 s apart
+    # a job that passes its own timeout to init_process_group has it bound its rendezvous,
+    # and 64 interpreters importing torch on 2 cores reach it > 20 s apart (docs/scale.md)
     assert scaling_note(16, 2, job=True) is None
     assert scaling_note(64, 2).endswith("docs/scale.md)")
     assert "past 32 ranks per core" in scaling_note(256, 2) and "past" not in scaling_note(64, 2)
