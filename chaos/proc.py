@@ -123,10 +123,18 @@ def stop(pid: int, started: int | None, grace_s: float) -> None:
 HELPER_MODULES = ("chaos.nfq", "chaos.deadman")
 
 
+def python_module(module: str, *args: str) -> list[str]:
+    """The command that runs `module` of this installation in a new interpreter. `-P`: not
+    from the working directory, whose own `harness` or `chaos` folder (a user's project, a
+    worktree under test) would otherwise come first on `sys.path`; the packages come from
+    where this process's came from (`PYTHONPATH`, then the installed ones)."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
 def spawn_helper(module: str, *args: str) -> subprocess.Popen[bytes]:
-    """Start one of this package's helper processes (`python -m MODULE ...`) in its own
-    session, so that it outlives a SIGKILL of the harness; its stdout is a pipe."""
-    command = [sys.executable, "-m", module, *args]
+    """Start one of this package's helper processes (`python_module`) in its own session,
+    so that it outlives a SIGKILL of the harness; its stdout is a pipe."""
+    command = python_module(module, *args)
     try:
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
@@ -148,7 +156,7 @@ def wait_ready(helper: subprocess.Popen[bytes], text: str, timeout_s: float) -> 
             break
     helper.kill()
     helper.wait()
-    raise InjectionError(f"{helper.args[2]} did not get ready within {timeout_s}s "
+    raise InjectionError(f"{helper.args[helper.args.index('-m') + 1]} did not get ready within {timeout_s}s "
                          f"(exit status {helper.poll()})")
 
 
@@ -164,7 +172,7 @@ def helpers_of_run(run_id: str) -> list[int]:
         except OSError:
             continue
         words = [a.decode(errors="replace") for a in argv]
-        if (len(words) > 2 and words[1] == "-m" and words[2] in HELPER_MODULES
+        if ("-m" in words[:-1] and words[words.index("-m") + 1] in HELPER_MODULES
                 and "--run-id" in words and words[words.index("--run-id") + 1:][:1] == [run_id]):
             found.append(int(entry))
     return found

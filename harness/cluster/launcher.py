@@ -8,7 +8,6 @@ import secrets
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ class Launcher:
 
     def __init__(self, ledger: Ledger) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cluster.zygote"], stdin=subprocess.PIPE,
+            proc.python_module("harness.cluster.zygote"), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
         record_process(ledger, self._proc.pid)
         self._buf = b""

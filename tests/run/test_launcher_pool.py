@@ -158,3 +158,17 @@ def test_a_launcher_started_ahead_is_the_first_one_taken(tmp_path: Path) -> None
         pool.give_back(again)
     assert not alive(first.pid)
     assert list((tmp_path / "state").glob("*.jsonl")) == []
+
+
+def test_the_launcher_imports_this_harness_not_one_in_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    # a user's project with a package of the same name, or a worktree run from main's folder
+    decoy = tmp_path / "harness"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the working directory's harness was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    with LauncherPool(tmp_path / "state") as pool:
+        launcher = pool.take()
+        try:
+            launcher.wait_ready()  # a launcher that imported the decoy exits: HarnessError
+        finally:
+            pool.give_back(launcher)
