@@ -7,9 +7,10 @@ Everything comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MAST
 MASTER_PORT). CUDA and NCCL when there are GPUs, CPU and gloo otherwise. The model, its
 optimizer and the step are saved every `--checkpoint-every` steps (rank 0, atomically) and
 loaded at start, so a restarted job resumes. `--timeout` bounds the training collectives
-(PyTorch's default, 30 min for gloo, unless given); start-up waits PyTorch's default for
-every rank to arrive, since interpreters importing torch on a busy host arrive tens of
-seconds apart. The harness measures it from outside: it changes nothing here.
+and `--init-timeout` the start-up, each PyTorch's default (30 min for gloo) unless given:
+interpreters importing torch on a busy host reach `init_process_group` tens of seconds
+apart, so a timeout fit for training would end a slow start. The harness measures it from
+outside: it changes nothing here.
 """
 from __future__ import annotations
 
@@ -30,9 +31,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--step-period", type=float, default=0.25, help="seconds per step at least (pacing)")
     parser.add_argument("--timeout", type=float, default=None, help="training collectives' timeout in seconds")
+    parser.add_argument("--init-timeout", type=float, default=None,
+                        help="seconds for every rank to reach init_process_group")
     parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
     parser.add_argument("--checkpoint-every", type=int, default=10)
     return parser.parse_args()
+
+
+def seconds(value: float | None) -> datetime.timedelta | None:
+    return None if value is None else datetime.timedelta(seconds=value)
 
 
 def main() -> None:
@@ -42,7 +49,7 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    dist.init_process_group("nccl" if cuda else "gloo")
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=seconds(args.init_timeout))
     rank = dist.get_rank()
 
     torch.manual_seed(0)
@@ -60,7 +67,7 @@ def main() -> None:
         # Made, and first used by DDP, with every rank present: the short timeout bounds
         # training, never a rank that is still starting.
         dist.barrier()
-        training_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+        training_group = dist.new_group(timeout=seconds(args.timeout))
         dist.barrier()
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, process_group=training_group)
     generator = torch.Generator().manual_seed(rank)

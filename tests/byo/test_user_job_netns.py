@@ -104,13 +104,15 @@ def test_a_killed_ranks_peer_reports_it_and_exits(tmp_path, leaves_nothing):
 
 
 def test_torchrun_agents_restart_workers_that_time_out_and_they_resume(tmp_path, leaves_nothing):
+    # --init-timeout too: a worker restarted while the link is down must give up in its
+    # start-up, or it waits there PyTorch's 30 min and the trial is hung (seen once in CI)
     example = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
     out = tmp_path / "out"
     path = tmp_path / "torchrun.yaml"
     path.write_text(f"""cluster: {{ranks: 2}}
 job:
-  command: [python, {example}, --step-period, "0.25", --timeout, "3", --checkpoint, "{{trial_dir}}/c.pt",
-            --checkpoint-every, "5"]
+  command: [python, {example}, --step-period, "0.25", --timeout, "3", --init-timeout, "3",
+            --checkpoint, "{{trial_dir}}/c.pt", --checkpoint-every, "5"]
   launcher: torchrun
   max_restarts: 2
 warmup_steps: 8
