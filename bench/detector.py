@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torchrun_kill
+from bringup import GLOO_CONNECTS
 import yaml
 
 import reports
@@ -122,7 +123,6 @@ DETECTOR_POLICIES = ("elastic", "elastic_rejoin")  # what --suspect-after tunes 
 # --arp-retrans: after a link comes back, a host's first packet to the control plane waits
 # for the neighbour entry's next probe, this long at most (chaos.sysctl; docs/scale.md)
 ARP_RETRANS = "net.ipv4.neigh.eth0.retrans_time_ms"
-GLOO_CONNECTS = {"at-start": False, "on-first-use": True}  # --gloo-connects: workload.gloo_lazy_init
 
 
 @dataclass(frozen=True)
