@@ -84,8 +84,8 @@ from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec, PolicySpec
 from harness.run.scenario import Scenario, load_scenario, scaled_to_cores
-from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, REJOIN_REQUEST,
-                              RESTORED, STEP, SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
+from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, GROUP_RELEASED,
+                              REJOIN_REQUEST, RESTORED, STEP, SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
 from runfolder.layout import RUN_FILE, trial_dirs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -329,10 +329,12 @@ def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
 
 # The phases of a recovery, in order: per rank the first such event after the fault's start
 # (or its end), a phase's time the last rank's; `step` is each rank's first after its new group.
+# After a heal, "released" is the last member to end the step that carried the admission and
+# let its group go; the rank let back in released its own when its breaker opened.
 PHASES = {"blackhole": ((SUSPECT, "suspect"), (EXCLUDE, "left out"), (GROUP_READY, "group"),
                         (RESTORED, "restored"), (STEP, "stepping")),
-          "link_down": ((REJOIN_REQUEST, "asks back"), (ADMIT, "admitted"), (GROUP_READY, "group"),
-                        (RESTORED, "restored"), (STEP, "stepping"))}
+          "link_down": ((REJOIN_REQUEST, "asks back"), (ADMIT, "admitted"), (GROUP_RELEASED, "released"),
+                        (GROUP_READY, "group"), (RESTORED, "restored"), (STEP, "stepping"))}
 
 
 def phase_times(events: list[dict], since: float, phases: tuple[tuple[str, str], ...]) -> list[str]:

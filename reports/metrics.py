@@ -497,8 +497,17 @@ def fault_figures(events: pd.DataFrame, facts: TrialFacts) -> tuple[FaultFigures
 
 # -- outcome ------------------------------------------------------------------------------
 
-def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(f"r{r}" for r in sorted(ranks))
+def ranks_text(ranks: list[int]) -> str:
+    """`r0-r4, r6, r7, r9-r63`: three or more consecutive ranks as a range, so that a
+    64-rank row stays readable."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(f"r{run[0]}-r{run[-1]}" if len(run) > 2 else ", ".join(f"r{r}" for r in run)
+                     for run in runs)
 
 
 def _incomplete(f: TrialFacts) -> str | None:
@@ -537,14 +546,14 @@ def _crashed(f: TrialFacts) -> str | None:
         return None
     first = min(crashes, key=lambda d: d.t)
     detail = f": {first.error}" if first.error else ""
-    return f"{_ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
+    return f"{ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
 
 
 def _exited_clean(f: TrialFacts) -> str | None:
     if f.steps_observed or f.end_reason != "all-exited":
         return None
     killed = [d.rank for d in f.departures.values() if d.how == "killed"]
-    by_fault = f", {_ranks_text(killed)} killed by the fault" if killed else ""
+    by_fault = f", {ranks_text(killed)} killed by the fault" if killed else ""
     return f"every rank's process ended, none by an error{by_fault}; steps not observed"
 
 

@@ -53,10 +53,11 @@ def main(config: dict[str, Any]) -> int:
     # before the store's and the detector's threads start: they inherit it
     if warning := not_ahead("control plane", run_ahead()):
         print(warning, file=sys.stderr, flush=True)
-    store = dist.TCPStore("0.0.0.0", config["port"], is_master=True, wait_for_workers=False,
+    host = config.get("host", "0.0.0.0")  # bench/control_plane.py: loopback only
+    store = dist.TCPStore(host, config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")
-    heartbeat_server(heartbeat_port(config["port"]), store).start()
+    heartbeat_server(heartbeat_port(config["port"]), store, host).start()
     print(f"{LISTENING} on port {config['port']}", flush=True)
     try:
         while True:

@@ -55,6 +55,14 @@ PHI_MIN_STD_S = 0.05      # floor on the interval spread: a perfectly regular se
 LEASE_CONNECT_TIMEOUT_S = 2.0
 HEART_STOP_S = 2.0        # a heart ends within one heartbeat of end of file on its pipe
 DATAGRAM_MAX = 65507
+# While the server sends a digest to every rank it reads heartbeats every so many sends:
+# sending 1024 ranks their 17 kB digests took long enough for the heartbeats meanwhile to
+# overflow the socket's buffer, always the same ranks' (bench/control_plane.py).
+DRAIN_EVERY = 32
+# The server's heartbeat socket holds this much (the kernel's default, 208 kB, is about 200
+# heartbeats: 10 ms of 1024 ranks'), for when its thread is not scheduled for a while.
+RECEIVE_BUFFER = 8 << 20
+SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>; Python's socket module does not name it
 # The control plane and each rank's heart stand for timing that, on a real cluster, has
 # cores of its own. Here they share two with 16-64 busy ranks: at 64 ranks beside two CPU
 # hogs, at nice 0 the control plane made 817 false suspicions in 681 s and the ranks'
@@ -141,6 +149,10 @@ class HeartbeatServer:
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind((host, port))
         self.udp.setblocking(False)
+        try:  # past net.core.rmem_max where the process may (CAP_NET_ADMIN)
+            self.udp.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+        except PermissionError:
+            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.tcp.bind((host, port))
@@ -248,12 +260,14 @@ class HeartbeatServer:
         except RuntimeError:  # the store in this process (torch's errors): the last count will do
             pass
         payload = self.digest(now)
-        for member in self.members.values():
+        for sent, member in enumerate(list(self.members.values()), 1):
             if member.addr is not None and not member.closed:
                 try:
                     self.udp.sendto(payload, member.addr)
                 except OSError:
                     pass  # a full buffer or an unreachable rank: the next digest will do
+            if sent % DRAIN_EVERY == 0:
+                self._drain_udp()
 
 
 class PeerState(NamedTuple):

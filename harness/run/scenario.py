@@ -579,7 +579,7 @@ MEASURED_RANKS_PER_CORE = 32  # 64 ranks on 2 cores ran every shipped scenario's
 def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str | None:
     """The line that says a scenario's times were stretched, or None when they were not;
     with a user's `job`, that its own arguments were not (the harness cannot tell which
-    of them are times, and a job's own timeout also bounds its start)."""
+    of them are times, and a timeout given to init_process_group also bounds the start)."""
     cores = usable_cores() if cores is None else cores
     k = scale_factor(ranks, cores)
     if k == 1.0:
@@ -590,8 +590,8 @@ def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str
         note += (f"; past {MEASURED_RANKS_PER_CORE} ranks per core the failure detector was seen to work "
                  "only at 96 on 2 cores (elastic_kill; at 128 ranks cut themselves off from the control "
                  "plane while the first group formed; docs/scale.md)")
-    return note + ("; your job's own command, args and env are not (a timeout there also bounds "
-                   "its start-up: docs/scale.md)" if job else "")
+    return note + ("; your job's own command, args and env are not (a timeout it passes to "
+                   "init_process_group also bounds its start-up: docs/scale.md)" if job else "")
 
 
 # A policy's waits that stretch with the scale factor. The failure detector's heartbeat

@@ -202,6 +202,23 @@ def test_server_and_clients_over_loopback():
         b.stop()
 
 
+def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
+    """3,000 heartbeats (150 ms of 1024 ranks') sent while the server's thread reads none
+    are all there when it does: the kernel's default buffer holds about 200."""
+    port = _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1")  # not started: nothing reads meanwhile
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for seq in range(1, 3001):
+            sender.sendto(f"hb 3 {seq} 0".encode(), ("127.0.0.1", port))
+        server._drain_udp()
+        assert len(server.members[3].arrivals) == 3000
+    finally:
+        sender.close()
+        server.udp.close()
+        server.tcp.close()
+
+
 def test_stopping_a_client_ends_even_a_frozen_heart():
     """A heart stopped by a pause fault cannot read end of file: stop() kills it after its
     deadline, and stopping twice is harmless."""

@@ -8,7 +8,7 @@ import pytest
 
 import report_fakes as fakes
 from reports.history import events_frame
-from reports.metrics import OUTCOME_RULES, classify, progress_gaps, trial_facts, trial_metrics
+from reports.metrics import OUTCOME_RULES, classify, progress_gaps, ranks_text, trial_facts, trial_metrics
 from runfolder.plan import OUTCOMES
 
 
@@ -236,3 +236,13 @@ def test_a_hang_outranks_the_crashes_that_came_before_it():
     assert row["outcome"] == "hung"
     assert row["crashed_ranks"] == 2 and row["departed"] == 3
     assert row["ttd_s"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("ranks, text", [
+    ([3], "r3"),
+    ([1, 0], "r0, r1"),
+    (list(range(64)), "r0-r63"),
+    ([9, 0, 1, 2, 3, 4, 6, 7] + list(range(10, 64)), "r0-r4, r6, r7, r9-r63"),
+])
+def test_rank_lists_shorten_runs_of_three_or_more_to_a_range(ranks, text):
+    assert ranks_text(ranks) == text

@@ -83,4 +83,5 @@ def test_a_users_job_is_told_its_own_arguments_were_not_stretched():
     assert scaling_note(64, 2).endswith("docs/scale.md)")
     assert "past 32 ranks per core" in scaling_note(256, 2) and "past" not in scaling_note(64, 2)
     assert scaling_note(64, 2, job=True).endswith(
-        "your job's own command, args and env are not (a timeout there also bounds its start-up: docs/scale.md)")
+        "your job's own command, args and env are not (a timeout it passes to init_process_group "
+        "also bounds its start-up: docs/scale.md)")

@@ -1,0 +1,79 @@
+"""bench/control_plane.py: the real control plane under N stand-in ranks (root-free)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "control_plane.py"
+
+
+def control_plane_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=180)
+
+
+def control_planes() -> list[str]:
+    """The bench's control plane processes still running."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if any(b"from harness.job.control import main" in a for a in args):
+            found.append(cmdline.parent.name)
+    return found
+
+
+def test_it_prints_each_sizes_figures_from_digests_it_read():
+    done = control_plane_bench("--ranks", "4", "16", "--seconds", "1")
+    assert done.returncode == 0, done.stderr
+    assert control_planes() == []
+    for ranks in (4, 16):
+        [row] = [line for line in done.stdout.splitlines() if line.startswith(f"| {ranks} | this checkout |")]
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert re.fullmatch(r"\d+%", cells[1]), row
+        # a digest: a 12-byte header and 17 bytes per rank
+        assert cells[2].startswith(f"{12 + 17 * ranks:,} B"), row
+        # digests every TICK_S (50 ms); a silence a digest reports is under a second here
+        median_gap = int(cells[3].split(" / ")[0].removesuffix(" ms"))
+        assert 20 <= median_gap <= 200, row
+        assert int(cells[4].split(" / ")[1].removesuffix(" ms")) < 1000, row
+        assert re.fullmatch(r"\d+%, latest \d+ ms", cells[6]), row
+        assert re.fullmatch(r"\d[\d,]* \(\d+\.\d%\)", cells[7]), row
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--ranks", "0"], "--ranks takes 1-"),
+    (["--seconds", "0"], "--seconds a positive number"),
+    (["--tree", "/nonexistent"], "--tree /nonexistent: not a checkout of this project"),
+])
+def test_bad_arguments_say_what_to_give(args, says):
+    done = control_plane_bench(*args)
+    assert done.returncode == 2
+    assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_its_control_plane_dies_with_it_even_when_it_is_killed():
+    bench = subprocess.Popen([sys.executable, str(BENCH), "--ranks", "4", "--seconds", "30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert bench.stdout is not None
+        while (line := bench.stdout.readline()) and "|---|" not in line:
+            pass  # to the table's head: the first size is starting
+        assert line, "the bench ended before its table"
+        deadline = time.monotonic() + 60
+        while not control_planes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert control_planes(), "the bench started no control plane"
+    finally:
+        bench.kill()
+        bench.wait()
+    deadline = time.monotonic() + 5
+    while control_planes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert control_planes() == []
