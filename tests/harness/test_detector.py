@@ -2,6 +2,7 @@
 and client over loopback (real sockets, no namespaces, no root)."""
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -217,6 +218,34 @@ def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
         sender.close()
         server.udp.close()
         server.tcp.close()
+
+
+def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_count():
+    """The rejoin count is a store round trip; a store busy for 1 s (every rank of a large
+    group exchanging addresses through it) must not hold the digests back."""
+    asked = []
+
+    def slow_count() -> int:
+        time.sleep(1.0)
+        asked.append(time.monotonic())
+        return len(asked)
+
+    port = _free_port()
+    HeartbeatServer(port, host="127.0.0.1", rejoin_requests=slow_count).start()
+    rank = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rank.settimeout(1.0)
+    try:
+        rank.sendto(b"hb 0 1 0", ("127.0.0.1", port))
+        arrivals, counts = [], []
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            counts.append(parse_digest(rank.recv(65536), time.monotonic()).asks)
+            arrivals.append(time.monotonic())
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        assert max(gaps) < 0.5, f"a digest came {max(gaps):.2f} s after the one before"
+        assert counts[0] == 0 and counts[-1] >= 1  # the count still reaches the digests
+    finally:
+        rank.close()
 
 
 def test_stopping_a_client_ends_even_a_frozen_heart():
