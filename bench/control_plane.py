@@ -39,12 +39,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from harness.job.control import LISTENING, heartbeat_port
 from harness.job.detector import MAX_RANKS, TICK_S, parse_digest
 from harness.job.policies import DetectorSpec
 
 READERS = 8
+OnDigest = Callable[[int, bytes, float], None]  # (the reader's rank, the digest, when it came)
 SETTLE_S = 2.0  # after every rank was heard, before measuring: phi needs a few intervals
 START_S = 60.0  # the control plane's start (it imports torch)
 # The control plane's process; it dies with the bench (PR_SET_PDEATHSIG), even one SIGKILLed.
@@ -127,8 +129,7 @@ class StandIns:
         self.interval_s = interval_s
         self.udp: list[socket.socket] = []
         self.leases: list[socket.socket] = []
-        step = max(1, ranks // READERS)
-        self.readers = {rank: None for rank in range(0, ranks, step)}
+        self.readers = tuple(range(0, ranks, max(1, ranks // READERS)))
         for rank in range(ranks):
             udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             if rank not in self.readers:
@@ -152,7 +153,7 @@ class StandIns:
         except OSError:
             pass
 
-    def read(self, on_digest) -> None:
+    def read(self, on_digest: OnDigest) -> None:
         for rank in self.readers:
             while True:
                 try:
@@ -161,23 +162,22 @@ class StandIns:
                     break
                 on_digest(rank, data, time.monotonic())
 
-    def run(self, seconds: float, on_digest) -> tuple[int, int, float]:
+    def run(self, seconds: float, on_digest: OnDigest) -> tuple[int, int, float]:
         """Beat every rank on schedule for `seconds`, reading the readers' digests between
         sends. Returns (sent, due, the latest send against its schedule)."""
         ranks = len(self.udp)
         spacing = self.interval_s / ranks
         start = time.monotonic()
         end = start + seconds
-        k = sent = 0
+        sent = 0
         late = 0.0
         while (now := time.monotonic()) < end:
-            while start + k * spacing <= now:
-                late = max(late, now - (start + k * spacing))
-                self.beat(k % ranks)
-                k += 1
+            while start + sent * spacing <= now:
+                late = max(late, now - (start + sent * spacing))
+                self.beat(sent % ranks)
                 sent += 1
             self.read(on_digest)
-            time.sleep(max(0.0, start + k * spacing - time.monotonic()))
+            time.sleep(max(0.0, start + sent * spacing - time.monotonic()))
         return sent, int(seconds / spacing), late
 
 
