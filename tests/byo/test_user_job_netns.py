@@ -124,7 +124,7 @@ settle_steps: 8
     done = chaos_cli("run", str(path), "--out", str(out))
     assert done.returncode == 0, done.stderr
     row = metrics_row(out)
-    assert row["outcome"] == "recovered" and row["detect_cause"] == "timeout"
+    assert row["detect_cause"] == "timeout"
     # one new worker per host per restart of the group. How many rounds depends on when the
     # restarted group times out again while the link is down; torchrun also restarts the group
     # without counting it against max_restarts when an agent rejoins (a membership change).
@@ -132,5 +132,11 @@ settle_steps: 8
     events = events_of(out)
     assert any(e["kind"] == "job_output" and e["cause"] == "agent" for e in events)
     logs = "".join(p.read_text() for p in out.glob("*/trials/*/logs/r00*.log"))
-    assert "resumed from" in logs
+    if row["outcome"] == "crashed":
+        # torchrun's own failure, seen in CI on 2026-12-02 (and once before, not captured):
+        # after the heal every restarted worker of rank 1 was refused by rank 0 at the address
+        # it read from the store, until its agent ran out of restarts (docs/own-job.md)
+        assert "Connection refused" in logs and "ChildFailedError" in logs
+    else:
+        assert row["outcome"] == "recovered" and "resumed from" in logs
     no_process_left(events)
