@@ -117,9 +117,10 @@ def udp_drops(pid: int, port: int) -> int:
     return drops
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int | str = "self") -> float:
+    """Process `pid`'s CPU time (user + system), from /proc/PID/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 class StandIns:

@@ -74,6 +74,7 @@ from pathlib import Path
 
 import torchrun_kill
 from bringup import GLOO_CONNECTS
+from control_plane import cpu_seconds
 import yaml
 
 import reports
@@ -254,12 +255,6 @@ def print_table(rows: list[dict]) -> None:
             fmt(healed), fmt(r["breaker"]), fmt(r["wasted"], ""),
             ratio(DOCUMENT["ttd"], r["ttd"]), ratio(DOCUMENT["ttr"], recover),
             ratio(DOCUMENT["breaker"], r["breaker"])]) + " |")
-
-
-def cpu_seconds() -> float:
-    """This process's CPU time (user + system), from /proc/self/stat."""
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def scale_scenario(path: Path, ranks: int, control_s: float) -> Scenario:
