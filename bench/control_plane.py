@@ -7,21 +7,21 @@ The control plane is the real one (`harness.job.control.main`: the rendezvous st
 the failure detector's heartbeat server, in a process of its own, at nice -10 where this
 may), bound to 127.0.0.1. The ranks are stand-ins: one process sends every rank's
 heartbeats from its own UDP socket, each on its own schedule (the detector's interval,
-spread evenly over it), and holds each rank's TCP lease, as a rank's heart and client do.
+spread evenly over it), and holds each rank's TCP lease (announcing the default detector's
+floor: `harness.job.detector.floor_for`), as a rank's heart and client do.
 Eight of them read every digest (at most 8 s of a 1024-rank job's digests are 170 MB);
 the others' receive buffers are too small for one, so the kernel drops theirs, after the
 server has paid for sending it.
 
-Prints, per size: the server's CPU (share of one core), a digest's size and the bytes the
-server sends per second (every rank gets every digest: they grow with the square of the
-ranks), the gap between digests at the readers (the server sends one every TICK_S), the
+Prints, per size: the server's CPU (share of one core), a digest's mean size and the
+bytes the server sends per second (every rank gets every digest), the gap between digests at the readers (the server sends one every TICK_S), the
 longest silence a digest reported for a rank that was beating (a rank is suspect after
 `suspect_after`, 0.4 s by default: a digest that says more raises a false alarm), and
 whether the stand-ins kept their schedule (if they did not, the silences are theirs).
 
 `--tree DIR` (repeatable) runs each size's control plane from another checkout too, e.g.
 the code before a change (`git worktree add /tmp/before HEAD~1`), beside this one's, with
-the same stand-ins.
+the same stand-ins; its digests are read with its own `parse_digest` (the format changes).
 
 On a real cluster the control plane has a node's cores to itself; here it shares two with
 the stand-ins, so its figures are an upper bound on the time it needs.
@@ -29,6 +29,7 @@ the stand-ins, so its figures are an upper bound on the time it needs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import resource
 import select
@@ -39,10 +40,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from harness.job.control import LISTENING, heartbeat_port
-from harness.job.detector import MAX_RANKS, TICK_S, parse_digest
+from harness.job.detector import MAX_RANKS, TICK_S, floor_for, parse_digest
 from harness.job.policies import DetectorSpec
 
 READERS = 8
@@ -61,7 +62,7 @@ class Figures:
     ranks: int
     seconds: float
     server_cpu_s: float
-    digest_bytes: int
+    digest_bytes: float          # mean size of the digests read
     gaps: list[float]            # between digests, at the readers
     silences: list[float]        # per digest read, the longest silence it reported
     sent: int                    # heartbeats the stand-ins sent while measuring
@@ -126,7 +127,7 @@ def cpu_seconds(pid: int | str = "self") -> float:
 class StandIns:
     """N ranks' heartbeat sockets and leases, in this process."""
 
-    def __init__(self, ranks: int, address: tuple[str, int], interval_s: float) -> None:
+    def __init__(self, ranks: int, address: tuple[str, int], interval_s: float, floor_s: float) -> None:
         self.interval_s = interval_s
         self.udp: list[socket.socket] = []
         self.leases: list[socket.socket] = []
@@ -139,7 +140,7 @@ class StandIns:
             udp.setblocking(False)
             self.udp.append(udp)
             lease = socket.create_connection(address, timeout=10)
-            lease.sendall(f"{rank}\n".encode())
+            lease.sendall(f"{rank} {floor_s!r}\n".encode())
             self.leases.append(lease)
         self.seq = [0] * ranks
 
@@ -182,18 +183,32 @@ class StandIns:
         return sent, int(seconds / spacing), late
 
 
-def measure(ranks: int, seconds: float, interval_s: float, tree: Path | None) -> Figures:
+def digest_reader(tree: Path | None) -> Callable[[bytes, float], Any]:
+    """`parse_digest` of this checkout or of `tree` (the module needs only the standard library)."""
+    if tree is None:
+        return parse_digest
+    spec = importlib.util.spec_from_file_location(f"detector_of_{abs(hash(tree))}", tree / "harness" / "job" / "detector.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.parse_digest
+
+
+def measure(ranks: int, seconds: float, detector: DetectorSpec, tree: Path | None) -> Figures:
     port = free_port()
     server, said = start_server(port, tree)
+    parse = digest_reader(tree)
     for line in said:
         print(f"({ranks} ranks) {line}", file=sys.stderr)
     stand_ins = None
     try:
-        stand_ins = StandIns(ranks, ("127.0.0.1", heartbeat_port(port)), interval_s)
+        stand_ins = StandIns(ranks, ("127.0.0.1", heartbeat_port(port)), detector.interval,
+                             floor_for(detector.suspect_after))
         heard_all: list[bool] = [False]
 
         def until_heard(rank: int, data: bytes, at: float) -> None:
-            view = parse_digest(data, at)
+            view = parse(data, at)
             heard_all[0] = heard_all[0] or len(view.ranks()) == ranks
 
         deadline = time.monotonic() + START_S
@@ -206,11 +221,11 @@ def measure(ranks: int, seconds: float, interval_s: float, tree: Path | None) ->
         last: dict[int, float] = {}
         gaps: list[float] = []
         silences: list[float] = []
-        size = [0]
+        sizes: list[int] = []
 
         def record(rank: int, data: bytes, at: float) -> None:
-            view = parse_digest(data, at)
-            size[0] = len(data)
+            view = parse(data, at)
+            sizes.append(len(data))
             if rank in last:
                 gaps.append(at - last[rank])
             last[rank] = at
@@ -223,7 +238,8 @@ def measure(ranks: int, seconds: float, interval_s: float, tree: Path | None) ->
         elapsed = time.monotonic() - started
         cpu = cpu_seconds(server.pid) - cpu_before
         dropped = udp_drops(server.pid, hb_port) - drops_before
-        return Figures(ranks, elapsed, cpu, size[0], gaps, silences, sent, due, late, dropped)
+        mean_size = statistics.fmean(sizes) if sizes else 0.0
+        return Figures(ranks, elapsed, cpu, mean_size, gaps, silences, sent, due, late, dropped)
     finally:
         if stand_ins is not None:
             stand_ins.close()
@@ -236,15 +252,21 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def silence(seconds: float, floor_s: float) -> str:
+    """A digest tells no silence under the ranks' floor (it reads 0: the rank is fresh)."""
+    return f"{seconds * 1000:.0f} ms" if seconds > 0 else f"under {floor_s * 1000:.0f} ms"
+
+
 def row(f: Figures, suspect_after: float) -> str:
+    floor_s = floor_for(suspect_after)
     if not f.gaps or not f.silences:
         return f"no digest reached a reader in {f.seconds:.0f} s | | | | | | |"
     bytes_per_s = f.digest_bytes * f.ranks / TICK_S
     worst = max(f.silences)
     verdict = "none" if worst < suspect_after else f"**yes: {worst:.2f} s >= {suspect_after:g} s**"
-    return (f"{f.server_cpu_s / f.seconds:.0%} | {f.digest_bytes:,} B, {bytes_per_s / 1e6:.1f} MB/s "
+    return (f"{f.server_cpu_s / f.seconds:.0%} | {f.digest_bytes:,.0f} B, {bytes_per_s / 1e6:.1f} MB/s "
             f"| {statistics.median(f.gaps) * 1000:.0f} / {quantile(f.gaps, 0.99) * 1000:.0f} / {max(f.gaps) * 1000:.0f} ms "
-            f"| {quantile(f.silences, 0.99) * 1000:.0f} / {worst * 1000:.0f} ms | {verdict} "
+            f"| {silence(quantile(f.silences, 0.99), floor_s)} / {silence(worst, floor_s)} | {verdict} "
             f"| {f.sent / f.due:.0%}, latest {f.late_s * 1000:.0f} ms | {f.dropped:,} ({f.dropped / f.sent:.1%}) |")
 
 
@@ -279,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     for ranks in args.ranks:
         for tree in trees:
             try:
-                cells = row(measure(ranks, args.seconds, interval, tree), defaults.suspect_after)
+                cells = row(measure(ranks, args.seconds, defaults, tree), defaults.suspect_after)
             except (RuntimeError, OSError) as exc:
                 cells = f"failed: {exc} | | | | | | |"
             print(f"| {ranks} | {tree or 'this checkout'} | {cells}", flush=True)

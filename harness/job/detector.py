@@ -3,7 +3,7 @@
 Heartbeats travel on a side channel of the control plane, not through the gloo ring:
 
     rank's heart --UDP "hb <rank> <seq> <gen>" every interval-->  HeartbeatServer (control
-    rank --TCP lease (held open, never written)--------------->   process, switch namespace,
+    rank --TCP lease ("<rank> <floor>", then held open)------->   process, switch namespace,
     rank <--UDP digest every TICK_S, and at once when a lease closes--  store port + 1)
 
 The heart (`harness.job.heart`) is a child process of the rank that sends on the rank's
@@ -15,10 +15,12 @@ rank, seconds since its last heartbeat, phi (accrual suspicion), whether its lea
 heartbeat loss; and how many times a rank left out has asked to rejoin. Every rank judges
 the same digest, so survivors agree on who is suspect within one digest.
 
-The digest is binary, in columns indexed by rank, and a rank reads it in place (1 us for
-64 ranks, against 68 us to build objects from the JSON it replaced; 20 a second per rank).
-At 64 ranks on 2 cores that lowered the detector's cost to a step from 1.45-1.71x to
-1.17-1.36x (three rounds each, docs/scale.md).
+The digest is binary, in columns (`encode_digest`), and lists only the ranks with
+something to tell: every rank's silence below the floor its lease announced (the least
+silence the rank's judgements read: `floor_for`) would change no verdict, so a digest
+says of such a rank only that it is "fresh". With every rank beating, a digest is its
+header, whatever the ranks; before, it carried every rank's 17 bytes to every rank, 20
+times a second: 357 MB/s at 1024 ranks (docs/scale.md).
 
 A fault on a rank's link cuts its heartbeats as well as its gloo
 traffic; the rank itself notices that digests stopped (it is the one cut off).
@@ -122,11 +124,18 @@ class PhiAccrual:
         return -math.log10(max(p_later, 1e-300))
 
 
+def floor_for(suspect_after_s: float) -> float:
+    """The least silence a rank judging with `suspect_after_s` reads (FailureDetector: a
+    silence under it is no verdict), which it asks the digests to report exactly."""
+    return suspect_after_s / 4
+
+
 @dataclass
 class _Member:
     accrual: PhiAccrual
     addr: tuple[str, int] | None = None
     gen: int = -1
+    floor_s: float = 0.0     # as its lease announced (0 until then: every silence is told)
     leases: int = 0          # open TCP leases (a reconnect briefly has two)
     closed: bool = False     # every lease it opened has closed: the process is gone
     arrivals: collections.deque | None = None  # (t, seq) in the loss window
@@ -226,9 +235,11 @@ class HeartbeatServer:
             data = b""
         rank = self._leases.get(conn)
         if data and rank is None:
-            rank = int(data.split()[0])
+            hello = data.split()
+            rank = int(hello[0])
             self._leases[conn] = rank
             member = self._member(rank)
+            member.floor_s = float(hello[1]) if len(hello) > 1 else 0.0
             member.leases += 1
             member.closed = False
             return False
@@ -265,9 +276,15 @@ class HeartbeatServer:
                 member.arrivals.popleft()
 
     def digest(self, now: float) -> bytes:
-        return encode_digest({rank: PeerState(m.accrual.silence(now), min(m.accrual.phi(now), 99.0),
-                                              m.closed, m.gen, m.loss())
-                              for rank, m in self.members.items()}, self._asks)
+        """Every rank's state, to the precision the least of their floors needs: phi (a
+        sum over a rank's last PHI_WINDOW intervals) only where the silence reaches it."""
+        floor = min((m.floor_s for m in self.members.values()), default=0.0)
+        peers = {}
+        for rank, m in self.members.items():
+            silent = m.accrual.silence(now)
+            phi = min(m.accrual.phi(now), 99.0) if silent >= floor else 0.0
+            peers[rank] = PeerState(silent, phi, m.closed, m.gen, m.loss())
+        return encode_digest(peers, self._asks, floor)
 
     def _broadcast(self, now: float) -> None:
         payload = self.digest(now)
@@ -289,38 +306,49 @@ class PeerState(NamedTuple):
     loss: float       # fraction of its heartbeats lost recently
 
 
-# The digest: a header, then one column per field with an entry per rank 0..n-1 (little
-# endian). A rank the server has not heard from has flags 0.
-DIGEST_MAGIC = b"hbd1"
-_HEADER = struct.Struct("<4sII")  # magic, requests to rejoin so far, n
-HEARD, CLOSED = 1, 2              # flags
-_COLUMNS = (("silent_s", "f"), ("phi", "f"), ("gen", "i"), ("loss", "f"))  # after the flags
-_BYTES_PER_RANK = 1 + sum(struct.calcsize(code) for _, code in _COLUMNS)
-MAX_RANKS = (DATAGRAM_MAX - _HEADER.size) // _BYTES_PER_RANK  # one digest is one datagram
+# The digest: a header, then the ranks it lists, one column per field (little endian). It
+# lists every rank below n with something to tell: not heard from (flags 0), lease closed,
+# heartbeats lost, a generation other than the header's, or silent for at least the floor.
+# Every other rank is fresh: heard, silent under the floor (read as 0), in the header's
+# generation, nothing lost.
+DIGEST_MAGIC = b"hbd2"
+_HEADER = struct.Struct("<4sIIIi")  # magic, requests to rejoin so far, n, listed, generation of the fresh
+HEARD, CLOSED = 1, 2                # flags
+_COLUMNS = (("rank", "I"), ("flags", "B"), ("silent_s", "f"), ("phi", "f"), ("gen", "i"), ("loss", "f"))
+_BYTES_PER_RANK = sum(struct.calcsize(code) for _, code in _COLUMNS)
+MAX_RANKS = (DATAGRAM_MAX - _HEADER.size) // _BYTES_PER_RANK  # one digest is one datagram, every rank listed
 
 
-def encode_digest(peers: Mapping[int, PeerState], asks: int) -> bytes:
+def encode_digest(peers: Mapping[int, PeerState], asks: int, floor_s: float = 0.0) -> bytes:
+    """`peers` as ranks whose judgements read no silence under `floor_s` need them."""
     n = max(peers, default=-1) + 1
     if n > MAX_RANKS:
         raise ValueError(f"a digest holds at most {MAX_RANKS} ranks (one datagram), got rank {n - 1}")
-    flags = bytearray(n)
-    columns = {name: array.array(code, bytes(struct.calcsize(code) * n)) for name, code in _COLUMNS}
-    for rank, state in peers.items():
-        flags[rank] = HEARD | (CLOSED if state.closed else 0)
-        for name, _ in _COLUMNS:
-            columns[name][rank] = getattr(state, name)
-    return b"".join([_HEADER.pack(DIGEST_MAGIC, asks, n), bytes(flags),
+    common = collections.Counter(state.gen for state in peers.values()).most_common(1)
+    gen = common[0][0] if common else 0
+    columns = {name: array.array(code) for name, code in _COLUMNS}
+    for rank in range(n):
+        state = peers.get(rank)
+        if (state is not None and not state.closed and state.loss == 0 and state.gen == gen
+                and state.silent_s < floor_s):
+            continue  # fresh
+        row = (rank, 0, 0.0, 0.0, 0, 0.0) if state is None else (
+            rank, HEARD | (CLOSED if state.closed else 0), state.silent_s, state.phi, state.gen, state.loss)
+        for (name, _), value in zip(_COLUMNS, row, strict=True):
+            columns[name].append(value)
+    listed = len(columns["rank"])
+    return b"".join([_HEADER.pack(DIGEST_MAGIC, asks, n, listed, gen),
                      *(columns[name].tobytes() for name, _ in _COLUMNS)])
 
 
 class View:
-    """One digest as a rank received it, read in place: `flags` and the columns are indexed
-    by rank (see `state` for one rank's entry as a value)."""
+    """One digest as a rank received it: `flags` and the columns are indexed by rank (see
+    `state` for one rank's entry as a value)."""
 
     __slots__ = ("received", "asks", "flags", "silent_s", "phi", "gen", "loss")
 
-    def __init__(self, received: float, asks: int, flags: bytes, silent_s: memoryview,
-                 phi: memoryview, gen: memoryview, loss: memoryview) -> None:
+    def __init__(self, received: float, asks: int, flags: bytearray, silent_s: array.array,
+                 phi: array.array, gen: array.array, loss: array.array) -> None:
         self.received = received   # local time the digest arrived
         self.asks = asks           # requests to rejoin so far (the store's counter)
         self.flags = flags
@@ -341,17 +369,23 @@ def parse_digest(data: bytes, received: float) -> View:
     """Raises ValueError for anything but a whole digest."""
     if len(data) < _HEADER.size:
         raise ValueError(f"a digest is at least {_HEADER.size} bytes, got {len(data)}")
-    magic, asks, n = _HEADER.unpack_from(data)
-    if magic != DIGEST_MAGIC or len(data) != _HEADER.size + n * _BYTES_PER_RANK:
-        raise ValueError(f"not a digest for {n} ranks ({len(data)} bytes, magic {magic!r})")
-    body = memoryview(data)[_HEADER.size:]
-    flags, offset = bytes(body[:n]), n
-    columns = []
+    magic, asks, n, listed, gen = _HEADER.unpack_from(data)
+    if magic != DIGEST_MAGIC or listed > n or len(data) != _HEADER.size + listed * _BYTES_PER_RANK:
+        raise ValueError(f"not a digest listing {listed} of {n} ranks ({len(data)} bytes, magic {magic!r})")
+    body, offset = memoryview(data)[_HEADER.size:], 0
+    listing = []
     for _, code in _COLUMNS:
-        size = struct.calcsize(code) * n
-        columns.append(body[offset:offset + size].cast(code))
+        size = struct.calcsize(code) * listed
+        listing.append(body[offset:offset + size].cast(code))
         offset += size
-    return View(received, asks, flags, *columns)
+    flags = bytearray([HEARD]) * n
+    silent_s, phi, loss = (array.array("f", bytes(4 * n)) for _ in range(3))
+    gens = array.array("i", [gen]) * n
+    for i, rank in enumerate(listing[0]):
+        if rank >= n:
+            raise ValueError(f"not a digest: it lists rank {rank} of {n}")
+        flags[rank], silent_s[rank], phi[rank], gens[rank], loss[rank] = (column[i] for column in listing[1:])
+    return View(received, asks, flags, silent_s, phi, gens, loss)
 
 
 class HeartbeatClient:
@@ -362,7 +396,8 @@ class HeartbeatClient:
     nice: int  # the heart's nice value, set by start()
 
     def __init__(self, address: tuple[str, int], rank: int, interval_s: float,
-                 generation: Callable[[], int], clock: Callable[[], float] = time.monotonic) -> None:
+                 generation: Callable[[], int], floor_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.address = address
         self.rank = rank
         self.interval_s = interval_s
@@ -372,7 +407,7 @@ class HeartbeatClient:
         self._udp.connect(address)
         self._udp.setblocking(False)
         self._lease = socket.create_connection(address, timeout=LEASE_CONNECT_TIMEOUT_S)
-        self._lease.sendall(f"{rank}\n".encode())
+        self._lease.sendall(f"{rank} {floor_s!r}\n".encode())  # floor_s: see floor_for
         self._lock = threading.Lock()
         self._view: View | None = None
         self._told = generation()
@@ -516,7 +551,7 @@ class FailureDetector:
         if self.phi_threshold is None:
             return silent >= self.suspect_after_s
         # phi decides, but never on a silence shorter than a few heartbeats
-        return phi >= self.phi_threshold and silent >= self.suspect_after_s / 4
+        return phi >= self.phi_threshold and silent >= floor_for(self.suspect_after_s)
 
     def rejoin_asks(self) -> int:
         """How many times a rank has asked to rejoin, as of the newest digest."""

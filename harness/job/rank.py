@@ -26,7 +26,7 @@ def main(config: dict[str, Any]) -> int:
 
     from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
-    from harness.job.detector import FailureDetector, HeartbeatClient, not_ahead
+    from harness.job.detector import FailureDetector, HeartbeatClient, floor_for, not_ahead
     from harness.job.gpufault import HangWatcher, command_file, spin_kernel
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
@@ -62,7 +62,7 @@ def main(config: dict[str, Any]) -> int:
         if (spec := cfg.policy.detector) is not None:
             heartbeats = HeartbeatClient(
                 (cfg.store_address, heartbeat_port(cfg.store_port)), cfg.rank, spec.interval,
-                generation=lambda: group.generation).start()
+                generation=lambda: group.generation, floor_s=floor_for(spec.suspect_after)).start()
             if warning := not_ahead(f"rank {cfg.rank}'s heart", heartbeats.nice):
                 print(warning, file=sys.stderr, flush=True)
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,

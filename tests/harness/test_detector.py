@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,7 +14,8 @@ import time
 import pytest
 
 from harness.job.detector import (AHEAD_NICE, MAX_RANKS, FailureDetector, HeartbeatClient, HeartbeatServer,
-                                  PeerState, PhiAccrual, View, encode_digest, not_ahead, parse_digest)
+                                  PeerState, PhiAccrual, View, encode_digest, floor_for, not_ahead,
+                                  parse_digest)
 
 
 class Clock:
@@ -154,9 +156,48 @@ def test_digest_round_trip():
     assert received.state(1) is None and received.state(4) is None and received.state(-1) is None
 
 
+def test_a_digest_lists_only_the_ranks_with_something_to_tell():
+    """Under the floor a beating rank is "fresh": the digest says only that. A closed lease,
+    lost heartbeats, another generation, a silence at the floor, or silence (flags 0) are
+    told in full."""
+    fresh = PeerState(0.0625, 0.75, False, 5, 0.0)  # binary fractions: a float32 column holds them
+    sent = {0: fresh, 1: fresh, 2: PeerState(0.125, 2.5, False, 5, 0.0), 3: PeerState(0.015625, 0.25, True, 5, 0.0),
+            4: PeerState(0.03125, 0.125, False, 5, 0.25), 5: PeerState(0.03125, 0.125, False, 4, 0.0), 7: fresh}
+    data = encode_digest(sent, asks=1, floor_s=0.125)
+    all_fresh = encode_digest({r: fresh for r in range(1024)}, asks=1, floor_s=0.125)
+    assert len(all_fresh) == len(encode_digest({}, asks=1)) < 30  # whatever the ranks
+    assert len(data) == len(all_fresh) + 5 * 21  # ranks 2-6
+    received = parse_digest(data, 7.0)
+    assert received.ranks() == [0, 1, 2, 3, 4, 5, 7]
+    assert received.state(0) == received.state(7) == PeerState(0.0, 0.0, False, 5, 0.0)
+    assert {r: received.state(r) for r in (2, 3, 4, 5)} == {r: sent[r] for r in (2, 3, 4, 5)}
+    assert received.state(6) is None and received.state(8) is None
+
+
+@pytest.mark.parametrize("suspect_after, phi", [(0.4, None), (0.8, None), (0.4, 8.0)])
+def test_every_verdict_on_a_digest_under_its_floor_is_the_verdict_on_the_whole_one(suspect_after, phi):
+    """Random memberships: the suspects and stragglers a rank finds are the same whether
+    the digest tells every rank's state or only what its floor (`floor_for`) needs."""
+    rng = random.Random(7)
+    clock = Clock()
+    for _ in range(300):
+        peers = {r: PeerState(rng.choice([rng.uniform(0, 0.05), rng.uniform(0, 1.2)]), rng.uniform(0, 20),
+                              rng.random() < 0.05, rng.choice([3, 3, 3, 4]),
+                              rng.choice([0.0] * 8 + [0.04, 0.3]))
+                 for r in range(24) if rng.random() < 0.95}
+        members = tuple(sorted(rng.sample(range(24), 16)))
+        whole, floored = (parse_digest(encode_digest(peers, 0, floor), clock.t)
+                          for floor in (0.0, floor_for(suspect_after)))
+        judges = [detector(clock, [v], suspect_after_s=suspect_after, phi_threshold=phi) for v in (whole, floored)]
+        assert judges[0].judge(members, 3) == judges[1].judge(members, 3)
+        assert [s.peer for s in judges[0].stragglers(members)] == [s.peer for s in judges[1].stragglers(members)]
+
+
 def test_anything_but_a_whole_digest_is_refused():
     whole = encode_digest({0: PeerState(0.5, 1.0, False, 0, 0.0)}, asks=0)
-    for data in (b"", whole[:-1], whole + b"x", b"hbd0" + whole[4:], b'{"peers": {}}'):
+    beyond = bytearray(whole)
+    beyond[20:24] = (1).to_bytes(4, "little")  # the listed rank's id: 1 of n = 1
+    for data in (b"", whole[:-1], whole + b"x", b"hbd0" + whole[4:], b'{"peers": {}}', bytes(beyond)):
         with pytest.raises(ValueError):
             parse_digest(data, 0.0)
     with pytest.raises(ValueError, match="at most"):
@@ -199,6 +240,23 @@ def test_server_and_clients_over_loopback():
         assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
         assert set(server.members) == {0, 1}
     finally:
+        a.stop()
+        b.stop()
+
+
+def test_ranks_announce_their_floor_and_a_digest_of_beating_ranks_is_its_header():
+    port = _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1").start()
+    a, b = (HeartbeatClient(("127.0.0.1", port), r, 0.05, lambda: 0, floor_s=0.1).start() for r in (0, 1))
+    try:
+        header = len(encode_digest({}, asks=0))
+        wait_for(lambda: [(m.floor_s, bool(m.arrivals)) for m in server.members.values()] == [(0.1, True)] * 2
+                 and len(server.digest(server.clock())) == header)
+        os.kill(b._heart.pid, signal.SIGSTOP)  # rank 1 falls silent: the digests tell how long
+        silent = wait_for(lambda: (v := a.view()) and (s := v.state(1)) and s.silent_s >= 0.3 and s.silent_s)
+        assert silent < 2.0
+    finally:
+        os.kill(b._heart.pid, signal.SIGCONT)
         a.stop()
         b.stop()
 
