@@ -234,16 +234,15 @@ class HeartbeatServer:
         except OSError:
             data = b""
         rank = self._leases.get(conn)
-        if data and rank is None:
-            hello = data.split()
-            rank = int(hello[0])
+        if data and rank is None and (hello := _hello(data)) is not None:
+            rank, floor_s = hello
             self._leases[conn] = rank
             member = self._member(rank)
-            member.floor_s = float(hello[1]) if len(hello) > 1 else 0.0
+            member.floor_s = floor_s
             member.leases += 1
             member.closed = False
             return False
-        if data:
+        if data and rank is not None:
             return False
         self._selector.unregister(conn)
         conn.close()
@@ -263,15 +262,15 @@ class HeartbeatServer:
                 return
             except OSError:
                 return
-            parts = data.split()
-            if len(parts) != 4 or parts[0] != b"hb":
+            if (beat := _heartbeat(data)) is None:
                 continue
+            rank, seq, gen = beat
             now = self.clock()
-            member = self._member(int(parts[1]))
+            member = self._member(rank)
             member.accrual.heartbeat(now)
-            member.addr, member.gen = addr, int(parts[3])
+            member.addr, member.gen = addr, gen
             assert member.arrivals is not None
-            member.arrivals.append((now, int(parts[2])))
+            member.arrivals.append((now, seq))
             while member.arrivals and member.arrivals[0][0] < now - LOSS_WINDOW_S:
                 member.arrivals.popleft()
 
@@ -296,6 +295,29 @@ class HeartbeatServer:
                     pass  # a full buffer or an unreachable rank: the next digest will do
             if sent % DRAIN_EVERY == 0:
                 self._drain_udp()
+
+
+def _hello(data: bytes) -> tuple[int, float] | None:
+    """A lease's first line, "<rank> [<floor>]"; None for anything else (whatever else
+    connects to the port is let go, never the server's thread)."""
+    try:
+        hello = data.split()
+        rank, floor_s = int(hello[0]), float(hello[1]) if len(hello) > 1 else 0.0
+    except (ValueError, IndexError):
+        return None
+    return (rank, floor_s) if 0 <= rank < MAX_RANKS and 0 <= floor_s < math.inf and len(hello) <= 2 else None
+
+
+def _heartbeat(data: bytes) -> tuple[int, int, int] | None:
+    """(rank, seq, generation) of "hb <rank> <seq> <gen>"; None for any other datagram."""
+    parts = data.split()
+    if len(parts) != 4 or parts[0] != b"hb":
+        return None
+    try:
+        rank, seq, gen = (int(part) for part in parts[1:])
+    except ValueError:
+        return None
+    return (rank, seq, gen) if 0 <= rank < MAX_RANKS else None
 
 
 class PeerState(NamedTuple):

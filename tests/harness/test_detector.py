@@ -261,6 +261,28 @@ def test_ranks_announce_their_floor_and_a_digest_of_beating_ranks_is_its_header(
         b.stop()
 
 
+def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on():
+    """A stranger's connection or datagrams (a port scan, another program) are dropped; a
+    rank id past what a digest holds is not a rank. The server's thread serves on."""
+    port = _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1").start()
+    stranger = socket.create_connection(("127.0.0.1", port))
+    stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for junk in (b"hb x 1 2", b"hb -1 1 0", f"hb {MAX_RANKS} 1 0".encode(), b"hb 1 2", b"\xff" * 40):
+        udp.sendto(junk, ("127.0.0.1", port))
+    rank = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0, floor_s=0.1).start()
+    try:
+        stranger.settimeout(5.0)
+        assert stranger.recv(64) == b""  # closed by the server
+        wait_for(lambda: (v := rank.view()) is not None and v.ranks() == [0])
+        assert list(server.members) == [0] and server._thread.is_alive()
+    finally:
+        rank.stop()
+        stranger.close()
+        udp.close()
+
+
 def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
     """3,000 heartbeats (150 ms of 1024 ranks') sent while the server's thread reads none
     are all there when it does: the kernel's default buffer holds about 200."""
