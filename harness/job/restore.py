@@ -68,9 +68,12 @@ class FromCheckpoint:
 
 class FromPeer:
     def restore(self, group: Group, workload: Workload, watch: Watch | None) -> Restored:
-        newest = torch.tensor([workload.step], dtype=torch.int64)
-        group.all_reduce(newest, "max", watch=watch)
-        src = _lowest(group, workload.step == int(newest.item()), watch)
+        # one all-reduce finds the newest step and the lowest group rank that holds it: the
+        # greatest step * world_size + (world_size - 1 - rank)
+        world = group.world_size
+        key = torch.tensor([workload.step * world + world - 1 - group.rank], dtype=torch.int64)
+        group.all_reduce(key, "max", watch=watch)
+        src = world - 1 - int(key.item()) % world
         state, size = _share(group, src, workload.state() if group.rank == src else None, watch)
         if group.rank != src:
             workload.load_state(state)

@@ -6,6 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import torch
 
 from harness.job.checkpoint import Checkpointer
@@ -86,6 +87,16 @@ def test_peer_restore_takes_the_newest_state_from_the_lowest_rank_that_holds_it(
     assert all(same(weights(w), sent) for w in workloads)
     assert all(torch.equal(v, s) for w in workloads for v, s in zip(w.velocity, workloads[1].velocity, strict=True))
     assert restored[0].fields() == {"source": "peer", "peer": 2, "bytes": restored[0].bytes}
+
+
+@pytest.mark.parametrize(("steps", "source"), [((7, 5, 7, 3), 0), ((2, 2, 2, 2), 0), ((1, 4, 3, 4), 1),
+                                              ((0, 0, 0, 9), 3)])
+def test_peer_restore_picks_the_lowest_of_the_newest_whatever_the_spread(steps, source):
+    members = (1, 4, 6, 9)
+    workloads = [trained(member, step) for member, step in zip(members, steps, strict=True)]
+    restored = restore_all([FromPeer()] * 4, workloads, members=members)
+    assert {r.peer for r in restored} == {members[source]}
+    assert [w.step for w in workloads] == [max(steps)] * 4
 
 
 def test_checkpoint_restore_loads_the_newest_checkpoint_every_rank_has(tmp_path: Path):
