@@ -14,10 +14,11 @@ the others' receive buffers are too small for one, so the kernel drops theirs, a
 server has paid for sending it.
 
 Prints, per size: the server's CPU (share of one core), a digest's mean size and the
-bytes the server sends per second (every rank gets every digest), the gap between digests at the readers (the server sends one every TICK_S), the
-longest silence a digest reported for a rank that was beating (a rank is suspect after
-`suspect_after`, 0.4 s by default: a digest that says more raises a false alarm), and
-whether the stand-ins kept their schedule (if they did not, the silences are theirs).
+bytes the server sends per second (every rank gets every digest), the gap between digests
+at the readers (the server sends one every TICK_S), the longest silence a digest reported
+for a rank that was beating (a rank is suspect after `suspect_after`, 0.4 s by default: a
+digest that says more raises a false alarm; under the floor it says none), and whether the
+stand-ins kept their schedule (if they did not, the silences are theirs).
 
 `--tree DIR` (repeatable) runs each size's control plane from another checkout too, e.g.
 the code before a change (`git worktree add /tmp/before HEAD~1`), beside this one's, with
