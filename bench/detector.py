@@ -339,10 +339,14 @@ def phase_times(events: list[dict], since: float, phases: tuple[tuple[str, str],
     for e in after:
         if e["kind"] == GROUP_READY:
             group_at.setdefault(e["rank"], e["t"])
+    # a rank let back in has no group to let go after the heal: its next release is at the end
+    let_in = {peer for e in after if e["kind"] == ADMIT for peer in e["peers"]}
     cells = []
     for kind, label in phases:
         firsts: dict[int, float] = {}
         for e in after:
+            if kind == GROUP_RELEASED and e["rank"] in let_in:
+                continue
             if e["kind"] == kind and (kind != STEP or e["t"] >= group_at.get(e["rank"], math.inf)):
                 firsts.setdefault(e["rank"], e["t"])
         cells.append(f"{label} {max(firsts.values()) - since:.2f}" if firsts else f"{label} not observed")

@@ -80,6 +80,21 @@ def test_each_phase_is_the_last_ranks_first_event_after_the_mark(detector):
         "suspect 0.40", "left out 1.35", "group 1.45", "restored not observed", "stepping 1.55"]
 
 
+def test_released_after_a_heal_counts_the_members_not_the_rank_let_back_in(detector):
+    """The rank let back in released its group when its breaker opened; its next release is
+    when the trial ends, which is no phase of the heal."""
+    events = [
+        event(10.2, "rejoin_request", 2), event(10.3, "admit", 0, peers=[2], gen=2),
+        event(10.6, "group_released", 0), event(10.7, "group_released", 1),
+        event(10.9, "group_ready", 0), event(10.9, "group_ready", 1), event(10.95, "group_ready", 2),
+        event(20.0, "group_released", 2), event(20.0, "group_released", 0),  # the trial's end
+    ]
+    phases = (("rejoin_request", "asks back"), ("admit", "admitted"), ("group_released", "released"),
+              ("group_ready", "group"))
+    assert detector.phase_times(events, 10.0, phases) == [
+        "asks back 0.20", "admitted 0.30", "released 0.70", "group 0.95"]
+
+
 def test_analyze_says_how_many_hogs_the_measuring_run_had(detector, tmp_path, capsys):
     assert detector.main(["--ranks", "16", "--analyze", str(tmp_path)]) == 0
     assert "an unrecorded number of CPU hog(s)" in capsys.readouterr().out  # a folder from before HOGS_FILE
