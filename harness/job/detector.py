@@ -2,6 +2,7 @@
 
 Heartbeats travel on a side channel of the control plane, not through the gloo ring:
 
+    rank --UDP "hi <rank>" until its first digest--------------->
     rank's heart --UDP "hb <rank> <seq> <gen>" every interval-->  HeartbeatServer (control
     rank --TCP lease ("<rank> <floor>", then held open)------->   process, switch namespace,
     rank <--UDP digest every TICK_S, and at once when a lease closes--  store port + 1)
@@ -262,6 +263,9 @@ class HeartbeatServer:
                 return
             except OSError:
                 return
+            if (greeting := _greeting(data)) is not None:
+                self._member(greeting).addr = addr  # digests go there; no beat yet
+                continue
             if (beat := _heartbeat(data)) is None:
                 continue
             rank, seq, gen = beat
@@ -306,6 +310,15 @@ def _hello(data: bytes) -> tuple[int, float] | None:
     except (ValueError, IndexError):
         return None
     return (rank, floor_s) if 0 <= rank < MAX_RANKS and 0 <= floor_s < math.inf and len(hello) <= 2 else None
+
+
+def _greeting(data: bytes) -> int | None:
+    """The rank of "hi <rank>" (HeartbeatClient._greet); None for any other datagram."""
+    parts = data.split()
+    if len(parts) != 2 or parts[0] != b"hi" or not parts[1].isdigit():
+        return None
+    rank = int(parts[1])
+    return rank if rank < MAX_RANKS else None
 
 
 def _heartbeat(data: bytes) -> tuple[int, int, int] | None:
@@ -430,6 +443,7 @@ class HeartbeatClient:
         self._udp.setblocking(False)
         self._lease = socket.create_connection(address, timeout=LEASE_CONNECT_TIMEOUT_S)
         self._lease.sendall(f"{rank} {floor_s!r}\n".encode())  # floor_s: see floor_for
+        self._greet()
         self._lock = threading.Lock()
         self._view: View | None = None
         self._told = generation()
@@ -465,9 +479,20 @@ class HeartbeatClient:
             self._heart.wait()
         self._lease.close()
 
+    def _greet(self) -> None:
+        """Tell the control plane where to send this rank's digests. It learns a rank's
+        address from a datagram; waiting for the heart's first beat would make the rank's
+        cut-off verdict hang on how fast a new interpreter starts on a loaded machine.
+        A greeting is not a heartbeat: peers judge this rank from its heart's first beat."""
+        try:
+            self._udp.send(f"hi {self.rank}".encode())
+        except OSError:
+            pass  # the control plane is not reachable (yet): greeted again until a digest comes
+
     def _listen(self) -> None:
         while not self._stopped.wait(self.interval_s):
-            self.view()  # keeps the socket drained while the rank is busy
+            if self.view() is None:  # keeps the socket drained while the rank is busy
+                self._greet()
             with self._lock:
                 if self._stopped.is_set() or (gen := self.generation()) == self._told:
                     continue

@@ -269,7 +269,8 @@ def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on():
     stranger = socket.create_connection(("127.0.0.1", port))
     stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for junk in (b"hb x 1 2", b"hb -1 1 0", f"hb {MAX_RANKS} 1 0".encode(), b"hb 1 2", b"\xff" * 40):
+    for junk in (b"hb x 1 2", b"hb -1 1 0", f"hb {MAX_RANKS} 1 0".encode(), b"hb 1 2", b"\xff" * 40,
+                 b"hi x", b"hi -1", f"hi {MAX_RANKS}".encode(), b"hi 1 2"):
         udp.sendto(junk, ("127.0.0.1", port))
     rank = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0, floor_s=0.1).start()
     try:
@@ -281,6 +282,31 @@ def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on():
         rank.stop()
         stranger.close()
         udp.close()
+
+
+def test_a_rank_hears_digests_before_its_heart_beats_and_is_judged_from_its_first_beat():
+    """The control plane learns where to send a rank's digests from its greeting, not
+    from its heart's first beat (a new interpreter, slow to start on a loaded machine):
+    the rank does not take itself for cut off meanwhile, and its peers do not suspect it."""
+    port = _free_port()
+    HeartbeatServer(port, host="127.0.0.1").start()
+    late = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0, floor_s=0.1)  # no heart yet
+    peer = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: 0, floor_s=0.1).start()
+    try:
+        wait_for(late.view)
+        time.sleep(0.5)  # past suspect_after with no beat of rank 0's
+        assert FailureDetector(late.view, 0, 0.4, None, 0.05).judge((0, 1), 0) == []
+        assert FailureDetector(peer.view, 1, 0.4, None, 0.05).judge((0, 1), 0) == []
+        late.start()
+        wait_for(lambda: peer.view().state(0).gen == 0)  # its heart's first beat came
+        os.kill(late._heart.pid, signal.SIGSTOP)  # from then on, silence counts
+        suspects = wait_for(lambda: FailureDetector(peer.view, 1, 0.4, None, 0.05).judge((0, 1), 0))
+        assert [(s.peer, s.via) for s in suspects] == [(0, "heartbeat")]
+    finally:
+        if late._heart is not None:
+            os.kill(late._heart.pid, signal.SIGCONT)
+            late.stop()
+        peer.stop()
 
 
 def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
