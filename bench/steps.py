@@ -10,7 +10,9 @@ docs/scale.md), with `--seconds` of steps after the warm-up. Prints, per size an
 the cores, k, the stretched step period, the median and 95th percentile of every rank's
 step after the warm-up (the `dur` of the step events: compute and all-reduce, not the
 pacing sleep), the median's share of the period, the median against the first policy's,
-and the trial's outcome. A step longer than its period means the rule stretches too little
+and the trial's outcome; under the table, per size, the packets the kernel dropped because
+a CPU's backlog of received packets was full (`net.core.netdev_max_backlog`; counted for
+the whole host while the size ran: /proc/net/softnet_stat), a loss no fault injected. A step longer than its period means the rule stretches too little
 on this machine. `--policies timeout elastic` runs the same steps with the failure detector
 too (`elastic: {}`, added to the scenario), one trial after the other in one run: what the
 detector costs a step. A size that fails prints why.
@@ -22,6 +24,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -41,6 +44,7 @@ CONTROL = Path(__file__).resolve().parent.parent / "scenarios" / "control.yaml"
 POLICIES = {"timeout": None, "elastic": {}}
 SIZE_FILE = "size.json"      # in a size's folder: the cores, k and step period it ran with
 FAILED_FILE = "failed.json"  # in a size's folder: why its run stopped
+SOFTNET_STAT = "/proc/net/softnet_stat"
 
 
 def control_with(policies: list[str], out: Path) -> Path:
@@ -55,18 +59,39 @@ def control_with(policies: list[str], out: Path) -> Path:
     return path
 
 
+def backlog_drops() -> int:
+    """Packets the kernel dropped since boot because a CPU's backlog of received packets
+    (net.core.netdev_max_backlog) was full: the second column of /proc/net/softnet_stat,
+    one row per CPU, in hex. Veth pairs deliver through that backlog."""
+    return sum(int(row.split()[1], 16) for row in Path(SOFTNET_STAT).read_text().splitlines())
+
+
 def measure(ranks: int, seconds: float, policies: list[str], out: Path, progress: Progress) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = control_with(policies, out)
     scenario = scale_scenario(path, ranks, seconds)
     cores = usable_cores()
-    (out / SIZE_FILE).write_text(json.dumps({"cores": cores, "k": scale_factor(ranks, cores),
-                                             "step_period": scenario.workload.step_period,
-                                             "policies": policies}))
+    size = {"cores": cores, "k": scale_factor(ranks, cores), "step_period": scenario.workload.step_period,
+            "policies": policies}
+    (out / SIZE_FILE).write_text(json.dumps(size))
+    drops, started = backlog_drops(), time.monotonic()
     try:
         run_scenario(scenario, path, policies, out, backend_named("netns"), progress)
     except (ChaosError, OSError) as exc:  # a size that fails says why; the others run
         (out / FAILED_FILE).write_text(json.dumps(f"{type(exc).__name__}: {exc}"))
+    size |= {"backlog_drops": backlog_drops() - drops, "seconds": round(time.monotonic() - started, 1)}
+    (out / SIZE_FILE).write_text(json.dumps(size))
+
+
+def drops_line(ranks: int, out: Path) -> str | None:
+    """What the kernel's backlog dropped while the size ran, if the run counted it."""
+    if not (out / SIZE_FILE).is_file():
+        return None
+    size = json.loads((out / SIZE_FILE).read_text())
+    if "backlog_drops" not in size:
+        return None
+    return (f"{ranks} ranks: {size['backlog_drops']} packets dropped by a full backlog in "
+            f"{size['seconds']:g} s (the whole host's count while the size ran)")
 
 
 def step_durations(events: list[dict]) -> list[float]:
@@ -136,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for ranks in args.ranks:
         print(*rows(ranks, out / f"ranks-{ranks}"), sep="\n")
+    print("", *filter(None, (drops_line(ranks, out / f"ranks-{ranks}") for ranks in args.ranks)), sep="\n")
     print("\nk and the period as `chaos run --ranks` scales control.yaml on the measuring machine "
           "(docs/scale.md); a median past 100% of the period: the rule stretches too little here; "
           "elastic: control.yaml's steps with the failure detector (`elastic: {}`)")

@@ -30,6 +30,7 @@ def test_it_measures_each_size_and_policy_and_prints_the_same_table_again_from_t
                         zip(("timeout", "elastic"), rows, strict=True))
     assert timeout and elastic, rows
     assert timeout[1] == "1.00" and float(elastic[1]) > 0
+    assert re.search(r"^4 ranks: \d+ packets dropped by a full backlog in \d+(\.\d)? s ", done.stdout, re.M), done.stdout
     [run] = (tmp_path / "ranks-4").glob("control-*")
     detector = {p: json.loads((run / "trials" / p / "trial.json").read_text())["plan"]["policy_spec"]["detector"]
                 for p in ("timeout", "elastic")}
@@ -50,6 +51,16 @@ def test_a_size_that_failed_or_never_ran_says_so(tmp_path, monkeypatch):
                                        "HarnessError: ranks did not make 12 steps within 240 s |"]
     [never] = steps.rows(512, tmp_path / "ranks-512")
     assert "not measured" in never
+    assert steps.drops_line(256, failed) is None and steps.drops_line(512, tmp_path / "ranks-512") is None
+
+
+def test_backlog_drops_are_the_second_column_of_every_cpus_row(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    steps = importlib.import_module("steps")
+    stat = tmp_path / "softnet_stat"
+    stat.write_text("309d7729 0007e6b0 00000018 00000000\n31cc0826 0000000a 00000014 00000000\n")
+    monkeypatch.setattr(steps, "SOFTNET_STAT", str(stat))
+    assert steps.backlog_drops() == 0x7e6b0 + 10
 
 
 @pytest.mark.parametrize(("args", "says"), [
