@@ -572,8 +572,8 @@ def usable_cores() -> int:
 
 
 MEASURED_RANKS_PER_CORE = 32  # 64 ranks on 2 cores ran every shipped scenario's policies; 96
-# ran elastic_kill; 128 ran control.yaml (no detector), and elastic_kill in 4 runs of 6 (in
-# two earlier ones ranks cut themselves off from the control plane)
+# ran elastic_kill; 128 ran control.yaml (no detector), and elastic_kill in 6 runs of 8 (in
+# two earlier ones ranks cut themselves off from the control plane; two since ranks greet it)
 
 
 def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str | None:
@@ -588,7 +588,7 @@ def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str
             f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
     if ranks / cores > MEASURED_RANKS_PER_CORE:
         note += (f"; past {MEASURED_RANKS_PER_CORE} ranks per core the failure detector was tried only in "
-                 "elastic_kill on 2 cores: met at 96 ranks, and at 128 in 4 runs of 6 (in two, ranks cut "
+                 "elastic_kill on 2 cores: met at 96 ranks, and at 128 in 6 runs of 8 (in two, ranks cut "
                  "themselves off from the control plane while the first group formed; docs/scale.md)")
     return note + ("; your job's own command, args and env are not (a timeout it passes to "
                    "init_process_group also bounds its start-up: docs/scale.md)" if job else "")
