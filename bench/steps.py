@@ -31,6 +31,7 @@ import yaml
 from detector import latest_run, scale_scenario
 
 from chaos.errors import ChaosError
+from chaos.linkstats import backlog_drops
 from harness import signals
 from harness.cluster.backends import backend_named
 from harness.run.orchestrator import run_scenario
@@ -44,7 +45,6 @@ CONTROL = Path(__file__).resolve().parent.parent / "scenarios" / "control.yaml"
 POLICIES = {"timeout": None, "elastic": {}}
 SIZE_FILE = "size.json"      # in a size's folder: the cores, k and step period it ran with
 FAILED_FILE = "failed.json"  # in a size's folder: why its run stopped
-SOFTNET_STAT = "/proc/net/softnet_stat"
 
 
 def control_with(policies: list[str], out: Path) -> Path:
@@ -57,13 +57,6 @@ def control_with(policies: list[str], out: Path) -> Path:
     path = out / CONTROL.name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def backlog_drops() -> int:
-    """Packets the kernel dropped since boot because a CPU's backlog of received packets
-    (net.core.netdev_max_backlog) was full: the second column of /proc/net/softnet_stat,
-    one row per CPU, in hex. Veth pairs deliver through that backlog."""
-    return sum(int(row.split()[1], 16) for row in Path(SOFTNET_STAT).read_text().splitlines())
 
 
 def measure(ranks: int, seconds: float, policies: list[str], out: Path, progress: Progress) -> None:

@@ -109,7 +109,7 @@ import pandas as pd
 
 from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
-                              RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
+                              HOST_DROPS, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
@@ -721,7 +721,15 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_traffic_columns(facts))
     row.update(_gpu_release_columns(events))
     row.update(_gpu_freed_columns(events))
+    row.update(_host_drops_column(events))
     return row
+
+
+def _host_drops_column(events: pd.DataFrame) -> dict[str, Any]:
+    """host_backlog_drops: packets the kernel dropped with a receive backlog full while the
+    ranks ran (host_drops; the whole machine's count). NaN: not counted (no such kernel)."""
+    counted = _of_kind(events, HOST_DROPS)
+    return {"host_backlog_drops": int(counted.iloc[-1]["packets"]) if len(counted) else NAN}
 
 
 def _gpu_release_columns(events: pd.DataFrame) -> dict[str, Any]:

@@ -133,7 +133,15 @@ def what_happened(row: Mapping[str, Any]) -> str:
         parts.append(str(row.get("outcome_reason")))
     else:
         parts.append(_outcome_text(row))
-    return " -> ".join(parts)
+    return " -> ".join(parts) + _host_drops(row)
+
+
+def _host_drops(row: Mapping[str, Any]) -> str:
+    """A loss no fault injected, said where the kernel counted one (docs/scale.md)."""
+    packets = _num(row, "host_backlog_drops")
+    if math.isnan(packets) or packets <= 0:
+        return ""
+    return f" (the host's kernel dropped {packets:.0f} packets of its own: receive backlog full)"
 
 
 def measured_time(row: Mapping[str, Any]) -> str:

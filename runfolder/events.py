@@ -152,6 +152,11 @@ RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
                     "stopped it", optional=("stopped",))
 HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
                       "no step and no policy action for `cap` seconds")
+HOST_DROPS = _kind("host_drops", HARNESS, ("packets", "secs"),
+                   "packets the hosts' kernel dropped with a CPU's receive backlog full "
+                   "(net.core.netdev_max_backlog) in the secs from cluster up to the ranks' stop: "
+                   "the whole machine's count, a loss no fault injected (none where the backend "
+                   "has no such kernel)")
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "
                   "observed: ranks still running hang_cap after the last fault action)")

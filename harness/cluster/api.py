@@ -86,6 +86,11 @@ class Cluster(abc.ABC):
         """Bytes each rank's link has carried so far (both ways), by rank."""
         return linkstats.link_bytes(self.hosts)
 
+    def backlog_drops(self) -> int | None:
+        """Packets the hosts' kernel has dropped so far with a CPU's receive backlog full
+        (the whole machine's count); None where the cluster has no such kernel."""
+        return linkstats.backlog_drops()
+
     def mechanisms(self) -> dict[str, Mechanism]:
         """Fault mechanisms this backend does its own way (e.g. kill through the engine),
         by fault kind; they replace the defaults of `chaos.inject` for its hosts."""

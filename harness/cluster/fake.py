@@ -108,6 +108,9 @@ class FakeCluster(Cluster):
         self.advance()
         return tuple(self.carried.get(r, 0) for r in range(self.spec.ranks))
 
+    def backlog_drops(self) -> int | None:
+        return None  # no kernel under these ranks
+
     def kill(self, rank: int) -> None:
         gone = self.live.pop(rank)
         gone.recorder.close()

@@ -209,6 +209,7 @@ class Trial:
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
+            teardown.callback(self._count_drops, cluster, recorder, cluster.backlog_drops(), up)
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
                       + (" (rank launcher kept from the last trial)" if launcher == "kept" else ""))
             for rank in range(plan.ranks):
@@ -222,6 +223,17 @@ class Trial:
         seconds = self.clock() - started
         self._say(f"done: {end[0]} after {seconds:.1f} s")
         return TrialResult(plan.policy, self.trial_dir, end[0], seconds)
+
+    def _count_drops(self, cluster: Cluster, recorder: EventRecorder, at_up: int | None, up: float) -> None:
+        """What the kernel dropped with a receive backlog full while the ranks ran, said
+        where it happened at all: past ~32 ranks per core veth traffic overflows it."""
+        if at_up is None or (now := cluster.backlog_drops()) is None:
+            return
+        packets, secs = now - at_up, round(self.clock() - up, 3)
+        recorder.emit(kinds.HOST_DROPS, packets=packets, secs=secs)
+        if packets:
+            self._say(f"the kernel dropped {packets} packets with a CPU's receive backlog full in these "
+                      f"{secs:.0f} s (whole machine; net.core.netdev_max_backlog): a loss no fault injected")
 
     def _stop_ranks(self, cluster: Cluster, recorder: EventRecorder) -> None:
         for ex in cluster.stop_ranks(STOP_DEADLINE_S):

@@ -3,12 +3,19 @@ from __future__ import annotations
 
 import pytest
 
-from chaos import netlink, topology
+from chaos import linkstats, netlink, topology
 from chaos.calibrate import delivered
-from chaos.linkstats import link_bytes
+from chaos.linkstats import backlog_drops, link_bytes
 
 DATAGRAMS = 200
 HEADERS = 14 + 20 + 8  # ethernet, IPv4, UDP: the least one datagram puts on the wire
+
+
+def test_backlog_drops_are_the_second_column_of_every_cpus_row(tmp_path, monkeypatch) -> None:
+    stat = tmp_path / "softnet_stat"
+    stat.write_text("309d7729 0007e6b0 00000018 00000000\n31cc0826 0000000a 00000014 00000000\n")
+    monkeypatch.setattr(linkstats, "SOFTNET_STAT", str(stat))
+    assert backlog_drops() == 0x7e6b0 + 10
 
 
 @pytest.mark.requires_root

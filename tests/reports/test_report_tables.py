@@ -34,6 +34,15 @@ def test_timeout_claim_held_with_context():
     assert "policy timeout 5 s" in why
 
 
+
+def test_packets_the_host_dropped_on_its_own_are_said_only_where_counted():
+    row = metrics_of(fakes.failed_fast())
+    story = what_happened(row)
+    assert what_happened({**row, "host_backlog_drops": 0}) == story
+    assert what_happened({**row, "host_backlog_drops": 2900}) == (
+        story + " (the host's kernel dropped 2900 packets of its own: receive backlog full)")
+
+
 def test_retry_claim_fails_on_another_outcome():
     verdict, why = judge_claim(metrics_of(fakes.retries_exhausted()))
     assert verdict == "no" and why.startswith("retries-exhausted instead of recovered")

@@ -4,6 +4,7 @@ live rank's link shows the job's bytes through it, and one on the link of a rank
 already left the job shows none and is reported `bypassed`, never absorbed."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def test_a_fault_on_a_live_link_counts_the_job_s_bytes_before_and_during_it(tmp_
     assert reverted["during_s"] == pytest.approx(1.0, abs=0.06)
     [row] = reports.analyze_run(run_dir).to_dict("records")
     assert row["outcome"] == "absorbed" and row["bypassed_faults"] == ""
+    assert "host_drops" not in {e["kind"] for e in events} and math.isnan(row["host_backlog_drops"])
     assert row["link_bytes_before"] == applied["link_bytes_before"][1] > 0
     assert row["link_bytes_during"] == 0
 

@@ -42,6 +42,8 @@ def run(tmp_path: Path, text: str, policy: str) -> tuple[dict, list[dict]]:
                                      Progress(quiet=True))
     events, _ = read_events(result.trial_dir / EVENTS_FILE)
     [row] = reports.analyze_run(run_dir).to_dict("records")
+    [drops] = [e for e in events if e["kind"] == "host_drops"]  # counted on a real kernel
+    assert drops["packets"] >= 0 and drops["secs"] > 0 and row["host_backlog_drops"] == drops["packets"]
     return row, [e for e in events if e["kind"] == "fault_applied" and "link_bytes_before" in e]
 
 

@@ -54,15 +54,6 @@ def test_a_size_that_failed_or_never_ran_says_so(tmp_path, monkeypatch):
     assert steps.drops_line(256, failed) is None and steps.drops_line(512, tmp_path / "ranks-512") is None
 
 
-def test_backlog_drops_are_the_second_column_of_every_cpus_row(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    steps = importlib.import_module("steps")
-    stat = tmp_path / "softnet_stat"
-    stat.write_text("309d7729 0007e6b0 00000018 00000000\n31cc0826 0000000a 00000014 00000000\n")
-    monkeypatch.setattr(steps, "SOFTNET_STAT", str(stat))
-    assert steps.backlog_drops() == 0x7e6b0 + 10
-
-
 @pytest.mark.parametrize(("args", "says"), [
     (["--ranks", "1"], "--ranks 1: give 2 or more"),
     (["--seconds", "0"], "--seconds: give a positive number of seconds"),
