@@ -11,9 +11,9 @@ the cores, k, the stretched step period, the median and 95th percentile of every
 step after the warm-up (the `dur` of the step events: compute and all-reduce, not the
 pacing sleep), the median's share of the period, the median against the first policy's,
 and the trial's outcome; under the table, per size, the packets the kernel dropped because
-a CPU's backlog of received packets was full (`net.core.netdev_max_backlog`; counted for
-the whole host while the size ran: /proc/net/softnet_stat), a loss no fault injected. A step longer than its period means the rule stretches too little
-on this machine. `--policies timeout elastic` runs the same steps with the failure detector
+a CPU's backlog of received packets was full while the trials' ranks ran (their
+`host_drops` events: the whole host's count), a loss no fault injected. A step longer than
+its period means the rule stretches too little on this machine. `--policies timeout elastic` runs the same steps with the failure detector
 too (`elastic: {}`, added to the scenario), one trial after the other in one run: what the
 detector costs a step. A size that fails prints why.
 """
@@ -24,20 +24,18 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 from detector import latest_run, scale_scenario
 
 from chaos.errors import ChaosError
-from chaos.linkstats import backlog_drops
 from harness import signals
 from harness.cluster.backends import backend_named
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import scale_factor, usable_cores
-from runfolder.events import EVENTS_FILE, STEP, TRIAL_END, WARMUP_DONE, read_events
+from runfolder.events import EVENTS_FILE, HOST_DROPS, STEP, TRIAL_END, WARMUP_DONE, read_events
 from runfolder.layout import trial_dirs
 
 CONTROL = Path(__file__).resolve().parent.parent / "scenarios" / "control.yaml"
@@ -64,27 +62,25 @@ def measure(ranks: int, seconds: float, policies: list[str], out: Path, progress
     path = control_with(policies, out)
     scenario = scale_scenario(path, ranks, seconds)
     cores = usable_cores()
-    size = {"cores": cores, "k": scale_factor(ranks, cores), "step_period": scenario.workload.step_period,
-            "policies": policies}
-    (out / SIZE_FILE).write_text(json.dumps(size))
-    drops, started = backlog_drops(), time.monotonic()
+    (out / SIZE_FILE).write_text(json.dumps({"cores": cores, "k": scale_factor(ranks, cores),
+                                             "step_period": scenario.workload.step_period,
+                                             "policies": policies}))
     try:
         run_scenario(scenario, path, policies, out, backend_named("netns"), progress)
     except (ChaosError, OSError) as exc:  # a size that fails says why; the others run
         (out / FAILED_FILE).write_text(json.dumps(f"{type(exc).__name__}: {exc}"))
-    size |= {"backlog_drops": backlog_drops() - drops, "seconds": round(time.monotonic() - started, 1)}
-    (out / SIZE_FILE).write_text(json.dumps(size))
 
 
 def drops_line(ranks: int, out: Path) -> str | None:
-    """What the kernel's backlog dropped while the size ran, if the run counted it."""
-    if not (out / SIZE_FILE).is_file():
+    """What the kernel's backlog dropped while the size's trials ran (their host_drops
+    events), or None where no trial counted it."""
+    run_dir = latest_run(out, "control") if out.is_dir() else None
+    counted = [e for trial in (trial_dirs(run_dir) if run_dir is not None else ())
+               for e in read_events(trial / EVENTS_FILE)[0] if e["kind"] == HOST_DROPS]
+    if not counted:
         return None
-    size = json.loads((out / SIZE_FILE).read_text())
-    if "backlog_drops" not in size:
-        return None
-    return (f"{ranks} ranks: {size['backlog_drops']} packets dropped by a full backlog in "
-            f"{size['seconds']:g} s (the whole host's count while the size ran)")
+    return (f"{ranks} ranks: {sum(e['packets'] for e in counted)} packets dropped by a full backlog in "
+            f"{sum(e['secs'] for e in counted):.1f} s of trials (the whole host's count)")
 
 
 def step_durations(events: list[dict]) -> list[float]:
