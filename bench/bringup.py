@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import secrets
 import statistics
 import sys
@@ -41,6 +40,7 @@ from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.policies import policy_spec
+from harness.run import machine
 from runfolder.events import EVENTS_FILE, read_events
 
 TRAIN_S = 3.0  # a few steps in, so that the pages a rank touches while training count
@@ -195,7 +195,7 @@ def main() -> int:
                         help="at-start: gloo connects every pair when the group is made (the default); "
                              "on-first-use: each pair on its first collective (workload.gloo_lazy_init)")
     args = parser.parse_args()
-    print(f"netns backend, {os.cpu_count()} CPUs, median of {args.repeat} (worst in brackets)")
+    print(f"netns backend, median of {args.repeat} (worst in brackets); machine: {machine.measure().describe()}")
     print(f"{'ranks':>6s}  {'launcher':>8s}  {'gloo connects':>12s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES),
           flush=True)
     results: dict[str, Any] = {}

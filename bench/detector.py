@@ -81,6 +81,7 @@ import reports
 from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
+from harness.run import machine
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec, PolicySpec
@@ -440,6 +441,7 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         signals.install()
         out.mkdir(parents=True, exist_ok=True)
         (out / HOGS_FILE).write_text(json.dumps(args.hogs))
+        machine.record(out)
         with cpu_hogs(args.hogs):
             for ranks in args.ranks:
                 for tuning in settings:
@@ -447,7 +449,7 @@ def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     print_scale(args.ranks, settings, out,
                 json.loads((out / HOGS_FILE).read_text()) if (out / HOGS_FILE).is_file() else None)
     print_phases(args.ranks, settings, out)
-    print(f"\nrun folders: {out}")
+    print(f"\n{machine.recorded_line(out)}\nrun folders: {out}")
     return 0
 
 
@@ -496,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.analyze or args.out or Path(tempfile.mkdtemp(prefix="bench-detector-"))
     if args.analyze is None:
         out.mkdir(parents=True, exist_ok=True)
+        machine.record(out)
         progress = Progress(quiet=args.quiet)
         signals.install()
         for fault in faults:
@@ -511,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     if trips:
         print(f"\nfalse trips in {len(trips)} fault-free runs of ~60 s: {sum(trips)} "
               f"(per run: {trips})")
-    print(f"\nrun folders: {out}")
+    print(f"\n{machine.recorded_line(out)}\nrun folders: {out}")
     return 0
 
 

@@ -32,6 +32,7 @@ from detector import latest_run, scale_scenario
 from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
+from harness.run import machine
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import scale_factor, usable_cores
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.analyze is None:
         signals.install()
         progress = Progress(quiet=args.quiet)
+        out.mkdir(parents=True, exist_ok=True)
+        machine.record(out)
         for ranks in args.ranks:
             measure(ranks, args.seconds, args.policies, out / f"ranks-{ranks}", progress)
     print("| ranks | policy | cores | k | step period | step after warm-up: median / p95 | median / period "
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nk and the period as `chaos run --ranks` scales control.yaml on the measuring machine "
           "(docs/scale.md); a median past 100% of the period: the rule stretches too little here; "
           "elastic: control.yaml's steps with the failure detector (`elastic: {}`)")
-    print(f"run folders: {out}")
+    print(f"{machine.recorded_line(out)}\nrun folders: {out}")
     return 0
 
 

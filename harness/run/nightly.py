@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from chaos.errors import UsageError
+from harness.run import machine
 from harness.run.progress import Progress
 from harness.signals import Terminated
 from harness.run.scenario import Scenario, _line_of, describe_errors, load_scenario, scaled_to_cores
@@ -234,7 +235,7 @@ class Manifest:
     night: str
     digest: str
     plan_file: str
-    info: dict[str, str]          # reports.nightly.NightInfo's fields, gathered once
+    info: dict[str, Any]          # reports.nightly.NightInfo's fields, gathered once
     done: tuple[Done, ...] = ()
     finished: bool = False
 
@@ -264,7 +265,7 @@ def read_manifest(night_dir: Path) -> Manifest:
 
 
 def open_night(out: Path, digest: str, plan_file: Path, night: str | None,
-               gather: Callable[[str, str], dict[str, str]], now: datetime.datetime) -> tuple[Path, Manifest]:
+               gather: Callable[[str, str], dict[str, Any]], now: datetime.datetime) -> tuple[Path, Manifest]:
     """The night folder to run in: `night` if given (resumed when it exists), else the newest
     unfinished night of the same plan under `out`, else a new one named after `now`.
     `gather(night, started)` gives a new night's metadata."""
@@ -382,9 +383,10 @@ def _output(command: list[str]) -> str:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
 
 
-def gather_metadata(backend: str) -> Callable[[str, str], dict[str, str]]:
-    """reports.nightly.NightInfo's fields for a night on this machine ("" where unknown)."""
-    def gather(night: str, started: str) -> dict[str, str]:
+def gather_metadata(backend: str) -> Callable[[str, str], dict[str, Any]]:
+    """reports.nightly.NightInfo's fields for a night on this machine ("" where unknown),
+    with its speed measured before the night's first trial (harness.run.machine)."""
+    def gather(night: str, started: str) -> dict[str, Any]:
         import torch
 
         commit = _output(["git", "rev-parse", "HEAD"])
@@ -393,9 +395,11 @@ def gather_metadata(backend: str) -> Callable[[str, str], dict[str, str]]:
         gpu, _, driver = _output(["nvidia-smi", "--query-gpu=name,driver_version",
                                   "--format=csv,noheader"]).partition(", ")
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else ""
+        speed = machine.measure()
         return {"night": night, "started": started, "commit": commit, "host": socket.gethostname(),
                 "kernel": platform.release(), "torch": torch.__version__, "cuda": torch.version.cuda or "",
-                "gpu": gpu, "driver": driver, "nccl": nccl, "backend": backend}
+                "gpu": gpu, "driver": driver, "nccl": nccl, "backend": backend,
+                "loop_ns": round(speed.loop_ns, 1), "wake_us": round(speed.wake_us, 1)}
     return gather
 
 
@@ -479,6 +483,8 @@ def print_night(report: Any, night_dir: Path, history_db: Path, gate: bool) -> i
     verdict = report.gate
     print(f"\ngate: {'passed' if verdict.passed else 'FAILED'} ({verdict.judged} comparisons, "
           f"{len(verdict.unjudged)} series with too little history)")
+    if verdict.machine:
+        print(f"note: {verdict.machine}")
     print(f"night folder: {night_dir}\nhistory:      {history_db}\nsummary:      {night_dir / 'summary.md'}")
     if gate and not verdict.passed:
         for regression in verdict.regressions:

@@ -20,14 +20,19 @@ scenario x policy (fewer: the series is listed as not judged, never passed silen
 
 Each regression names the metric, tonight's and the window's figures, the window's nights
 and the command that reproduces the worst trial tonight (its stored command with --seed).
+
+The machine: where tonight's speed figures (harness.run.machine, stored with each night)
+differ from the window's median by MACHINE_DIFFERS or more either way, the result says so
+(`machine`), so that a slower machine is not read as slower code; it judges nothing.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import pandas as pd
 
-from reports.nightly.history import HIGHER, NIGHTLY_METRICS, History, Metric, reproduce_command
+from reports.nightly.history import HIGHER, MACHINE_FIGURES, NIGHTLY_METRICS, History, Metric, reproduce_command
 from reports.nightly.stats import counts, figure_text, number_text, quartiles, rank_sum_greater, smallest_rank_sum_p
 
 # Outcome classes, best first: the job went on; the policy acted and left cleanly; a crash;
@@ -38,6 +43,7 @@ OUTCOME_SEVERITY: dict[str, int] = {
     "crashed": 2, "running-at-cap": 3, "inconclusive": 3, "incomplete": 3, "bypassed": 3, "hung": 4,  # bypassed: the fault tested nothing
 }
 SERIES_KEY = ["scenario", "policy"]
+MACHINE_DIFFERS = 1.25  # tonight's machine figure against the window's median, either way
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class GateResult:
     regressions: tuple[Regression, ...]
     judged: int                  # comparisons made (outcome and metric rules)
     unjudged: tuple[str, ...]    # series with too little history, one line each
+    machine: str = ""            # how tonight's machine differed from the window's; "" if it did not
 
     @property
     def passed(self) -> bool:
@@ -139,6 +146,24 @@ def _nights_in(window: tuple[str, ...], rows: pd.DataFrame) -> tuple[str, ...]:
     return tuple(n for n in window if n in seen)
 
 
+def machine_difference(history: History, night: str, window: tuple[str, ...]) -> str:
+    """Tonight's machine figures that differ from the window's median by MACHINE_DIFFERS or
+    more, in words; "" where none does or either side was not measured."""
+    tonight, differences = history.info(night), []
+    for name, (what, unit) in MACHINE_FIGURES.items():
+        before = [value for n in window if (value := getattr(history.info(n), name)) is not None]
+        if (now := getattr(tonight, name)) is None or not before:
+            continue
+        median = statistics.median(before)
+        if not 1 / MACHINE_DIFFERS < now / median < MACHINE_DIFFERS:
+            differences.append(f"{what} {now:.0f} {unit} against the window's median {median:.0f} {unit} "
+                               f"({now / median:.2f}x)")
+    if not differences:
+        return ""
+    return (f"tonight's machine differed from the window's nights: {'; '.join(differences)} "
+            "(harness/run/machine.py); a time that got worse may be the machine, not the code")
+
+
 def check_gate(history: History, night: str, rules: GateRules = DEFAULT_RULES) -> GateResult:
     """Tonight (`night`, stored in `history`) against the `rules.window` nights before it."""
     window = history.nights_before(night, rules.window)
@@ -168,4 +193,4 @@ def check_gate(history: History, night: str, rules: GateRules = DEFAULT_RULES) -
             else:
                 found.append(_metric_rule(night, metric, now, then, nights, tonight, rules))
     return GateResult(night=night, regressions=tuple(r for r in found if r is not None), judged=len(found),
-                      unjudged=tuple(unjudged))
+                      unjudged=tuple(unjudged), machine=machine_difference(history, night, window))

@@ -5,8 +5,9 @@ each repeat a run folder that `reports.analyze_run` turns into one row per trial
 (schema version SCHEMA_VERSION, kept in SQLite's user_version):
 
   nights   one row per night: night (its id), started (ISO 8601 wall time; nights are read
-           in this order), the run metadata of NightInfo, and digest (sha256 of the night's
-           rows, so that appending the same night again can be recognised)
+           in this order), the run metadata of NightInfo (with the machine's speed as the
+           night began, harness.run.machine: NULL where not measured), and digest (sha256
+           of the night's rows, so that appending the same night again can be recognised)
   trials   one row per night, scenario, policy (or variant) and repeat: what analyze_run says
            of the trial (outcome, seed, expectations, ...) and the run's stored command
   metrics  one row per night, scenario, policy, repeat and metric of NIGHTLY_METRICS: value.
@@ -16,6 +17,9 @@ A night is appended in one transaction: pandas writes its rows into an in-memory
 database (pandas commits after each table it writes), then one SQLite transaction copies
 them into the history file. Appending a night already stored is idempotent when its rows
 are the same (same digest: a resumed runner may append twice) and refused otherwise.
+
+Version 2 (2026-12-02) added the nights' machine speed (loop_ns, wake_us). A version-1
+file is read as it is (those figures unknown) and given the two columns by its next append.
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+UPGRADABLE = {1: ('ALTER TABLE nights ADD COLUMN "loop_ns" REAL', 'ALTER TABLE nights ADD COLUMN "wake_us" REAL')}
 LOCK_TIMEOUT_S = 30.0  # how long an append waits for another writer of the same file
 LOWER, HIGHER = "lower", "higher"
 
@@ -94,6 +99,9 @@ class NightInfo:
     driver: str = ""
     nccl: str = ""
     backend: str = ""
+    # harness.run.machine's figures as the night began: None where not measured
+    loop_ns: float | None = None
+    wake_us: float | None = None
 
     def __post_init__(self) -> None:
         if not self.night:
@@ -107,6 +115,11 @@ class NightInfo:
     @property
     def started_at(self) -> datetime.datetime:
         return datetime.datetime.fromisoformat(self.started)
+
+    def machine_text(self) -> str:
+        """The machine's speed in words, "" where it was not measured."""
+        return ", ".join(f"{what} {value:.0f} {unit}" for name, (what, unit) in MACHINE_FIGURES.items()
+                         if (value := getattr(self, name)) is not None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,8 +142,8 @@ class Table:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
 
-    def quoted(self, prefix: str = "") -> str:
-        return ", ".join(f'{prefix}"{name}"' for name in self.names)  # `commit` is an SQL keyword
+    def quoted(self) -> str:
+        return ", ".join(f'"{name}"' for name in self.names)  # `commit` is an SQL keyword
 
     def ddl(self) -> str:
         columns = ", ".join(f'"{name}" {kind}' for name, kind in self.columns)
@@ -139,7 +152,11 @@ class Table:
 
 TEXT, INTEGER, REAL = "TEXT NOT NULL", "INTEGER", "REAL"
 NIGHT_FIELDS = tuple(f.name for f in fields(NightInfo))
-NIGHTS = Table("nights", (*((name, TEXT) for name in NIGHT_FIELDS), ("digest", TEXT)), ("night",))
+# NightInfo's machine figures (harness.run.machine): what each measures, its unit
+MACHINE_FIGURES = {"loop_ns": ("a Python loop step", "ns"), "wake_us": ("a round trip between two processes", "us")}
+MACHINE_FIELDS = tuple(MACHINE_FIGURES)
+NIGHTS = Table("nights", (*((name, REAL if name in MACHINE_FIELDS else TEXT) for name in NIGHT_FIELDS),
+                          ("digest", TEXT)), ("night",))
 TRIAL_KEY = ("night", "scenario", "policy", "repeat")
 # analyze_run's columns kept per trial
 FROM_ANALYSIS = ("policy_base", "fault", "seed", "outcome", "outcome_reason", "hung_cap", "timeout_s",
@@ -182,7 +199,7 @@ class History:
         rows = self.nights[self.nights["night"] == night]
         if not len(rows):
             raise KeyError(f"night {night!r} is not in the history")
-        return NightInfo(**{name: rows.iloc[0][name] for name in NIGHT_FIELDS})
+        return NightInfo(**{name: _known(rows.iloc[0][name]) for name in NIGHT_FIELDS})
 
     def nights_before(self, night: str, count: int) -> tuple[str, ...]:
         """The `count` nights that started before `night`, oldest first (fewer in a short history)."""
@@ -194,6 +211,11 @@ class History:
 
     def frames(self) -> tuple[tuple[Table, pd.DataFrame], ...]:
         return (NIGHTS, self.nights), (TRIALS, self.trials), (METRICS, self.metrics)
+
+
+def _known(value: Any) -> Any:
+    """A stored value, None where SQLite held NULL (NaN once in a float column)."""
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _number(value: Any) -> float:
@@ -232,18 +254,22 @@ def night_history(info: NightInfo, runs: Iterable[NightRun]) -> History:
     return History(nights=nights, trials=trials, metrics=metrics)
 
 
-def _check_schema(con: sqlite3.Connection, path: Path) -> None:
+def _check_schema(con: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version: this one or one it upgrades."""
     try:
         version = con.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path}: not an SQLite database ({exc}); give --history a new file") from None
-    if version != SCHEMA_VERSION:
-        raise HistoryError(f"{path}: history schema version {version}, this chaos-harness reads version "
-                           f"{SCHEMA_VERSION}; give --history a new file")
+    if version != SCHEMA_VERSION and version not in UPGRADABLE:
+        raise HistoryError(f"{path}: history schema version {version}, this chaos-harness reads versions "
+                           f"{', '.join(map(str, sorted(UPGRADABLE)))} and {SCHEMA_VERSION}; "
+                           "give --history a new file")
+    return version
 
 
 def _create_or_check(path: Path) -> None:
-    """Give an empty or new database file the schema; check the version of any other."""
+    """Give an empty or new database file the schema; check the version of any other, and
+    bring an older one up to this version."""
     try:
         with closing(sqlite3.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT_S)) as con:
             con.execute("BEGIN IMMEDIATE")  # closing without COMMIT rolls back
@@ -251,8 +277,11 @@ def _create_or_check(path: Path) -> None:
                 for table in TABLES:
                     con.execute(table.ddl())
                 con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if (version := _check_schema(con, path)) != SCHEMA_VERSION:
+                for statement in UPGRADABLE[version]:
+                    con.execute(statement)
+                con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             con.execute("COMMIT")
-            _check_schema(con, path)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path}: cannot be used as an SQLite database ({exc}); "
                            "give --history a new file in a folder that exists") from None
@@ -292,10 +321,13 @@ def append_night(path: Path, night: History) -> bool:
                         "give this night another id, or append it to another --history file")
 
 
-def _select(table: Table) -> str:
+def _select(table: Table, con: sqlite3.Connection) -> str:
+    """The table's columns that the file has (an older version lacks some: _typed adds them)."""
+    stored = {row[1] for row in con.execute(f"PRAGMA table_info({table.name})")}
+    columns = ", ".join(f't."{name}"' for name in table.names if name in stored)
     if table is NIGHTS:
-        return f"SELECT {table.quoted('t.')} FROM nights AS t ORDER BY t.started, t.night"
-    return (f"SELECT {table.quoted('t.')} FROM {table.name} AS t JOIN nights AS n ON n.night = t.night "
+        return f"SELECT {columns} FROM nights AS t ORDER BY t.started, t.night"
+    return (f"SELECT {columns} FROM {table.name} AS t JOIN nights AS n ON n.night = t.night "
             "ORDER BY n.started, n.night, t.rowid")
 
 
@@ -306,7 +338,7 @@ def read_history(path: Path) -> History:
         raise HistoryError(f"{path}: no such history database (chaos nightly --history {path} writes one)")
     with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S)) as con:
         _check_schema(con, path)
-        frames = {table.name: _typed(pd.read_sql_query(_select(table), con), table) for table in TABLES}
+        frames = {table.name: _typed(pd.read_sql_query(_select(table, con), con), table) for table in TABLES}
     return History(**frames)
 
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge, Info, write_to_textfile
 
 from reports.nightly.document import ClaimCheck, document_checks, document_table
 from reports.nightly.gate import DEFAULT_RULES, GateResult, GateRules, check_gate
-from reports.nightly.history import NIGHT_FIELDS, NIGHTLY_METRICS, History, NightInfo
+from reports.nightly.history import MACHINE_FIELDS, MACHINE_FIGURES, NIGHT_FIELDS, NIGHTLY_METRICS, History, NightInfo
 from reports.nightly.summary import PolicyNight, summarize_night
 from reports.nightly.trends import TREND_NIGHTS, trend_html
 from reports.tables import markdown_table
@@ -87,6 +87,8 @@ def _gate_lines(gate: GateResult) -> list[str]:
     else:
         head = f"**FAILED**: {len(gate.regressions)} regression(s) in {gate.judged} comparisons"
     lines = [head, *([""] if gate.regressions else []), *(f"- {r.text()}" for r in gate.regressions)]
+    if gate.machine:
+        lines += ["", f"Note: {gate.machine}."]
     if gate.unjudged:
         lines += ["", f"{len(gate.unjudged)} not judged (too little history):",
                   *(f"- {line}" for line in gate.unjudged)]
@@ -95,7 +97,10 @@ def _gate_lines(gate: GateResult) -> list[str]:
 
 def markdown_summary(report: NightReport) -> str:
     info = report.info
-    meta = [f"{name} {value}" for name, value in asdict(info).items() if value and name != "night"]
+    meta = [f"{name} {value}" for name, value in asdict(info).items()
+            if value and name != "night" and name not in MACHINE_FIELDS]
+    if machine := info.machine_text():
+        meta.append(f"machine: {machine}")
     rows = []
     for policy in report.policies:
         figures = [policy.figure(column) for column, _ in SUMMARY_FIGURES]
@@ -114,7 +119,11 @@ def night_registry(report: NightReport) -> CollectorRegistry:
     registry = CollectorRegistry()
     labels = ["scenario", "policy"]
     Info("chaos_nightly", "the night's run metadata", registry=registry).info(
-        {name: getattr(report.info, name) for name in NIGHT_FIELDS})
+        {name: getattr(report.info, name) for name in NIGHT_FIELDS if name not in MACHINE_FIELDS})
+    for name, (what, unit) in MACHINE_FIGURES.items():
+        if (value := getattr(report.info, name)) is not None:
+            Gauge(f"chaos_nightly_machine_{name}", f"{what} ({unit}) as the night began (harness/run/machine.py)",
+                  registry=registry).set(value)
     Gauge("chaos_nightly_started_timestamp_seconds", "when the night started (Unix time)",
           registry=registry).set(report.info.started_at.timestamp())
     trials = Gauge("chaos_nightly_trials", "trials of the night by outcome", [*labels, "outcome"], registry=registry)

@@ -78,10 +78,12 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
                                                                           for d in manifest["done"])
     info = manifest["info"]
     assert info["commit"] and info["kernel"] and info["torch"] and info["backend"] == "netns"
+    assert info["loop_ns"] > 0 and info["wake_us"] > 0  # measured once, as the night began
 
     # history: one trial row per cell x policy, its figures analyze_run's of the stored run folder
     with sqlite3.connect(db) as con:
-        assert con.execute("SELECT night FROM nights").fetchall() == [(night_dir.name,)]
+        assert con.execute("SELECT night, loop_ns, wake_us FROM nights").fetchall() == [
+            (night_dir.name, info["loop_ns"], info["wake_us"])]
         trials = {(s, p, r): (seed, outcome) for s, p, r, seed, outcome in
                   con.execute("SELECT scenario, policy, repeat, seed, outcome FROM trials")}
         metrics = {(s, p, r, m): v for s, p, r, m, v in
@@ -109,6 +111,7 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
     assert prom == pytest.approx(medians, rel=1e-4)
     counted = sum(s.value for s in families["chaos_nightly_trials"].samples)
     assert counted == len(trials)
+    assert families["chaos_nightly_machine_loop_ns"].samples[0].value == info["loop_ns"]
     # summary and trend page name every series; the summary's table is the document's
     summary = (night_dir / "summary.md").read_text()
     trends = (night_dir / "trends.html").read_text()
@@ -117,4 +120,5 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
         assert f"<h2>{scenario}</h2>" in trends and f"<td>{policy}</td>" in trends
         assert f"alt='{scenario}: time to detect, first rank'" in trends
     assert "## The source document's table, measured" in summary and "n=2" in summary
+    assert f"machine: a Python loop step {info['loop_ns']:.0f} ns" in summary
     assert "the source document's table, measured" in resumed.stdout

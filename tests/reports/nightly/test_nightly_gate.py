@@ -151,3 +151,30 @@ def test_every_outcome_has_a_severity():
 def test_gate_rules_are_checked(rules):
     with pytest.raises(ValueError, match="GateRules"):
         GateRules(**rules)
+
+
+def _machine_history(tmp_path, tonight: dict, before: list[dict]):
+    db = tmp_path / "history.sqlite"
+    rng = np.random.default_rng(3)
+    for index, speed in enumerate(before):
+        append_night(db, night(index, usual_repeats(rng), **speed))
+    append_night(db, night(len(before), usual_repeats(rng, ttr=16.0), **tonight))
+    return check_gate(read_history(db), info(len(before)).night)
+
+
+def test_a_slower_machine_tonight_is_named_beside_the_regressions_it_may_explain(tmp_path):
+    usual = [{"loop_ns": 70.0 + i, "wake_us": 9.0} for i in range(7)]
+    result = _machine_history(tmp_path, {"loop_ns": 146.0, "wake_us": 10.0}, usual)
+    assert not result.passed  # it judges nothing: the regression stands
+    assert result.machine == ("tonight's machine differed from the window's nights: a Python loop step 146 ns "
+                              "against the window's median 73 ns (2.00x) (harness/run/machine.py); a time "
+                              "that got worse may be the machine, not the code")
+
+
+@pytest.mark.parametrize("tonight, before", [
+    ({"loop_ns": 80.0, "wake_us": 10.0}, [{"loop_ns": 70.0, "wake_us": 9.0}] * 3),   # within 1.25x
+    ({"loop_ns": 140.0, "wake_us": 20.0}, [{}] * 3),                                   # never measured before
+    ({}, [{"loop_ns": 70.0, "wake_us": 9.0}] * 3),                                     # not measured tonight
+])
+def test_no_machine_note_within_the_margin_or_without_figures_on_both_sides(tmp_path, tonight, before):
+    assert _machine_history(tmp_path, tonight, before).machine == ""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -75,6 +76,17 @@ def test_markdown_summary_is_small_and_says_everything(stored):
     assert f"FAILED in 1/5: {MISSED}" in text
     assert "data:image" not in text and "<img" not in text
     assert len(text.encode()) < 16 * 1024
+
+
+def test_the_summary_gives_the_machine_and_says_when_it_differed(stored):
+    _, report = stored
+    assert "machine:" not in markdown_summary(report) and "Note:" not in markdown_summary(report)
+    note = "tonight's machine differed from the window's nights: a Python loop step 146 ns (2.00x)"
+    slower = replace(report, info=replace(report.info, loop_ns=146.0, wake_us=9.0),
+                     gate=replace(report.gate, machine=note))
+    text = markdown_summary(slower)
+    assert "; machine: a Python loop step 146 ns, a round trip between two processes 9 us\n" in text
+    assert f"\n\nNote: {note}.\n" in text
 
 
 def test_prometheus_figures_are_tonights(stored):

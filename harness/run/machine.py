@@ -1,0 +1,116 @@
+"""How fast this machine is, measured in a fraction of a second and printed or stored beside
+the figures of a bench or a night, so that a slower machine (or a slower day of the same
+shared one) is not taken for slower code.
+
+    loop_ns   one step of a pure-Python loop, the best of LOOP_REPEATS runs: one core's speed
+              at the ranks' and the harness's Python
+    wake_us   a round trip between two processes over pipes, the median of WAKE_ROUNDS: what
+              a ring all-reduce on few cores waits on (each hop wakes another process)
+
+On the 2-core build machine the same code gave a 64-rank bring-up of 2.41-2.46 s one
+afternoon and 4.19 s that evening, with nothing else running (docs/scale.md): without such
+a line the two read as a regression.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOOP_STEPS = 200_000
+LOOP_REPEATS = 5
+WAKE_ROUNDS = 1000
+WAKE_DEADLINE_S = 10.0  # the echo process's start and every round trip, together
+MACHINE_FILE = "machine.json"  # in a bench's output folder: the speed measured as it began
+# The echo process, started with -I -S so that it starts in milliseconds and reads no site packages.
+ECHO = "import os\nwhile os.read(0, 1):\n    os.write(1, b'.')\n"
+
+
+class MachineProbeError(RuntimeError):
+    """The echo process did not answer within its deadline."""
+
+
+@dataclass(frozen=True)
+class MachineSpeed:
+    cpus: int         # usable by this process
+    model: str        # the CPU's model name ("" where /proc/cpuinfo does not say)
+    loop_ns: float
+    wake_us: float
+
+    def describe(self) -> str:
+        model = f" ({self.model})" if self.model else ""
+        return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns (best of "
+                f"{LOOP_REPEATS}), a round trip between two processes {self.wake_us:.0f} us "
+                f"(median of {WAKE_ROUNDS}; harness/run/machine.py)")
+
+
+def measure() -> MachineSpeed:
+    """This machine's speed now (about 0.2 s on the build machine)."""
+    return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(),
+                        loop_ns=loop_ns(), wake_us=wake_us())
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.partition(":")[2].strip() for line in lines if line.startswith("model name")), "")
+
+
+def loop_ns(steps: int = LOOP_STEPS, repeats: int = LOOP_REPEATS) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        total = 0
+        for i in range(steps):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return best / steps * 1e9
+
+
+def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float = WAKE_DEADLINE_S) -> float:
+    """The median round trip of one byte to an echo process and back, in microseconds."""
+    echo = subprocess.Popen([sys.executable, "-I", "-S", "-c", echo_code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, bufsize=0)
+    assert echo.stdin is not None and echo.stdout is not None
+    to_echo, from_echo = echo.stdin.fileno(), echo.stdout.fileno()
+    deadline = time.monotonic() + deadline_s
+    trips = []
+    try:
+        for _ in range(rounds + 1):  # the first round waits for the echo process to start
+            started = time.perf_counter()
+            os.write(to_echo, b".")
+            if not select.select([from_echo], [], [], max(0.0, deadline - time.monotonic()))[0] \
+                    or not os.read(from_echo, 1):
+                raise MachineProbeError(f"the echo process ({sys.executable}) did not answer "
+                                        f"within {deadline_s:g} s")
+            trips.append(time.perf_counter() - started)
+    finally:
+        echo.kill()
+        echo.communicate()
+    return statistics.median(trips[1:]) * 1e6
+
+
+def record(out: Path) -> MachineSpeed:
+    """Measure now and keep the figures in `out` for the bench's --analyze."""
+    speed = measure()
+    (Path(out) / MACHINE_FILE).write_text(json.dumps(asdict(speed)) + "\n")
+    return speed
+
+
+def recorded_line(out: Path) -> str:
+    """The line a bench prints under its table: the speed kept in `out`, or why there is none."""
+    path = Path(out) / MACHINE_FILE
+    try:
+        return f"machine: {MachineSpeed(**json.loads(path.read_text())).describe()}"
+    except FileNotFoundError:
+        return f"machine: not recorded (no {path.name}: written by a bench before it kept the machine's speed)"
+    except (OSError, ValueError, TypeError) as exc:
+        return f"machine: {path} unreadable ({exc})"
