@@ -23,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from chaos.errors import DeadlineExceeded
+
 LOOP_STEPS = 200_000
 LOOP_REPEATS = 5
 WAKE_ROUNDS = 1000
@@ -30,10 +32,6 @@ WAKE_DEADLINE_S = 10.0  # the echo process's start and every round trip, togethe
 MACHINE_FILE = "machine.json"  # in a bench's output folder: the speed measured as it began
 # The echo process, started with -I -S so that it starts in milliseconds and reads no site packages.
 ECHO = "import os\nwhile os.read(0, 1):\n    os.write(1, b'.')\n"
-
-
-class MachineProbeError(RuntimeError):
-    """The echo process did not answer within its deadline."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,18 @@ def measure() -> MachineSpeed:
     """This machine's speed now (about 0.2 s on the build machine)."""
     return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(),
                         loop_ns=loop_ns(), wake_us=wake_us())
+
+
+def measure_or_why() -> MachineSpeed | str:
+    """The speed now, or why it could not be measured (a bench or a night goes on without it)."""
+    try:
+        return measure()
+    except (DeadlineExceeded, OSError) as exc:
+        return f"not measured ({exc})"
+
+
+def describe(speed: MachineSpeed | str) -> str:
+    return speed if isinstance(speed, str) else speed.describe()
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -89,7 +99,7 @@ def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float 
             os.write(to_echo, b".")
             if not select.select([from_echo], [], [], max(0.0, deadline - time.monotonic()))[0] \
                     or not os.read(from_echo, 1):
-                raise MachineProbeError(f"the echo process ({sys.executable}) did not answer "
+                raise DeadlineExceeded(f"measuring the machine's speed: the echo process ({sys.executable}) did not answer "
                                         f"within {deadline_s:g} s")
             trips.append(time.perf_counter() - started)
     finally:
@@ -98,10 +108,11 @@ def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float 
     return statistics.median(trips[1:]) * 1e6
 
 
-def record(out: Path) -> MachineSpeed:
-    """Measure now and keep the figures in `out` for the bench's --analyze."""
-    speed = measure()
-    (Path(out) / MACHINE_FILE).write_text(json.dumps(asdict(speed)) + "\n")
+def record(out: Path) -> MachineSpeed | str:
+    """Measure now and keep the figures (or why there are none) in `out` for the bench's --analyze."""
+    speed = measure_or_why()
+    kept = {"not_measured": speed} if isinstance(speed, str) else asdict(speed)
+    (Path(out) / MACHINE_FILE).write_text(json.dumps(kept) + "\n")
     return speed
 
 
@@ -109,7 +120,8 @@ def recorded_line(out: Path) -> str:
     """The line a bench prints under its table: the speed kept in `out`, or why there is none."""
     path = Path(out) / MACHINE_FILE
     try:
-        return f"machine: {MachineSpeed(**json.loads(path.read_text())).describe()}"
+        kept = json.loads(path.read_text())
+        return f"machine: {kept['not_measured'] if 'not_measured' in kept else MachineSpeed(**kept).describe()}"
     except FileNotFoundError:
         return f"machine: not recorded (no {path.name}: written by a bench before it kept the machine's speed)"
     except (OSError, ValueError, TypeError) as exc:

@@ -395,11 +395,12 @@ def gather_metadata(backend: str) -> Callable[[str, str], dict[str, Any]]:
         gpu, _, driver = _output(["nvidia-smi", "--query-gpu=name,driver_version",
                                   "--format=csv,noheader"]).partition(", ")
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else ""
-        speed = machine.measure()
+        speed = machine.measure_or_why()  # a night goes on without it
         return {"night": night, "started": started, "commit": commit, "host": socket.gethostname(),
                 "kernel": platform.release(), "torch": torch.__version__, "cuda": torch.version.cuda or "",
                 "gpu": gpu, "driver": driver, "nccl": nccl, "backend": backend,
-                "loop_ns": round(speed.loop_ns, 1), "wake_us": round(speed.wake_us, 1)}
+                **({} if isinstance(speed, str) else {"loop_ns": round(speed.loop_ns, 1),
+                                                        "wake_us": round(speed.wake_us, 1)})}
     return gather
 
 

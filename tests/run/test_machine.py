@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from chaos.errors import DeadlineExceeded
 from harness.run import machine
 
 
@@ -36,7 +37,7 @@ def test_it_measures_this_machine_and_leaves_no_process_behind():
 def test_an_echo_process_that_never_answers_ends_the_measurement_by_its_deadline():
     silent = "import os, time\nos.read(0, 1)\ntime.sleep(60)\n"
     before = _children()
-    with pytest.raises(machine.MachineProbeError, match=rf"echo process \({sys.executable}\) did not answer within 0.5 s"):
+    with pytest.raises(DeadlineExceeded, match=rf"machine's speed: the echo process \({sys.executable}\) did not answer within 0.5 s"):
         machine.wake_us(rounds=3, echo_code=silent, deadline_s=0.5)
     assert _children() == before
 
@@ -47,6 +48,8 @@ def test_a_bench_folder_keeps_the_figures_and_says_when_it_has_none(tmp_path):
     speed = machine.record(tmp_path)
     assert machine.recorded_line(tmp_path) == f"machine: {speed.describe()}"
     assert json.loads((tmp_path / machine.MACHINE_FILE).read_text())["loop_ns"] == speed.loop_ns
+    (tmp_path / machine.MACHINE_FILE).write_text('{"not_measured": "not measured (the reason)"}')
+    assert machine.recorded_line(tmp_path) == "machine: not measured (the reason)"
     (tmp_path / machine.MACHINE_FILE).write_text('{"cpus": 2}')
     assert machine.recorded_line(tmp_path).startswith(f"machine: {tmp_path / machine.MACHINE_FILE} unreadable (")
 
