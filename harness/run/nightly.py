@@ -9,12 +9,12 @@ A plan file (YAML, validated once into frozen values; errors name file:line: fie
     device: cpu          # what the ranks train on
     runs:
       - scenario: ../scenarios/loss_20pct.yaml   # a file or a glob, relative to the plan file
-        policies: [baseline, timeout, retry]     # names (or variants) in the scenario; default all
+        policies: [baseline, timeout, retry]     # its policies (a user's job: its variants); default all
         ranks: 4                                 # optional: the scenario's cluster.ranks
         repeat: 5                                # optional: this entry's repeats
 
-One cell is one scenario x repeat: one run folder with a trial per policy, the way `chaos
-run` makes it (and its stored command reproduces it). The night folder, NIGHTS/<night>/:
+One cell is one plan entry x repeat: one run folder with a trial per policy (or variant of
+a user's job), the way `chaos run` makes it (and its stored command reproduces it). The night folder, NIGHTS/<night>/:
 
     manifest.json   the plan's digest, the night's run metadata, each finished cell
                     (rewritten atomically after every cell); while it says unfinished, the
@@ -136,7 +136,7 @@ def _plan_words(message: str) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One scenario x repeat of a night: a run folder with one trial per policy."""
+    """One plan entry x repeat of a night: a run folder with one trial per policy."""
 
     scenario: Scenario       # with the cell's seed, ranks and backend
     scenario_file: Path
@@ -146,7 +146,8 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return f"{self.scenario.name}/{self.repeat}"
+        # the policies too: a plan may run a scenario's policies (or variants) in two entries
+        return f"{self.scenario.name}/{self.repeat}/{'+'.join(self.policies)}"
 
 
 def seed_for(base: int, scenario: str, repeat: int) -> int:
@@ -177,11 +178,13 @@ def expand(plan: NightPlan, plan_file: Path) -> tuple[Cell, ...]:
     for index, entry in enumerate(plan.runs):
         for path in _files(entry.scenario, plan_file, _where(plan_file, "runs", index, "scenario")):
             scenario = load_scenario(path)
-            policies = entry.policies or tuple(scenario.policies)
-            unknown = [p for p in policies if p not in scenario.policies]
+            trials = scenario.trial_names()  # the policies, or a user's job's variants
+            policies = entry.policies or tuple(trials)
+            unknown = [p for p in policies if p not in trials]
             if unknown:
-                raise UsageError(f"{_where(plan_file, 'runs', index, 'policies')}: {unknown[0]!r} is not a policy of {path} "
-                                 f"({', '.join(scenario.policies)}); name one of those")
+                kind = "a policy of" if scenario.job is None else "a variant of the job in"
+                raise UsageError(f"{_where(plan_file, 'runs', index, 'policies')}: {unknown[0]!r} is not {kind} {path} "
+                                 f"({', '.join(trials)}); name one of those")
             for policy in policies:
                 if (scenario.name, policy) in owner:
                     raise UsageError(f"{_where(plan_file, 'runs', index)}: {scenario.name} / {policy} is already run by "

@@ -91,9 +91,10 @@ def test_the_plan_expands_repeat_by_repeat_with_a_distinct_seed_per_repeat(tmp_p
     path = night_plan(tmp_path)
     cells = expand(load_night_plan(path), path)
     assert [(c.key, c.policies) for c in cells] == [
-        ("s_flap/0", ("timeout", "retry")), ("s_pause/0", ("timeout", "retry")), ("long/0", ("retry",)),
-        ("s_flap/1", ("timeout", "retry")), ("s_pause/1", ("timeout", "retry")),
-        ("s_flap/2", ("timeout", "retry")), ("s_pause/2", ("timeout", "retry"))]
+        ("s_flap/0/timeout+retry", ("timeout", "retry")), ("s_pause/0/timeout+retry", ("timeout", "retry")),
+        ("long/0/retry", ("retry",)),
+        ("s_flap/1/timeout+retry", ("timeout", "retry")), ("s_pause/1/timeout+retry", ("timeout", "retry")),
+        ("s_flap/2/timeout+retry", ("timeout", "retry")), ("s_pause/2/timeout+retry", ("timeout", "retry"))]
     flap_seeds = [c.scenario.seed for c in cells if c.scenario.name == "s_flap"]
     assert len(set(flap_seeds)) == 3
     assert flap_seeds == [seed_for(7, "s_flap", r) for r in range(3)]
@@ -120,6 +121,23 @@ def test_a_plan_with_a_problem_names_the_file_line_and_field(tmp_path: Path) -> 
         expand(load_night_plan(path), path)
 
 
+def test_a_users_job_runs_by_its_variants(tmp_path: Path) -> None:
+    byo = Path(__file__).resolve().parents[2] / "scenarios" / "byo_pause.yaml"
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"seed: 1\nrepeat: 1\nruns:\n  - scenario: {byo}\n    policies: [timeout_5s]\n"
+                    f"  - scenario: {byo}\n    policies: [default]\n    repeat: 2\n")
+    cells = expand(load_night_plan(path), path)
+    assert [(c.key, c.policies) for c in cells] == [
+        ("byo_pause/0/timeout_5s", ("timeout_5s",)), ("byo_pause/0/default", ("default",)),
+        ("byo_pause/1/default", ("default",))]
+    path.write_text(f"seed: 1\nrepeat: 1\nruns:\n  - scenario: {byo}\n")  # every variant, no policy
+    assert [c.policies for c in expand(load_night_plan(path), path)] == [("default", "timeout_5s")]
+    path.write_text(f"seed: 1\nruns:\n  - scenario: {byo}\n    policies: [timeout]\n")
+    with pytest.raises(UsageError, match=rf"{path}:4: runs.0.policies: 'timeout' is not a variant of the job in "
+                                         rf"{byo} \(default, timeout_5s\); name one of those"):
+        expand(load_night_plan(path), path)
+
+
 def test_an_interrupted_night_resumes_where_it_stopped_and_ends_in_history_and_files(tmp_path: Path) -> None:
     path = night_plan(tmp_path)
     plan = load_night_plan(path, repeat=2)
@@ -127,10 +145,10 @@ def test_an_interrupted_night_resumes_where_it_stopped_and_ends_in_history_and_f
     digest = plan_digest(plan, cells)
     out, db, clock = tmp_path / "nights", tmp_path / "history.sqlite", FakeClock()
     night_dir, manifest = open_night(out, digest, path, None, metadata, NOW)
-    first = FakeRunner(tmp_path, clock, stop_at="s_flap/1")
+    first = FakeRunner(tmp_path, clock, stop_at="s_flap/1/timeout+retry")
     with pytest.raises(KeyboardInterrupt):
         run_cells(night_dir, manifest, cells, first, NightProgress(Progress(quiet=True), 9, 0, clock), clock)
-    assert first.ran == ["s_flap/0", "s_pause/0", "long/0"]
+    assert first.ran == ["s_flap/0/timeout+retry", "s_pause/0/timeout+retry", "long/0/retry"]
     stopped = read_manifest(night_dir)
     assert [d.key for d in stopped.done] == first.ran and not stopped.finished
     assert len(list((night_dir / RUNS).iterdir())) == 4  # three done and the half-made one
@@ -141,7 +159,7 @@ def test_an_interrupted_night_resumes_where_it_stopped_and_ends_in_history_and_f
     assert sorted(p.name for p in (night_dir / RUNS).iterdir()) == sorted(Path(d.run).name for d in stopped.done)
     second = FakeRunner(tmp_path, clock)
     done = run_cells(night_dir, resumed, cells, second, NightProgress(Progress(quiet=True), 9, 5, clock), clock)
-    assert second.ran == ["s_flap/1", "s_pause/1"]
+    assert second.ran == ["s_flap/1/timeout+retry", "s_pause/1/timeout+retry"]
     assert [d.key for d in done.done] == [c.key for c in cells]
 
     report = finish_night(night_dir, done, db, plan.seed)
