@@ -4,8 +4,14 @@ shared one) is not taken for slower code.
 
     loop_ns   one step of a pure-Python loop, the best of LOOP_REPEATS runs: one core's speed
               at the ranks' and the harness's Python
-    wake_us   a round trip between two processes over pipes, the median of WAKE_ROUNDS: what
-              a ring all-reduce on few cores waits on (each hop wakes another process)
+    wake_us   a round trip between two processes on one CPU over pipes, the median of
+              WAKE_ROUNDS: what a ring all-reduce on few cores waits on (each hop wakes
+              another process). On one CPU because across two it mostly measured how fast an
+              idle virtual CPU wakes: on the 2-core build machine 17-22 us idle and 6-10 us
+              while a test suite kept both CPUs busy, against 5.5-8 us on one CPU idle (9-11
+              us beside two busy processes).
+
+Both grow with the load of other work, so the line gives the load average beside them.
 
 On the 2-core build machine the same code gave a 64-rank bring-up of 2.41-2.46 s one
 afternoon and 4.19 s that evening, with nothing else running (docs/scale.md): without such
@@ -40,18 +46,19 @@ class MachineSpeed:
     model: str        # the CPU's model name ("" where /proc/cpuinfo does not say)
     loop_ns: float
     wake_us: float
+    load_1m: float    # the 1-minute load average as it was measured
 
     def describe(self) -> str:
         model = f" ({self.model})" if self.model else ""
         return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns (best of "
-                f"{LOOP_REPEATS}), a round trip between two processes {self.wake_us:.0f} us "
-                f"(median of {WAKE_ROUNDS}; harness/run/machine.py)")
+                f"{LOOP_REPEATS}), a round trip between two processes on one CPU {self.wake_us:.1f} us "
+                f"(median of {WAKE_ROUNDS}), load average {self.load_1m:.2f} (harness/run/machine.py)")
 
 
 def measure() -> MachineSpeed:
     """This machine's speed now (about 0.2 s on the build machine)."""
-    return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(),
-                        loop_ns=loop_ns(), wake_us=wake_us())
+    return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(), loop_ns=loop_ns(),
+                        wake_us=wake_us(), load_1m=os.getloadavg()[0])
 
 
 def measure_or_why() -> MachineSpeed | str:
@@ -86,9 +93,20 @@ def loop_ns(steps: int = LOOP_STEPS, repeats: int = LOOP_REPEATS) -> float:
 
 
 def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float = WAKE_DEADLINE_S) -> float:
-    """The median round trip of one byte to an echo process and back, in microseconds."""
-    echo = subprocess.Popen([sys.executable, "-I", "-S", "-c", echo_code], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, bufsize=0)
+    """The median round trip of one byte to an echo process and back, in microseconds, with
+    both on this thread's first CPU (the echo process inherits it; the thread gets its own
+    CPUs back at the end)."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        echo = subprocess.Popen([sys.executable, "-I", "-S", "-c", echo_code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, bufsize=0)
+        return _round_trips(echo, rounds, deadline_s)
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def _round_trips(echo: subprocess.Popen[bytes], rounds: int, deadline_s: float) -> float:
     assert echo.stdin is not None and echo.stdout is not None
     to_echo, from_echo = echo.stdin.fileno(), echo.stdout.fileno()
     deadline = time.monotonic() + deadline_s
@@ -99,8 +117,8 @@ def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float 
             os.write(to_echo, b".")
             if not select.select([from_echo], [], [], max(0.0, deadline - time.monotonic()))[0] \
                     or not os.read(from_echo, 1):
-                raise DeadlineExceeded(f"measuring the machine's speed: the echo process ({sys.executable}) did not answer "
-                                        f"within {deadline_s:g} s")
+                raise DeadlineExceeded(f"measuring the machine's speed: the echo process "
+                                       f"({sys.executable}) did not answer within {deadline_s:g} s")
             trips.append(time.perf_counter() - started)
     finally:
         echo.kill()

@@ -156,7 +156,7 @@ def machine_difference(history: History, night: str, window: tuple[str, ...]) ->
             continue
         median = statistics.median(before)
         if not 1 / MACHINE_DIFFERS < now / median < MACHINE_DIFFERS:
-            differences.append(f"{what} {now:.0f} {unit} against the window's median {median:.0f} {unit} "
+            differences.append(f"{what} {now:.3g} {unit} against the window's median {median:.3g} {unit} "
                                f"({now / median:.2f}x)")
     if not differences:
         return ""

@@ -118,7 +118,7 @@ class NightInfo:
 
     def machine_text(self) -> str:
         """The machine's speed in words, "" where it was not measured."""
-        return ", ".join(f"{what} {value:.0f} {unit}" for name, (what, unit) in MACHINE_FIGURES.items()
+        return ", ".join(f"{what} {value:.3g} {unit}" for name, (what, unit) in MACHINE_FIGURES.items()
                          if (value := getattr(self, name)) is not None)
 
 
@@ -153,7 +153,8 @@ class Table:
 TEXT, INTEGER, REAL = "TEXT NOT NULL", "INTEGER", "REAL"
 NIGHT_FIELDS = tuple(f.name for f in fields(NightInfo))
 # NightInfo's machine figures (harness.run.machine): what each measures, its unit
-MACHINE_FIGURES = {"loop_ns": ("a Python loop step", "ns"), "wake_us": ("a round trip between two processes", "us")}
+MACHINE_FIGURES = {"loop_ns": ("a Python loop step", "ns"),
+                   "wake_us": ("a round trip between two processes on one CPU", "us")}
 MACHINE_FIELDS = tuple(MACHINE_FIGURES)
 NIGHTS = Table("nights", (*((name, REAL if name in MACHINE_FIELDS else TEXT) for name in NIGHT_FIELDS),
                           ("digest", TEXT)), ("night",))

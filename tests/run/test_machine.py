@@ -26,9 +26,9 @@ def _children() -> set[int]:
 
 
 def test_it_measures_this_machine_and_leaves_no_process_behind():
-    before = _children()
+    before, cpus = _children(), os.sched_getaffinity(0)
     speed = machine.measure()
-    assert speed.cpus == len(os.sched_getaffinity(0))
+    assert speed.cpus == len(cpus) and os.sched_getaffinity(0) == cpus
     assert 1 < speed.loop_ns < 10_000 and 0.5 < speed.wake_us < 100_000
     assert _children() == before
     assert speed.describe().startswith(f"{speed.cpus} CPUs")
@@ -36,10 +36,11 @@ def test_it_measures_this_machine_and_leaves_no_process_behind():
 
 def test_an_echo_process_that_never_answers_ends_the_measurement_by_its_deadline():
     silent = "import os, time\nos.read(0, 1)\ntime.sleep(60)\n"
-    before = _children()
+    before, cpus = _children(), os.sched_getaffinity(0)
     with pytest.raises(DeadlineExceeded, match=rf"machine's speed: the echo process \({sys.executable}\) did not answer within 0.5 s"):
         machine.wake_us(rounds=3, echo_code=silent, deadline_s=0.5)
     assert _children() == before
+    assert os.sched_getaffinity(0) == cpus  # the thread's CPUs back, after the failure too
 
 
 def test_a_bench_folder_keeps_the_figures_and_says_when_it_has_none(tmp_path):

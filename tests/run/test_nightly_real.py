@@ -120,5 +120,5 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
         assert f"<h2>{scenario}</h2>" in trends and f"<td>{policy}</td>" in trends
         assert f"alt='{scenario}: time to detect, first rank'" in trends
     assert "## The source document's table, measured" in summary and "n=2" in summary
-    assert f"machine: a Python loop step {info['loop_ns']:.0f} ns" in summary
+    assert f"machine: a Python loop step {info['loop_ns']:.3g} ns" in summary
     assert "the source document's table, measured" in resumed.stdout

@@ -85,7 +85,7 @@ def test_the_summary_gives_the_machine_and_says_when_it_differed(stored):
     slower = replace(report, info=replace(report.info, loop_ns=146.0, wake_us=9.0),
                      gate=replace(report.gate, machine=note))
     text = markdown_summary(slower)
-    assert "; machine: a Python loop step 146 ns, a round trip between two processes 9 us\n" in text
+    assert "; machine: a Python loop step 146 ns, a round trip between two processes on one CPU 9 us\n" in text
     assert f"\n\nNote: {note}.\n" in text
 
 
