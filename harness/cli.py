@@ -6,7 +6,7 @@
     chaos run SCENARIO.yaml --dry-run        the resolved plan, nothing touched
     chaos schema                             JSON Schema of scenario files, for editors
     chaos heal [--run-id ID | --all]         remove what crashed runs left behind
-    chaos doctor                             what this machine can inject, and how
+    chaos doctor                             what this machine can inject, and how; its speed
     chaos calibrate                          configured vs measured, per fault mechanism
     chaos export k8s SCENARIO.yaml --policy NAME ...   manifests for Kubernetes (docs/kubernetes.md)
     chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
@@ -133,9 +133,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     require_root("chaos doctor")  # the probe builds scratch namespaces and loads qdiscs
     from chaos.probe import doctor_command
     from harness.job.device import describe_host
+    from harness.run import machine
     from harness.run.scenario import ClusterConfig
     code = doctor_command(args)
     print(describe_host(ClusterConfig().ranks))
+    # beside the README's and docs/scale.md's figures, how this machine compares
+    print(f"machine: {machine.describe(machine.measure_or_why())}")
     return code
 
 
@@ -209,7 +212,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                cmd_report),
     "heal": ("remove what crashed runs left on this host",
              _arguments_of("chaos.heal", "add_heal_arguments"), cmd_heal),
-    "doctor": ("what this machine can inject, and how", _no_arguments, cmd_doctor),
+    "doctor": ("what this machine can inject, and how; its speed", _no_arguments, cmd_doctor),
     "calibrate": ("measure each fault mechanism: configured vs measured", _no_arguments, cmd_calibrate),
     "export": ("write one trial of a scenario as manifests for a cluster (export k8s ...)",
                _k8s_arguments("add_export_arguments"), cmd_export),

@@ -77,3 +77,5 @@ def test_readme_command_line_works(line):
         for made in set(REPO.iterdir()) - before:
             shutil.rmtree(made) if made.is_dir() else made.unlink()
     assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stderr[-2000:]}"
+    if sub == "doctor":  # the speed to hold the README's figures against
+        assert re.search(r"^machine: \d+ CPUs.*a Python loop step \d+ ns", done.stdout, re.MULTILINE), done.stdout
