@@ -195,7 +195,7 @@ def main() -> int:
                         help="at-start: gloo connects every pair when the group is made (the default); "
                              "on-first-use: each pair on its first collective (workload.gloo_lazy_init)")
     args = parser.parse_args()
-    print(f"netns backend, median of {args.repeat} (worst in brackets); machine: {machine.describe(machine.measure_or_why())}")
+    print(f"netns backend, median of {args.repeat} (worst in brackets); {machine.line_now()}")
     print(f"{'ranks':>6s}  {'launcher':>8s}  {'gloo connects':>12s}  {'ready':>9s}  " + "  ".join(f"{k:>16s}" for k in FIGURES),
           flush=True)
     results: dict[str, Any] = {}

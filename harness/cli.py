@@ -138,7 +138,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     code = doctor_command(args)
     print(describe_host(ClusterConfig().ranks))
     # beside the README's and docs/scale.md's figures, how this machine compares
-    print(f"machine: {machine.describe(machine.measure_or_why())}")
+    print(machine.line_now())
     return code
 
 

@@ -69,8 +69,10 @@ def measure_or_why() -> MachineSpeed | str:
         return f"not measured ({exc})"
 
 
-def describe(speed: MachineSpeed | str) -> str:
-    return speed if isinstance(speed, str) else speed.describe()
+def line_now() -> str:
+    """The line a bench or `chaos doctor` prints: the speed now, or why it is not known."""
+    speed = measure_or_why()
+    return f"machine: {speed if isinstance(speed, str) else speed.describe()}"
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
