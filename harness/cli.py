@@ -81,6 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: cannot write run folders there ({exc}); "
                          f"pick a writable folder") from None
     from harness.cluster.launcher import LauncherPool
+    from harness.run import machine
+    speed = machine.measure_or_why()  # before the launcher's import of torch takes a CPU
     with LauncherPool() as launchers:
         launchers.start_ahead()  # its import of torch overlaps the imports and work below
         import reports
@@ -90,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend = backend_named(scenario.cluster.backend)
         progress = Progress(quiet=args.quiet, scope=scenario.name)
         run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
-                                  launchers=launchers)
+                                  launchers=launchers, machine=speed)
     written = reports.write_reports(run_dir)
     table = reports.analyze_run(run_dir)
     print(reports.format_table(table))

@@ -16,7 +16,9 @@ from reports.history import RunRecord, load_run
 from reports.plots import timeline_png
 from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, compare_table, fault_rows, format_table,
                             markdown_table, several_faults, table_rows)
+from runfolder.info import RunInfo
 from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, plot_file
+
 # (column, label) of the per-trial summary; every column is in metrics.csv
 KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
@@ -60,7 +62,17 @@ def _summary_rows(row: Mapping[str, Any]) -> list[list[str]]:
 
 def _meta_lines(run: RunRecord) -> list[tuple[str, str]]:
     keys = ("scenario", "seed", "backend", "started_wall", "clock", "command")
-    return [(k, str(getattr(run.info, k))) for k in keys] + [("run folder", str(run.path))]
+    return ([(k, str(getattr(run.info, k))) for k in keys] + [("machine", machine_text(run.info))]
+            + [("run folder", str(run.path))])
+
+
+def machine_text(info: RunInfo) -> str:
+    """How fast the machine was as the run began, to read its times against."""
+    if info.machine is not None:
+        return info.machine.describe()
+    if info.format_version < 2:
+        return f"not recorded (run folder format {info.format_version}, from before it was)"
+    return "not measured (on Kubernetes, the cluster's nodes are not; else the run's progress said why)"
 
 
 def _definitions() -> str:
@@ -149,7 +161,9 @@ def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]
 
 def compare_markdown(runs: list[tuple[RunRecord, pd.DataFrame]]) -> str:
     table = compare_table([(run_label(run), df) for run, df in runs])
-    return "\n".join(["# Runs compared", "", *[f"- {run_label(r)}: {r.path}" for r, _ in runs], "", table, ""])
+    return "\n".join(["# Runs compared", "",
+                      *[f"- {run_label(r)}: {r.path}; machine: {machine_text(r.info)}" for r, _ in runs],
+                      "", table, ""])
 
 
 def compare_runs(run_dirs: list[Path]) -> str:

@@ -1,7 +1,7 @@
 """run.json and trial.json: typed, versioned, one definition for the writers and the readers.
 
-Both files carry `format_version`. A reader takes FORMAT_VERSION and refuses anything else
-with one line that names the file, what is wrong and the fix:
+Both files carry `format_version`. A reader takes every version from 1 to FORMAT_VERSION and
+refuses anything else with one line that names the file, what is wrong and the fix:
 
   no format_version   written before run folders were versioned (chaos-harness up to commit
                       b3f0031): its trial.json lacks the plan (warm-up steps, actions,
@@ -10,7 +10,11 @@ with one line that names the file, what is wrong and the fix:
   a newer version     written by a newer chaos-harness: upgrade this one.
 
 Any change to these files, to the plan (runfolder.plan) or to the events' fields
-(runfolder.events) is a new FORMAT_VERSION, and a reader of the old one beside it.
+(runfolder.events) is a new FORMAT_VERSION, and a reader of the old one beside it:
+
+  1   the first versioned format
+  2   run.json gains `machine`: the machine's speed as the run began (a version 1 file reads
+      with machine None, as one whose speed could not be measured)
 """
 from __future__ import annotations
 
@@ -24,12 +28,30 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 
 class RunFolderError(ValueError):
     """A folder that is not a readable run folder; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineSpeed:
+    """How fast the machine was (harness/run/machine.py measures it and says how), so that a
+    slower machine, or a slower hour of one shared machine, is not taken for slower code."""
+
+    cpus: int         # usable by the measuring process
+    model: str        # the CPU's model name ("" where /proc/cpuinfo does not say)
+    loop_ns: float    # one step of a pure-Python loop, the best of several runs
+    wake_us: float    # a round trip between two processes on one CPU over pipes, the median
+    load_1m: float    # the 1-minute load average as it was measured
+
+    def describe(self) -> str:
+        model = f" ({self.model})" if self.model else ""
+        return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns, a round trip "
+                f"between two processes on one CPU {self.wake_us:.1f} us, load average "
+                f"{self.load_1m:.2f} (harness/run/machine.py)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +69,9 @@ class RunInfo:
     # Where the ranks computed and how they talked (harness.job.device.Placement as JSON:
     # device, comm, gpus, reason); absent from run.json written before it: None.
     placement: dict[str, Any] | None = None
+    # How fast the machine was as the run began; None where it could not be measured (the
+    # run's progress said why) and in version 1 files.
+    machine: MachineSpeed | None = None
     format_version: int = FORMAT_VERSION
 
 
@@ -102,7 +127,7 @@ def _read(path: Path, cls: type[Info]) -> Info:
     try:
         return _decode(cls, data, ())
     except _Invalid as exc:
-        raise RunFolderError(f"{path}: {exc}; this is not what format {FORMAT_VERSION} writes "
+        raise RunFolderError(f"{path}: {exc}; this is not what format {data['format_version']} writes "
                              "(edited by hand?): run the trial again") from None
 
 
@@ -111,7 +136,7 @@ def _check_version(path: Path, data: dict[str, Any]) -> None:
         again = f" (`{data['command']}`)" if isinstance(data.get("command"), str) else ""
         raise RunFolderError(
             f"{path}: no format_version: written before run folders were versioned (chaos-harness "
-            f"up to {LAST_UNVERSIONED_COMMIT}), and this one reads format {FORMAT_VERSION} only; "
+            f"up to {LAST_UNVERSIONED_COMMIT}), and this one reads formats 1 to {FORMAT_VERSION} only; "
             f"run the scenario again{again} or analyze it with the chaos-harness that wrote it")
     version = data["format_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:

@@ -1,11 +1,12 @@
 """How fast this machine is, measured in a fraction of a second and printed or stored beside
-the figures of a bench or a night, so that a slower machine (or a slower day of the same
-shared one) is not taken for slower code.
+the figures of a run (run.json's `machine`: runfolder.info.MachineSpeed), a bench or a
+night, so that a slower machine (or a slower day of the same shared one) is not taken for
+slower code.
 
-    loop_ns   one step of a pure-Python loop, the best of LOOP_REPEATS runs: one core's speed
-              at the ranks' and the harness's Python
+    loop_ns   one step of a pure-Python loop, the best of LOOP_REPEATS (5) runs: one core's
+              speed at the ranks' and the harness's Python
     wake_us   a round trip between two processes on one CPU over pipes, the median of
-              WAKE_ROUNDS: what a ring all-reduce on few cores waits on (each hop wakes
+              WAKE_ROUNDS (1000): what a ring all-reduce on few cores waits on (each hop wakes
               another process). On one CPU because across two it mostly measured how fast an
               idle virtual CPU wakes: on the 2-core build machine 17-22 us idle and 6-10 us
               while a test suite kept both CPUs busy, against 5.5-8 us on one CPU idle (9-11
@@ -26,10 +27,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from chaos.errors import DeadlineExceeded
+from runfolder.info import MachineSpeed
 
 LOOP_STEPS = 200_000
 LOOP_REPEATS = 5
@@ -40,29 +42,14 @@ MACHINE_FILE = "machine.json"  # in a bench's output folder: the speed measured 
 ECHO = "import os\nwhile os.read(0, 1):\n    os.write(1, b'.')\n"
 
 
-@dataclass(frozen=True)
-class MachineSpeed:
-    cpus: int         # usable by this process
-    model: str        # the CPU's model name ("" where /proc/cpuinfo does not say)
-    loop_ns: float
-    wake_us: float
-    load_1m: float    # the 1-minute load average as it was measured
-
-    def describe(self) -> str:
-        model = f" ({self.model})" if self.model else ""
-        return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns (best of "
-                f"{LOOP_REPEATS}), a round trip between two processes on one CPU {self.wake_us:.1f} us "
-                f"(median of {WAKE_ROUNDS}), load average {self.load_1m:.2f} (harness/run/machine.py)")
-
-
 def measure() -> MachineSpeed:
     """This machine's speed now (about 0.2 s on the build machine)."""
-    return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(), loop_ns=loop_ns(),
-                        wake_us=wake_us(), load_1m=os.getloadavg()[0])
+    return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(), loop_ns=round(loop_ns(), 1),
+                        wake_us=round(wake_us(), 2), load_1m=round(os.getloadavg()[0], 2))
 
 
 def measure_or_why() -> MachineSpeed | str:
-    """The speed now, or why it could not be measured (a bench or a night goes on without it)."""
+    """The speed now, or why it could not be measured (a run, a bench or a night goes on without it)."""
     try:
         return measure()
     except (DeadlineExceeded, OSError) as exc:

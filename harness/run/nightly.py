@@ -402,8 +402,7 @@ def gather_metadata(backend: str) -> Callable[[str, str], dict[str, Any]]:
         return {"night": night, "started": started, "commit": commit, "host": socket.gethostname(),
                 "kernel": platform.release(), "torch": torch.__version__, "cuda": torch.version.cuda or "",
                 "gpu": gpu, "driver": driver, "nccl": nccl, "backend": backend,
-                **({} if isinstance(speed, str) else {"loop_ns": round(speed.loop_ns, 1),
-                                                        "wake_us": round(speed.wake_us, 1)})}
+                **({} if isinstance(speed, str) else {"loop_ns": speed.loop_ns, "wake_us": speed.wake_us})}
     return gather
 
 

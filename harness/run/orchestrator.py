@@ -43,6 +43,7 @@ from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.device import (Placement, PlacementError, choose, gpu_memory_by_pid, job_device_env, rank_env,
                                 visible_gpus)
 from harness.job.gpufault import commands_dir
+from harness.run import machine as machine_speed
 from harness.run.gpumem import GpuRelease
 from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
 from harness.run.progress import Progress
@@ -50,7 +51,7 @@ from harness.run.scenario import Scenario
 from harness.run.traffic import Sample, TrafficWatch
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
-from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
+from runfolder.info import MachineSpeed, RunInfo, TrialInfo, write_run_info, write_trial_info
 from runfolder.layout import CHECKPOINT_DIR, LOGS_DIR, SCENARIO_FILE, TRIALS_DIR, trial_dir
 from runfolder.plan import APPLY, REVERT, Action
 
@@ -403,7 +404,7 @@ def on_phase_s(apply: Action, later: list[Action]) -> float | None:
 
 
 def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list[str], backend: str,
-              command: str, placement: Placement | None = None) -> Path:
+              command: str, placement: Placement | None = None, machine: MachineSpeed | None = None) -> Path:
     """A new run folder under `out` (<scenario>-<time>-<id>) with its run.json and the
     scenario's copy; no trial yet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -416,17 +417,20 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
         policies=tuple(policies), command=command,
         started_wall=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         clock="monotonic, one kernel shared by every rank",
-        placement=None if placement is None else asdict(placement)))
+        placement=None if placement is None else asdict(placement), machine=machine))
     return run_dir
 
 
 def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], out: Path,
                  backend: Backend, progress: Progress, command: str | None = None,
-                 launchers: LauncherPool | None = None) -> tuple[Path, list[TrialResult]]:
+                 launchers: LauncherPool | None = None,
+                 machine: MachineSpeed | str | None = None) -> tuple[Path, list[TrialResult]]:
     """Run every policy of `scenario` in turn; returns the run folder and the trial results.
     `command` is how to run it again (default: this process's `chaos` command line);
     `launchers` lends the rank launcher to every trial (default: a pool for this run alone),
-    so that only the first trial waits for its import of torch."""
+    so that only the first trial waits for its import of torch; `machine` is the machine's
+    speed (or why it is not known) measured before a launcher started, which would slow it
+    (default: measured now)."""
     # Leftovers of crashed runs (their owner is dead); live runs are left alone. What cannot
     # be undone (another backend's engine is down) is said, and this run goes on.
     problem = scenario.job and command_problem(scenario.job)
@@ -442,8 +446,12 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
     healed = heal(undo_table())
     if healed.undone or healed.failed:
         progress.phase("heal", "; ".join([healed.summary(), *healed.failed]))
+    machine = machine_speed.measure_or_why() if machine is None else machine
+    if isinstance(machine, str):
+        progress.phase("machine", machine)
     run_dir = start_run(out, scenario, scenario_file, policies, backend.name,
-                        command or shlex.join(["chaos", *sys.argv[1:]]), placement)
+                        command or shlex.join(["chaos", *sys.argv[1:]]), placement,
+                        None if isinstance(machine, str) else machine)
     results = []
     with contextlib.ExitStack() as stack:
         pool = launchers or stack.enter_context(LauncherPool())

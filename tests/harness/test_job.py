@@ -16,6 +16,7 @@ import pytest
 import reports
 from chaos.ledger import Ledger, state_dir
 from runfolder.events import EVENTS_FILE, read_events
+from runfolder.info import read_run_info
 from runfolder.layout import trial_dir
 from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
 
@@ -50,6 +51,10 @@ def test_link_down_through_the_installed_command(tmp_path, leaves_nothing):
     ups = [e for policy in ("baseline", "timeout")
            for e in read_events(trial_dir(run_dir, policy) / EVENTS_FILE, 0)[0] if e["kind"] == "cluster_up"]
     assert [e["launcher"] for e in ups] == ["ahead", "kept"]
+    # the machine's speed, measured as the command began, is kept with the run and reported
+    machine = read_run_info(run_dir).machine
+    assert machine is not None and machine.cpus >= 1 and machine.loop_ns > 0 and machine.wake_us > 0
+    assert f"- machine: {machine.describe()}" in (run_dir / "report.md").read_text()
 
 
 def _start_run(tmp_path: Path, policy: str) -> subprocess.Popen:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runfolder.events import EVENTS_FILE
-from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
+from runfolder.info import MachineSpeed, RunInfo, TrialInfo, write_run_info, write_trial_info
 from runfolder.layout import SCENARIO_FILE, trial_dir
 from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
 
@@ -293,12 +293,13 @@ def write_trial(run_dir: Path, name: str, events: Events, trial: TrialInfo, torn
     (folder / EVENTS_FILE).write_text(text)
 
 
-def write_run(run_dir: Path, trials: dict[str, tuple[Events, TrialInfo]], seed: int = 7) -> Path:
+def write_run(run_dir: Path, trials: dict[str, tuple[Events, TrialInfo]], seed: int = 7,
+              machine: MachineSpeed | None = None) -> Path:
     run_dir.mkdir(parents=True)
     write_run_info(run_dir, RunInfo(
         scenario="link-down-r1", scenario_file="scenarios/link_down.yaml", seed=seed, backend="netns",
         policies=tuple(trials), started_wall="2025-01-01T00:00:00+00:00",
-        command="chaos run scenarios/link_down.yaml", clock="monotonic (one kernel)"))
+        command="chaos run scenarios/link_down.yaml", clock="monotonic (one kernel)", machine=machine))
     (run_dir / SCENARIO_FILE).write_text("name: link-down-r1\nfaults:\n  - kind: link_down\n")
     for name, (events, trial) in trials.items():
         write_trial(run_dir, name, events, trial, torn_tail=True)

@@ -7,10 +7,10 @@ import json
 import pytest
 
 import report_fakes as fakes
-from reports import RunFolderError, analyze_run, report_main
+from reports import RunFolderError, analyze_run, compare_runs, report_main
 from runfolder.events import SCHEMA, schema_problems
-from runfolder.info import FORMAT_VERSION, read_run_info, read_trial_info
-from runfolder.layout import RUN_FILE, TRIAL_FILE, trial_dir
+from runfolder.info import FORMAT_VERSION, MachineSpeed, read_run_info, read_trial_info
+from runfolder.layout import RUN_FILE, TRIAL_FILE, trial_dir, trial_dirs
 
 HISTORIES = (fakes.absorbed, fakes.failed_fast, fakes.recovered, fakes.isolated, fakes.hung, fakes.crashed,
              fakes.killed_then_failed_fast, fakes.continued, fakes.rejoined, fakes.retries_exhausted,
@@ -44,6 +44,35 @@ def test_run_and_trial_info_round_trip_through_their_files(tmp_path):
     assert json.loads((run_dir / RUN_FILE).read_text())["format_version"] == FORMAT_VERSION
 
 
+SPEED = MachineSpeed(cpus=2, model="Intel(R) Xeon(R) Processor", loop_ns=52.4, wake_us=9.51, load_1m=1.8)
+
+
+def test_the_machines_speed_is_kept_with_the_run_and_reported_beside_its_figures(tmp_path):
+    runs = [fakes.write_run(tmp_path / "fast", {"timeout": fakes.failed_fast()}, machine=SPEED),
+            fakes.write_run(tmp_path / "unmeasured", {"timeout": fakes.failed_fast()})]
+    assert read_run_info(runs[0]).machine == SPEED
+    line = ("machine: 2 CPUs (Intel(R) Xeon(R) Processor): a Python loop step 52 ns, a round trip between "
+            "two processes on one CPU 9.5 us, load average 1.80 (harness/run/machine.py)")
+    assert report_main([str(runs[0])]) == 0
+    assert f"- {line}" in (runs[0] / "report.md").read_text()
+    assert report_main([str(runs[1])]) == 0
+    assert "- machine: not measured (" in (runs[1] / "report.md").read_text()
+    compared = compare_runs(runs)
+    assert f"fast (seed 7): {runs[0]}; {line}" in compared
+    assert f"unmeasured (seed 7): {runs[1]}; machine: not measured (" in compared
+
+
+def test_a_format_1_folder_still_reads_and_says_its_machine_was_not_recorded(tmp_path):
+    run_dir = make_run(tmp_path)
+    for path in (run_dir / RUN_FILE, *(d / TRIAL_FILE for d in trial_dirs(run_dir))):
+        data = json.loads(path.read_text())
+        data.pop("machine", None)  # what format 1 wrote: run.json without it
+        path.write_text(json.dumps({**data, "format_version": 1}))
+    assert read_run_info(run_dir).machine is None and len(analyze_run(run_dir)) == 2
+    assert report_main([str(run_dir)]) == 0
+    assert "- machine: not recorded (run folder format 1, from before it was)" in (run_dir / "report.md").read_text()
+
+
 def unversioned_run(tmp_path):
     run_dir = tmp_path / "old-run"
     trial = trial_dir(run_dir, "timeout")
@@ -60,7 +89,7 @@ def test_a_folder_written_before_format_versions_is_refused_naming_file_problem_
         analyze_run(run_dir)
     message = str(refused.value)
     assert message.startswith(f"{run_dir / RUN_FILE}: no format_version: written before run folders were versioned")
-    assert "reads format 1 only" in message
+    assert f"reads formats 1 to {FORMAT_VERSION} only" in message
     assert "run the scenario again (`chaos run scenarios/kill_rank.yaml --policy timeout`)" in message
     assert report_main([str(run_dir)]) == 2
     err = capsys.readouterr().err
