@@ -219,3 +219,22 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(f"    {verdict:6} {check.summary()}")
     terminalreporter.write_line(f"{'total':18} {sum(c.seconds for c in results):6.1f} s; "
                                 f"run folders under {results[0].run_dir.parent}")
+    terminalreporter.write_line(machine_range(list(dict.fromkeys(r.run_dir for r in results))))
+
+
+def machine_range(run_dirs: list[Path]) -> str:
+    """How fast the machine was over these runs (each run.json's `machine`), to read the
+    times above against: one session's runs on a shared machine can differ by half."""
+    from runfolder.info import read_run_info
+    speeds = [info.machine for info in map(read_run_info, run_dirs) if info.machine is not None]
+    if not speeds:
+        return "machine: not measured in any run"
+    loop, wake, load = (_spread([getattr(m, field) for m in speeds], digits)
+                        for field, digits in (("loop_ns", 0), ("wake_us", 1), ("load_1m", 1)))
+    return (f"machine over {len(speeds)} run(s): a Python loop step {loop} ns, a round trip between "
+            f"two processes on one CPU {wake} us, load average {load} (harness/run/machine.py)")
+
+
+def _spread(values: list[float], digits: int) -> str:
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"

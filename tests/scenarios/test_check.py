@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.pytest_plugin import machine_range
 from harness.run.check import PolicyCheck, reproduce_command
 from harness.run.scenario import load_scenario
+from runfolder.info import MachineSpeed, RunInfo, write_run_info
 from tests.conftest import REPO, leftovers
 
 SCENARIO = REPO / "scenarios" / "pause_rank.yaml"
@@ -81,6 +84,24 @@ expect:
 """
 
 
+def test_the_summary_gives_the_machines_speed_over_the_runs(tmp_path: Path) -> None:
+    def run(name: str, machine: MachineSpeed | None) -> Path:
+        (tmp_path / name).mkdir()
+        write_run_info(tmp_path / name, RunInfo(
+            scenario=name, scenario_file=f"{name}.yaml", seed=1, backend="netns", policies=("timeout",),
+            started_wall="2026-12-03T00:00:00+00:00", command="chaos run", clock="monotonic", machine=machine))
+        return tmp_path / name
+    fast = run("fast", MachineSpeed(cpus=2, model="", loop_ns=44.4, wake_us=5.56, load_1m=0.11))
+    slow = run("slow", MachineSpeed(cpus=2, model="", loop_ns=73.2, wake_us=9.81, load_1m=64.34))
+    unmeasured = run("unmeasured", None)
+    assert machine_range([fast, unmeasured, slow]) == (
+        "machine over 2 run(s): a Python loop step 44-73 ns, a round trip between two processes on one CPU "
+        "5.6-9.8 us, load average 0.1-64.3 (harness/run/machine.py)")
+    assert machine_range([fast]).startswith("machine over 1 run(s): a Python loop step 44 ns, a round trip "
+                                            "between two processes on one CPU 5.6 us, load average 0.1 (")
+    assert machine_range([unmeasured]) == "machine: not measured in any run"
+
+
 def pytest_in(folder: Path, *args: str, **kwargs) -> subprocess.Popen:
     # the plugin comes with the installed harness (its pytest11 entry point): no conftest.py
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(folder),
@@ -105,6 +126,8 @@ def test_a_broken_expectation_fails_with_measured_value_command_timeline_and_log
     assert "fault timeline (seconds after warm-up)" in out and "fault_applied" in out, out
     assert "rank logs (tails)" in out and "--- r000.log" in out, out
     assert "chaos scenarios: runtime per scenario and policy" in out, out
+    assert re.search(r"^machine over 1 run\(s\): a Python loop step \d+ ns, a round trip between two "
+                     r"processes on one CPU [\d.]+ us, load average [\d.]+ ", out, re.MULTILINE), out
     assert leftovers(tmp_path / "runs") == []
 
 
