@@ -40,7 +40,7 @@ def test_it_measures_each_size_and_policy_and_prints_the_same_table_again_from_t
     assert again.returncode == 0, again.stderr
     assert rows == [line for line in again.stdout.splitlines() if line.startswith("| 4 |")]
     [machine_line] = [line for line in done.stdout.splitlines() if line.startswith("machine: ")]
-    assert re.match(r"machine: \d+ CPUs.*: a Python loop step \d+ ns .* round trip between two processes on one CPU [\d.]+ us.*load average",
+    assert re.match(r"machine: \d+ CPUs.*: a Python loop step \d+ ns, a round trip between two processes on one CPU [\d.]+ us.*load average",
                     machine_line)
     assert machine_line in again.stdout.splitlines()  # kept in the folder, not measured again
 
