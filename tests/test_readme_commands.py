@@ -76,6 +76,7 @@ def test_readme_command_line_works(line):
     finally:  # what the command made where a user runs it (`nights/` of `chaos nightly`) goes
         for made in set(REPO.iterdir()) - before:
             shutil.rmtree(made) if made.is_dir() else made.unlink()
-    assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, (f"`{line}` exited {done.returncode}:\n{done.stdout[-3000:]}\n"
+                                  f"{done.stderr[-2000:]}")
     if sub == "doctor":  # the speed to hold the README's figures against
         assert re.search(r"^machine: \d+ CPUs.*a Python loop step \d+ ns", done.stdout, re.MULTILINE), done.stdout

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from chaos import netlink, nft, probe, proc
-from chaos.calibrate import delivered, tcp_throughput, udp_stream
+from chaos.calibrate import delivered, tcp_throughput, udp_cap, udp_stream
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import parse_fault
 from chaos.inject import NetlinkInjector
@@ -96,8 +96,11 @@ def test_bandwidth_caps_both_ways_and_refuses_a_second_cap(cluster, injector):
     # The cap holds (never above it) and traffic flows; how close a stream gets to the cap
     # on a busy 2-core machine is a calibration figure (`chaos calibrate`), not a test.
     assert 0.3 * 20e6 <= tcp_throughput(a, b, 1.0) <= 1.1 * 20e6
+    # The cap itself, with datagrams offered at 1.5 times it: what `chaos calibrate` judges.
+    assert abs(udp_cap(a, b, 20e6, 1.0) - 20e6) <= 0.05 * 20e6
     injection.revert()
     assert "tbf" not in port_state(a)["qdiscs"] + port_state(a)["eth0"]
+    assert udp_cap(a, b, 20e6, 0.5) >= 1.4 * 20e6  # uncapped, everything offered arrives
 
 
 def test_blackhole_keeps_the_link_up_and_drops_everything(cluster, injector):
