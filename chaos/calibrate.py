@@ -4,10 +4,11 @@
 `chaos.topology`, named ``chaos-cal<pid>-*``, every namespace in a ledger so a heal removes
 them), applies each fault with the mechanism this machine picks, measures it with small
 pure-Python UDP/TCP traffic between the two hosts only, and prints configured vs
-measured against the targets: loss within 2 points over >= 5,000 packets; median one-way
-delay within 1 ms; link down (and blackhole, partition) effective within 10 ms of the
-apply; bandwidth within 10%, as frames on the wire of datagrams offered faster than the cap
-(one TCP stream's payload rate is shown beside it, not judged).
+measured against the targets: loss within 2 points, over as many datagrams as measure it
+as precisely as 5,000 independent ones; median one-way delay within 1 ms; link down (and
+blackhole, partition) effective within 10 ms of the apply; bandwidth within 10%, as frames
+on the wire of datagrams offered faster than the cap (one TCP stream's payload rate is
+shown beside it, not judged).
 
 The traffic helpers are also what the tests measure with. Sockets are opened inside a
 host's namespace once and used from this process; both hosts share this machine's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import random
 import socket
@@ -30,9 +32,10 @@ from typing import Callable, Iterator, Sequence
 
 
 from chaos import netlink, topology
+from chaos.bpf import DropChain
 from chaos.api import Host, Injection
 from chaos.errors import ChaosError
-from chaos.faults import FaultBase, parse_fault
+from chaos.faults import FaultBase, Loss, parse_fault
 from chaos.inject import UNDOS, NetlinkInjector, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 
@@ -253,6 +256,16 @@ def cut_after_apply(sender: Host, receiver: Host, apply: Callable[[], Injection]
     return last_through - injection.applied.t_applied, injection
 
 
+def loss_sample_size(fault: Loss) -> int:
+    """Datagrams that measure `fault`'s loss as precisely as 5,000 independent ones: losses
+    in bursts or correlated are not independent, and the loss of a sample of n varies
+    (1 + r) / (1 - r) times as much, r being the drop chain's lag-one correlation (5% in
+    bursts of 3: 4.7 times, 23,500 datagrams; 5,000 of them read 3.8-6.2% in 17 runs)."""
+    chain = DropChain.from_loss(fault.percent, fault.correlation, fault.burst)
+    r = 1.0 - chain.enter - chain.leave
+    return int(math.ceil(5000 * (1 + r) / (1 - r) / 500) * 500)
+
+
 # --- calibration -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -269,12 +282,13 @@ def _measure(injector: NetlinkInjector, hosts: Sequence[Host], spec: dict) -> Fi
     fault: FaultBase = parse_fault(spec)
     mechanism = injector.mechanism(fault)
     if spec["kind"] == "loss":
+        count = loss_sample_size(fault)  # type: ignore[arg-type]
         injection = injector.apply(fault, [a])
         with udp_stream(a, b) as send:
-            got = send(5000, 0.0002)
+            got = send(count, 0.0002)
         injection.revert()
-        lost = 1 - len(got.received_at) / 5000
-        return Figure(fault.describe(), mechanism, spec["percent"], f"{lost:.1%} of 5000",
+        lost = 1 - len(got.received_at) / count
+        return Figure(fault.describe(), mechanism, spec["percent"], f"{lost:.1%} of {count}",
                       abs(lost - fault.percent) <= 0.02)  # type: ignore[attr-defined]
     if spec["kind"] == "delay":
         injection = injector.apply(fault, [a])

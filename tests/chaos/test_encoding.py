@@ -2,11 +2,14 @@
 the netem path cannot run here; it runs for real under requires_netem)."""
 from __future__ import annotations
 
+import random
+import statistics
 import struct
 
 import pytest
 
 from chaos import bpf, netem, netlink, nft, tc
+from chaos.calibrate import loss_sample_size
 from chaos.faults import parse_fault
 
 QOPT = struct.Struct("=IIIIII")
@@ -99,3 +102,22 @@ def test_partition_rule_matches_both_ports_and_drops():
     rule = dict(netlink.parse_attrs(messages[3][3][4:]))
     exprs = [dict(netlink.parse_attrs(e))[1].rstrip(b"\0") for _, e in netlink.parse_attrs(rule[4])]
     assert exprs == [b"meta", b"cmp", b"meta", b"cmp", b"immediate"]
+
+
+@pytest.mark.parametrize("spec", [{"percent": "20%"}, {"percent": "5%", "burst": 3},
+                                  {"percent": "10%", "correlation": "50%"}])
+def test_calibration_measures_each_loss_as_precisely_as_5000_independent_datagrams(spec):
+    """`chaos calibrate` sizes its sample by the drop chain's correlation; simulated here,
+    the sample's loss spreads like that of 5,000 independent datagrams."""
+    fault = parse_fault({"kind": "loss", **spec})
+    chain = bpf.DropChain.from_loss(fault.percent, fault.correlation, fault.burst)
+    count, rng = loss_sample_size(fault), random.Random(7)
+    losses = []
+    for _ in range(100):
+        bad, lost = rng.random() < chain.loss, 0
+        for _ in range(count):
+            bad = rng.random() >= chain.leave if bad else rng.random() < chain.enter
+            lost += bad
+        losses.append(lost / count)
+    independent = (fault.percent * (1 - fault.percent) / 5000) ** 0.5
+    assert 0.75 * independent <= statistics.pstdev(losses) <= 1.25 * independent
