@@ -101,7 +101,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in failures:
         print(f"EXPECTATION FAILED: {line}", file=sys.stderr)
     if failures:
-        print(f"reproduce: chaos run {args.scenario} --policy <policy> --seed {scenario.seed}",
+        from harness.run.check import reproduce_command
+        failed = [row["trial"] for _, row in table.iterrows() if reports.trial_failures(row)]
+        print(f"reproduce: {reproduce_command(Path(args.scenario), failed, scenario.seed, overrides)}",
               file=sys.stderr)
     return 1 if failures else 0
 

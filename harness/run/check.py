@@ -16,7 +16,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import reports
 from harness.cluster.backends import backend_named
@@ -43,14 +43,11 @@ class PolicyCheck:
     metrics: dict[str, Any]
     failures: tuple[str, ...]
     seconds: float
+    reproduce: str  # the `chaos run` line that runs this trial again
 
     @property
     def trial_dir(self) -> Path:
         return trial_dir(self.run_dir, self.policy)
-
-    @property
-    def reproduce(self) -> str:
-        return reproduce_command(self.scenario_file, self.policy, self.scenario.seed)
 
     def summary(self) -> str:
         """"timeout: failed-fast (detect 5.12 s) in 14.2 s" for the runtime table."""
@@ -96,9 +93,21 @@ class PolicyCheck:
         return "\n".join(parts) or "(no rank logs)"
 
 
-def reproduce_command(scenario_file: Path, policy: str, seed: int) -> str:
-    """The command that runs one policy of a scenario again, with the same seed."""
-    return shlex.join(["chaos", "run", str(scenario_file), "--policy", policy, "--seed", str(seed)])
+# The overrides `chaos run` takes as options (the seed is the scenario's, overridden or not).
+OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend"}
+
+
+def reproduce_command(scenario_file: Path, policies: str | Sequence[str], seed: int,
+                      overrides: Mapping[str, Any] | None = None) -> str:
+    """The command that runs these policies of a scenario again: the same seed, and the
+    ranks and backend it ran with where they overrode the scenario's."""
+    words = ["chaos", "run", str(scenario_file)]
+    for policy in [policies] if isinstance(policies, str) else policies:
+        words += ["--policy", policy]
+    for key, option in OVERRIDE_OPTIONS.items():
+        if (overrides or {}).get(key) is not None:
+            words += [option, str(overrides[key])]  # type: ignore[index]
+    return shlex.join(words + ["--seed", str(seed)])
 
 
 def _is_number(value: Any) -> bool:
@@ -121,11 +130,10 @@ def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[st
     the rank launcher (a session's checks share one)."""
     scenario = load_scenario(scenario_file, overrides)
     started = time.monotonic()
+    command = reproduce_command(scenario_file, policy, scenario.seed, overrides)
     run_dir, _ = run_scenario(scenario, scenario_file, [policy], out, backend_named(scenario.cluster.backend),
-                              progress or Progress(scope=scenario.name),
-                              command=reproduce_command(scenario_file, policy, scenario.seed),
-                              launchers=launchers)
+                              progress or Progress(scope=scenario.name), command=command, launchers=launchers)
     reports.write_reports(run_dir)
     metrics = reports.analyze_run(run_dir).iloc[0].to_dict()
     return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(reports.trial_failures(metrics)),
-                       time.monotonic() - started)
+                       time.monotonic() - started, command)

@@ -15,7 +15,7 @@ from harness.pytest_plugin import machine_range
 from harness.run.check import PolicyCheck, reproduce_command
 from harness.run.scenario import load_scenario
 from runfolder.info import MachineSpeed, RunInfo, write_run_info
-from tests.conftest import REPO, leftovers
+from tests.conftest import REPO, chaos_cli, leftovers
 
 SCENARIO = REPO / "scenarios" / "pause_rank.yaml"
 
@@ -39,15 +39,20 @@ def fake_check(tmp_path: Path) -> PolicyCheck:
     (trial / "logs" / "r001.log").write_text("")
     metrics = {"outcome": "failed-fast", "outcome_reason": "16 of 16 ranks exited failed-fast", "ttd_s": 5.1}
     return PolicyCheck(load_scenario(SCENARIO), SCENARIO, "timeout", tmp_path / "run", metrics,
-                       ("outcome: expected hung, measured failed-fast",), 12.5)
+                       ("outcome: expected hung, measured failed-fast",), 12.5,
+                       reproduce_command(SCENARIO, "timeout", 1, {"cluster.ranks": 64, "cluster.backend": None}))
 
 
 def test_a_failure_names_the_expectation_the_measured_value_and_the_command(tmp_path: Path) -> None:
     text = fake_check(tmp_path).failure_text()
     assert "pause_rank under timeout: 1 expectation not met" in text
     assert "outcome: expected hung, measured failed-fast" in text
-    assert f"reproduce: chaos run {SCENARIO} --policy timeout --seed 1" in text
-    assert reproduce_command(SCENARIO, "timeout", 1) in text
+    assert f"reproduce: chaos run {SCENARIO} --policy timeout --ranks 64 --seed 1" in text
+
+
+def test_the_reproducing_command_has_every_policy_and_each_option_the_run_overrode() -> None:
+    assert reproduce_command(SCENARIO, ["retry", "timeout"], 7, {"cluster.backend": "docker", "seed": 7}) == \
+        f"chaos run {SCENARIO} --policy retry --policy timeout --backend docker --seed 7"
 
 
 def test_the_timeline_is_in_seconds_after_warm_up(tmp_path: Path) -> None:
@@ -128,6 +133,18 @@ def test_a_broken_expectation_fails_with_measured_value_command_timeline_and_log
     assert "chaos scenarios: runtime per scenario and policy" in out, out
     assert re.search(r"^machine over 1 run\(s\): a Python loop step \d+ ns, a round trip between two "
                      r"processes on one CPU [\d.]+ us, load average [\d.]+ ", out, re.MULTILINE), out
+    assert leftovers(tmp_path / "runs") == []
+
+
+@pytest.mark.requires_root
+@pytest.mark.slow
+def test_chaos_run_names_the_broken_expectation_and_the_command_with_the_options_it_ran_with(tmp_path: Path) -> None:
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    done = chaos_cli("run", str(tmp_path / "tiny.yaml"), "--ranks", "4", "--out", str(tmp_path / "runs"),
+                     "--quiet", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "EXPECTATION FAILED: timeout: outcome: expected hung, measured absorbed" in done.stderr, done.stderr
+    assert f"reproduce: chaos run {tmp_path / 'tiny.yaml'} --policy timeout --ranks 4 --seed 0" in done.stderr
     assert leftovers(tmp_path / "runs") == []
 
 
