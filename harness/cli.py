@@ -44,7 +44,7 @@ def require_root(what: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario, scaled_to_cores, scaling_note
+    from harness.run.scenario import load_scenario, reproduce_command, scaled_to_cores, scaling_note
 
     overrides = {}
     if args.ranks is not None:
@@ -101,7 +101,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in failures:
         print(f"EXPECTATION FAILED: {line}", file=sys.stderr)
     if failures:
-        from harness.run.check import reproduce_command
         failed = [row["trial"] for _, row in table.iterrows() if reports.trial_failures(row)]
         print(f"reproduce: {reproduce_command(Path(args.scenario), failed, scenario.seed, overrides)}",
               file=sys.stderr)

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import reports
 from harness.cluster.backends import backend_named
 from harness.cluster.launcher import LauncherPool
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
-from harness.run.scenario import Scenario, load_scenario
+from harness.run.scenario import Scenario, load_scenario, reproduce_command
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, read_events
 from runfolder.layout import LOGS_DIR, REPORT_MARKDOWN, trial_dir
@@ -91,23 +90,6 @@ class PolicyCheck:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {log.name}\n" + ("\n".join(tail) if tail else "(empty)"))
         return "\n".join(parts) or "(no rank logs)"
-
-
-# The overrides `chaos run` takes as options (the seed is the scenario's, overridden or not).
-OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend"}
-
-
-def reproduce_command(scenario_file: Path, policies: str | Sequence[str], seed: int,
-                      overrides: Mapping[str, Any] | None = None) -> str:
-    """The command that runs these policies of a scenario again: the same seed, and the
-    ranks and backend it ran with where they overrode the scenario's."""
-    words = ["chaos", "run", str(scenario_file)]
-    for policy in [policies] if isinstance(policies, str) else policies:
-        words += ["--policy", policy]
-    for key, option in OVERRIDE_OPTIONS.items():
-        if (overrides or {}).get(key) is not None:
-            words += [option, str(overrides[key])]  # type: ignore[index]
-    return shlex.join(words + ["--seed", str(seed)])
 
 
 def _is_number(value: Any) -> bool:

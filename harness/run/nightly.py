@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import platform
-import shlex
 import shutil
 import socket
 import subprocess
@@ -50,7 +49,8 @@ from chaos.errors import UsageError
 from harness.run import machine
 from harness.run.progress import Progress
 from harness.signals import Terminated
-from harness.run.scenario import Scenario, _line_of, describe_errors, load_scenario, scaled_to_cores
+from harness.run.scenario import (Scenario, _line_of, describe_errors, load_scenario, reproduce_command,
+                                  scaled_to_cores)
 
 if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
@@ -202,15 +202,11 @@ def expand(plan: NightPlan, plan_file: Path) -> tuple[Cell, ...]:
 def _cell(plan: NightPlan, path: Path, name: str, policies: tuple[str, ...], repeat: int,
           ranks: int | None) -> Cell:
     seed = seed_for(plan.seed, name, repeat)
-    overrides: dict[str, Any] = {"seed": seed, "cluster.backend": plan.backend}
-    words = ["chaos", "run", str(path), "--backend", plan.backend, "--seed", str(seed)]
-    if ranks is not None:
-        overrides["cluster.ranks"] = ranks
-        words += ["--ranks", str(ranks)]
-    scenario = load_scenario(path, overrides)
+    overrides: dict[str, Any] = {"seed": seed, "cluster.backend": plan.backend, "cluster.ranks": ranks}
+    scenario = load_scenario(path, {k: v for k, v in overrides.items() if v is not None})
     # like `chaos run --ranks`: the scenario's times follow the ranks per core (docs/scale.md)
     return Cell(scenario if ranks is None else scaled_to_cores(scenario), path, policies, repeat,
-                shlex.join(words))
+                reproduce_command(path, (), seed, overrides))
 
 
 def plan_digest(plan: NightPlan, cells: tuple[Cell, ...]) -> str:

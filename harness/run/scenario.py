@@ -42,8 +42,9 @@ import math
 import os
 import random
 import re
+import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
@@ -483,6 +484,24 @@ def describe_errors(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
         field = ".".join(str(p) for p in loc) or "scenario"
         problems.append((loc, f"{field}: {msg}"))
     return problems
+
+
+# The overrides `chaos run` takes as options (the seed is the scenario's, overridden or not).
+OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend"}
+
+
+def reproduce_command(scenario_file: Path, policies: str | Sequence[str], seed: int,
+                      overrides: Mapping[str, Any] | None = None) -> str:
+    """The `chaos run` line that runs these policies of a scenario again (none named: all of
+    them): the same seed, and the ranks and backend where `overrides` gave them."""
+    overrides = overrides or {}
+    words = ["chaos", "run", str(scenario_file)]
+    for policy in [policies] if isinstance(policies, str) else policies:
+        words += ["--policy", policy]
+    for key, option in OVERRIDE_OPTIONS.items():
+        if overrides.get(key) is not None:
+            words += [option, str(overrides[key])]
+    return shlex.join(words + ["--seed", str(seed)])
 
 
 def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> Scenario:

@@ -101,8 +101,8 @@ def test_the_plan_expands_repeat_by_repeat_with_a_distinct_seed_per_repeat(tmp_p
     assert flap_seeds != [seed_for(8, "s_flap", r) for r in range(3)]  # the base seed moves them all
     long = next(c for c in cells if c.scenario.name == "long")
     assert long.scenario.cluster.ranks == 3
-    assert long.command == (f"chaos run {tmp_path / 'other' / 'long.yaml'} --backend netns "
-                            f"--seed {long.scenario.seed} --ranks 3")
+    assert long.command == (f"chaos run {tmp_path / 'other' / 'long.yaml'} --ranks 3 --backend netns "
+                            f"--seed {long.scenario.seed}")
     # --repeat overrides the plan's, not an entry's own
     assert len(expand(load_night_plan(path, repeat=1), path)) == 3
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.pytest_plugin import machine_range
-from harness.run.check import PolicyCheck, reproduce_command
-from harness.run.scenario import load_scenario
+from harness.run.check import PolicyCheck
+from harness.run.scenario import load_scenario, reproduce_command
 from runfolder.info import MachineSpeed, RunInfo, write_run_info
 from tests.conftest import REPO, chaos_cli, leftovers
 
