@@ -12,7 +12,7 @@ shown beside it, not judged).
 
 The traffic helpers are also what the tests measure with. Sockets are opened inside a
 host's namespace once and used from this process; both hosts share this machine's
-monotonic clock, so one-way delay is measured directly.
+clocks, so one-way delay is measured directly, from the send to the kernel's arrival stamp.
 """
 from __future__ import annotations
 
@@ -86,6 +86,22 @@ class Received:
         return [self.received_at[s] - self.sent_at[s] for s in self.received_at]
 
 
+def _wall_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
+    for level, kind, data in ancillary:
+        if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec + nsec * 1e-9
+    return None
+
+
+def _arrival(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """When the kernel received a datagram, on the monotonic clock (the receiving thread
+    may wake a millisecond later on a busy or idle VM)."""
+    now = time.monotonic()
+    stamp = _wall_stamp(ancillary)
+    return now if stamp is None else stamp - (time.time() - now)
+
+
 @contextlib.contextmanager
 def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Callable[[int, float], Received]]:
     """Yields send(count, interval_s) -> Received: numbered, timestamped datagrams from
@@ -93,6 +109,7 @@ def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Calla
     rx = host_socket(receiver, socket.SOCK_DGRAM)
     tx = host_socket(sender, socket.SOCK_DGRAM)
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
+    rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     rx.bind((receiver.address, port))
     rx.settimeout(0.5)
 
@@ -104,14 +121,14 @@ def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Calla
         def collect() -> None:
             while True:
                 try:
-                    data = rx.recv(64)
+                    data, ancillary, _, _ = rx.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
                 except socket.timeout:
                     if done.is_set():
                         return
                     continue
                 got_tag, seq, _ = _STAMP.unpack_from(data)
                 if got_tag == tag:
-                    result.received_at[seq] = time.monotonic()
+                    result.received_at[seq] = _arrival(ancillary)
 
         thread = threading.Thread(target=collect, daemon=True)
         thread.start()
@@ -207,10 +224,8 @@ def udp_cap(sender: Host, receiver: Host, rate_bits: float, seconds: float, port
                     if done.is_set():
                         return
                     continue
-                for level, kind, data in ancillary:
-                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
-                        sec, nsec = _TIMESPEC.unpack_from(data)
-                        arrivals.append(sec + nsec * 1e-9)
+                if (stamp := _wall_stamp(ancillary)) is not None:
+                    arrivals.append(stamp)
 
         thread = threading.Thread(target=collect, daemon=True)
         thread.start()

@@ -3,6 +3,7 @@ state read back, and traffic between two hosts measured, before, during and afte
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 
@@ -13,7 +14,7 @@ from chaos.calibrate import delivered, tcp_throughput, udp_cap, udp_stream
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import parse_fault
 from chaos.inject import NetlinkInjector
-from chaos.nfq import NfqueueDelay
+from chaos.nfq import DELAYER_NICE, NfqueueDelay
 
 pytestmark = pytest.mark.requires_root
 
@@ -74,7 +75,8 @@ def test_delay_holds_packets_for_the_latency(cluster, injector):
     clean = port_state(a)
     injection = injector.apply(parse_fault({"kind": "delay", "latency": "30ms", "direction": "to_host"}), [b])
     assert NfqueueDelay.table(b) in port_state(b)["tables"]
-    assert proc.helpers_of_run(cluster.run_id)
+    delayers = proc.helpers_of_run(cluster.run_id)
+    assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in delayers] == [DELAYER_NICE]
     with pytest.raises(FaultConflict, match="already carries a delay"):
         injector.apply(parse_fault({"kind": "delay", "latency": "5ms"}), [b])
     with udp_stream(a, b) as send:
