@@ -31,6 +31,9 @@ doubling), while independent datagrams keep arriving: a lossy rank looks slow (a
 straggler), not dead. Silence is measured only after draining the socket (server and
 rank), so a starved reader never blames a peer for its own delay.
 
+Neither side counts silence over a stall of its own (`Stalls`: a thread of it woke late):
+when the whole machine stops, the hearts stop too, and a stop is not a failure.
+
 `PhiAccrual` and `FailureDetector.judge` are pure (a clock is passed in) and unit-tested
 with fake clocks; the sockets are the edge.
 """
@@ -72,6 +75,12 @@ SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>; Python's socket module does not n
 # hogs, at nice 0 the control plane made 817 false suspicions in 681 s and the ranks'
 # heartbeat threads 204 in 901 s; with both at -10, none in 701 s (docs/scale.md).
 AHEAD_NICE = -10
+# A detector thread that wakes this much later than it asked to was not running: its
+# process, or the whole machine, stalled. Silence over a stall is not counted, on either
+# side: a 0.6 s stop of every process of a 16-rank job (as a VM's host stops it) made 588
+# heartbeat suspicions and 3 cut-offs in one trial before (docs/scale.md "A machine that
+# stops").
+STALL_MIN_S = 0.1
 
 
 def run_ahead(tid: int = 0) -> int:
@@ -111,6 +120,12 @@ class PhiAccrual:
     def silence(self, now: float) -> float:
         return 0.0 if self.last is None else max(0.0, now - self.last)
 
+    def discount(self, stalled_s: float) -> None:
+        """Count no silence over `stalled_s` in which the judge was not running (nor, if the
+        whole machine stopped, the sender): its next interval is a usual one, not a gap."""
+        if self.last is not None:
+            self.last += stalled_s
+
     def phi(self, now: float) -> float:
         if len(self.intervals) < 2:
             return 0.0
@@ -129,6 +144,40 @@ def floor_for(suspect_after_s: float) -> float:
     """The least silence a rank judging with `suspect_after_s` reads (FailureDetector: a
     silence under it is no verdict), which it asks the digests to report exactly."""
     return suspect_after_s / 4
+
+
+class Stalls:
+    """The seconds a thread that wakes at least every `period_s` was not running: each
+    wake later than that by STALL_MIN_S or more is a stall of the excess. `woke` is called
+    by that thread; `since` by any."""
+
+    def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.period_s = period_s
+        self.clock = clock
+        self.last = clock()
+        self.recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (end, secs)
+
+    def restart(self) -> None:
+        """The thread starts waking now (a late start is no stall)."""
+        self.last = self.clock()
+
+    def woke(self) -> float:
+        """Record a wake; returns the stall it ends (0.0 when on time)."""
+        now = self.clock()
+        excess, self.last = now - self.last - self.period_s, now
+        if excess < STALL_MIN_S:
+            return 0.0
+        self.recent.append((now, excess))
+        return excess
+
+    def since(self, t: float) -> float:
+        """Seconds stalled after `t`, with the stall in progress (the thread is late now)."""
+        now = self.clock()
+        stalled = sum(min(secs, end - t) for end, secs in list(self.recent) if end > t)
+        due = self.last + self.period_s
+        if now - due >= STALL_MIN_S:
+            stalled += now - max(due, t)
+        return stalled
 
 
 @dataclass
@@ -174,6 +223,7 @@ class HeartbeatServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.udp, selectors.EVENT_READ, "udp")
         self._selector.register(self.tcp, selectors.EVENT_READ, "accept")
+        self.stalls = Stalls(TICK_S, clock)
         self._thread = threading.Thread(target=self._serve, name="heartbeat-server", daemon=True)
         self._counter = threading.Thread(target=self._count_asks, name="rejoin-requests", daemon=True)
 
@@ -201,9 +251,16 @@ class HeartbeatServer:
 
     def _serve(self) -> None:
         next_tick = self.clock()
+        self.stalls.restart()
         while True:
             changed = False
-            for key, _ in self._selector.select(max(0.0, next_tick - self.clock())):
+            ready = self._selector.select(max(0.0, next_tick - self.clock()))
+            if (stalled := self.stalls.woke()) > 0:  # before draining: what arrives now is fresh
+                for member in self.members.values():
+                    member.accrual.discount(stalled)
+                print(f"control plane: not running for {stalled:.2f}s; heartbeat silence over it "
+                      "not counted", file=sys.stderr, flush=True)
+            for key, _ in ready:
                 changed |= self._handle(key)
             now = self.clock()
             if changed or now >= next_tick:
@@ -450,6 +507,7 @@ class HeartbeatClient:
         self._heart: subprocess.Popen | None = None
         self._to_heart = -1
         self._stopped = threading.Event()
+        self.stalls = Stalls(interval_s, clock)  # this process's, as the listener sees them
         self._thread = threading.Thread(target=self._listen, name="digests", daemon=True)
 
     def start(self) -> "HeartbeatClient":
@@ -490,7 +548,10 @@ class HeartbeatClient:
             pass  # the control plane is not reachable (yet): greeted again until a digest comes
 
     def _listen(self) -> None:
+        run_ahead()  # a stall probe: late only when the process (or the machine) was stopped
+        self.stalls.restart()
         while not self._stopped.wait(self.interval_s):
+            self.stalls.woke()
             if self.view() is None:  # keeps the socket drained while the rank is busy
                 self._greet()
             with self._lock:
@@ -552,8 +613,10 @@ class FailureDetector:
 
     def __init__(self, view: Callable[[], View | None], me: int, suspect_after_s: float,
                  phi_threshold: float | None, straggler_loss: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 stalled_since: Callable[[float], float] = lambda t: 0.0) -> None:
         self.view = view
+        self.stalled_since = stalled_since  # seconds this process was stopped after a time
         self.me = me
         self.suspect_after_s = suspect_after_s
         self.phi_threshold = phi_threshold
@@ -567,7 +630,7 @@ class FailureDetector:
         now = self.clock()
         view = self.view()
         heard = view.received if view is not None else self.started
-        if now - heard >= self.suspect_after_s:
+        if now - heard - self.stalled_since(heard) >= self.suspect_after_s:
             return [Suspicion(self.me, "cut-off", round(now - heard, 3))]
         if view is None:
             return []

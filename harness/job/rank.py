@@ -66,7 +66,7 @@ def main(config: dict[str, Any]) -> int:
             if warning := not_ahead(f"rank {cfg.rank}'s heart", heartbeats.nice):
                 print(warning, file=sys.stderr, flush=True)
             detector = FailureDetector(heartbeats.view, cfg.rank, spec.suspect_after, spec.phi,
-                                       spec.straggler_loss)
+                                       spec.straggler_loss, stalled_since=heartbeats.stalls.since)
         workload = Workload(cfg.workload, cfg.seed, cfg.rank, torch.device(cfg.device))
         if cfg.device == "cuda":  # the gpu_hang fault's commands (harness.job.gpufault)
             stream = torch.cuda.current_stream(workload.device)  # the one the training queues on

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from harness.job.detector import (AHEAD_NICE, MAX_RANKS, FailureDetector, HeartbeatClient, HeartbeatServer,
-                                  PeerState, PhiAccrual, View, encode_digest, floor_for, not_ahead,
-                                  parse_digest)
+from harness.job.detector import (AHEAD_NICE, MAX_RANKS, STALL_MIN_S, FailureDetector, HeartbeatClient,
+                                  HeartbeatServer, PeerState, PhiAccrual, Stalls, View, encode_digest,
+                                  floor_for, not_ahead, parse_digest)
 
 
 class Clock:
@@ -113,6 +113,45 @@ def test_stale_view_means_this_rank_is_cut_off_not_that_peers_died():
     clock.t += 0.2
     [s] = d.judge((0, 1, 2), 0)
     assert (s.peer, s.via) == (0, "cut-off") and s.silent_s == pytest.approx(0.9)
+
+
+def test_stalls_are_the_wakes_later_than_the_period_by_the_minimum_or_more():
+    clock = Clock(0.0)
+    stalls = Stalls(0.05, clock)
+    for _ in range(10):  # on time, and late by less than a stall
+        clock.t += 0.05 + STALL_MIN_S / 2
+        assert stalls.woke() == 0.0
+    start = clock.t
+    clock.t += 0.65
+    assert stalls.woke() == pytest.approx(0.6)
+    assert stalls.since(start - 1.0) == pytest.approx(0.6)
+    assert stalls.since(clock.t - 0.2) == pytest.approx(0.2)  # only the part after the time asked
+    assert stalls.since(clock.t) == 0.0
+    clock.t += 0.05 + 0.3  # late now, not yet awake: the stall in progress counts
+    assert stalls.since(clock.t - 1.0) == pytest.approx(0.6 + 0.3)
+
+
+def test_a_silence_while_this_process_was_stopped_is_no_cut_off():
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive())]
+    stopped = [0.0]
+    d = detector(clock, current, stalled_since=lambda t: stopped[0])
+    clock.t += 1.0
+    stopped[0] = 0.6   # a machine that stopped for 0.6 s: 0.4 s heard nothing while running
+    assert d.judge((0, 1), 0) == []
+    clock.t += 0.4
+    [s] = d.judge((0, 1), 0)
+    assert (s.peer, s.via) == (0, "cut-off") and s.silent_s == pytest.approx(1.4)
+
+
+def test_the_server_counts_no_silence_over_its_own_stall():
+    acc = PhiAccrual()
+    for i in range(50):
+        acc.heartbeat(i * 0.1)
+    acc.discount(0.6)
+    assert acc.silence(4.9 + 0.7) == pytest.approx(0.1) and acc.phi(4.9 + 0.7) < 1
+    acc.heartbeat(4.9 + 0.7)
+    assert acc.intervals[-1] == pytest.approx(0.1)  # not a 0.7 s gap in its history
 
 
 def test_never_hearing_a_digest_is_a_cut_off_after_the_threshold():
