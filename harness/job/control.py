@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 GENERATION_KEY = "generation"
 REJOIN_REQUESTS_KEY = "rejoin/requests"
 LISTENING = "control plane listening"
+STALL_LOGGED = "control plane: not running for"  # in the control plane's log, per stall
 
 
 def heartbeat_port(store_port: int) -> int:
@@ -41,7 +42,13 @@ def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0") -> HeartbeatS
     """The failure detector's server, telling in its digests the store's rejoin counter."""
     from harness.job.detector import HeartbeatServer
 
-    return HeartbeatServer(port, host, rejoin_requests=lambda: store.add(REJOIN_REQUESTS_KEY, 0))
+    return HeartbeatServer(port, host, rejoin_requests=lambda: store.add(REJOIN_REQUESTS_KEY, 0),
+                           on_stall=_log_stall)
+
+
+def _log_stall(secs: float) -> None:
+    sys.stderr.write(f"{STALL_LOGGED} {secs:.2f}s; heartbeat silence over it not counted\n")
+    sys.stderr.flush()
 
 
 def main(config: dict[str, Any]) -> int:

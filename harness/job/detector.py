@@ -202,9 +202,11 @@ class HeartbeatServer:
 
     def __init__(self, port: int, host: str = "0.0.0.0",
                  clock: Callable[[], float] = time.monotonic,
-                 rejoin_requests: Callable[[], int] = lambda: 0) -> None:
+                 rejoin_requests: Callable[[], int] = lambda: 0,
+                 on_stall: Callable[[float], None] = lambda secs: None) -> None:
         self.clock = clock
         self.rejoin_requests = rejoin_requests
+        self.on_stall = on_stall  # told the seconds of each stall of its own it discounts
         self._asks = 0
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind((host, port))
@@ -258,8 +260,7 @@ class HeartbeatServer:
             if (stalled := self.stalls.woke()) > 0:  # before draining: what arrives now is fresh
                 for member in self.members.values():
                     member.accrual.discount(stalled)
-                print(f"control plane: not running for {stalled:.2f}s; heartbeat silence over it "
-                      "not counted", file=sys.stderr, flush=True)
+                self.on_stall(stalled)
             for key, _ in ready:
                 changed |= self._handle(key)
             now = self.clock()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from chaos import netlink, proc, topology
+from harness.job.control import STALL_LOGGED
 from tests.conftest import CHAOS, REPO
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
@@ -69,7 +70,7 @@ def test_a_job_stopped_whole_for_0_6_s_makes_no_false_suspicion(tmp_path, leaves
     assert job.returncode == 0, out  # the scenario's expectation: suspects_at_most 0
     # the stops were seen: the control plane did not count the silence over each
     stalls = [line for line in (trial / "logs" / "control.log").read_text().splitlines()
-              if "not running for" in line]
+              if line.startswith(STALL_LOGGED)]
     assert len(stalls) >= STOPS, stalls
     events = [json.loads(line) for line in (trial / "events.jsonl").read_text().splitlines()]
     assert [e for e in events if e["kind"] in ("suspect", "collective_error", "exclude")] == []
