@@ -109,7 +109,7 @@ import pandas as pd
 
 from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
-                              HOST_DROPS, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
+                              HOST_DROPS, MACHINE_STEAL, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
@@ -722,6 +722,7 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_gpu_release_columns(events))
     row.update(_gpu_freed_columns(events))
     row.update(_host_drops_column(events))
+    row.update(_steal_column(events))
     return row
 
 
@@ -730,6 +731,17 @@ def _host_drops_column(events: pd.DataFrame) -> dict[str, Any]:
     ranks ran (host_drops; the whole machine's count). NaN: not counted (no such kernel)."""
     counted = _of_kind(events, HOST_DROPS)
     return {"host_backlog_drops": int(counted.iloc[-1]["packets"]) if len(counted) else NAN}
+
+
+def _steal_column(events: pd.DataFrame) -> dict[str, Any]:
+    """host_steal_share: the share of this machine's CPU time its VM's host took while the
+    ranks ran (machine_steal). NaN: not counted (no steal column, or an older run folder)."""
+    counted = _of_kind(events, MACHINE_STEAL)
+    if not len(counted):
+        return {"host_steal_share": NAN}
+    last = counted.iloc[-1]
+    cpu_s = float(last["secs"]) * int(last["cpus"])
+    return {"host_steal_share": float(last["steal_s"]) / cpu_s if cpu_s > 0 else NAN}
 
 
 def _gpu_release_columns(events: pd.DataFrame) -> dict[str, Any]:

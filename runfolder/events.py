@@ -157,6 +157,10 @@ HOST_DROPS = _kind("host_drops", HARNESS, ("packets", "secs"),
                    "(net.core.netdev_max_backlog) in the secs from cluster up to the ranks' stop: "
                    "the whole machine's count, a loss no fault injected (none where the backend "
                    "has no such kernel)")
+MACHINE_STEAL = _kind("machine_steal", HARNESS, ("steal_s", "cpus", "secs"),
+                      "CPU seconds the virtual machine's host took from this machine's `cpus` "
+                      "CPUs (/proc/stat's steal) in the secs from cluster up to the ranks' stop: "
+                      "a slowness no fault injected (none where the kernel counts no steal)")
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "
                   "observed: ranks still running hang_cap after the last fault action)")

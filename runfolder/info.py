@@ -15,6 +15,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   1   the first versioned format
   2   run.json gains `machine`: the machine's speed as the run began (a version 1 file reads
       with machine None, as one whose speed could not be measured)
+  3   a trial's events gain `machine_steal`: CPU time the virtual machine's host took while
+      the ranks ran (a version 1-2 trial reads as one where it was not counted)
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -62,6 +62,18 @@ def line_now() -> str:
     return f"machine: {speed if isinstance(speed, str) else speed.describe()}"
 
 
+def steal_s(stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU seconds the hypervisor has taken from this machine since boot, all CPUs together
+    (the `cpu` line's eighth value, in USER_HZ ticks); None where the kernel counts none."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     try:
         lines = cpuinfo.read_text().splitlines()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import secrets
 import shlex
 import shutil
@@ -211,6 +212,7 @@ class Trial:
             teardown.callback(self._stop_ranks, cluster, recorder)
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
             teardown.callback(self._count_drops, cluster, recorder, cluster.backlog_drops(), up)
+            teardown.callback(self._count_steal, recorder, machine_speed.steal_s(), up)
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
                       + (" (rank launcher kept from the last trial)" if launcher == "kept" else ""))
             for rank in range(plan.ranks):
@@ -235,6 +237,14 @@ class Trial:
         if packets:
             self._say(f"the kernel dropped {packets} packets with a CPU's receive backlog full in these "
                       f"{secs:.0f} s (whole machine; net.core.netdev_max_backlog): a loss no fault injected")
+
+    def _count_steal(self, recorder: EventRecorder, at_up: float | None, up: float) -> None:
+        """CPU time the VM's host took while the ranks ran: on a shared VM a slow hour is
+        the host's, and a stop of the whole machine makes every rank silent at once."""
+        if at_up is None or (now := machine_speed.steal_s()) is None:
+            return
+        recorder.emit(kinds.MACHINE_STEAL, steal_s=round(now - at_up, 2), cpus=len(os.sched_getaffinity(0)),
+                      secs=round(self.clock() - up, 3))
 
     def _stop_ranks(self, cluster: Cluster, recorder: EventRecorder) -> None:
         for ex in cluster.stop_ranks(STOP_DEADLINE_S):

@@ -1,6 +1,8 @@
 """The comparison table against the source document's claims."""
 from __future__ import annotations
 
+import pytest
+
 import pandas as pd
 
 import report_fakes as fakes
@@ -35,12 +37,15 @@ def test_timeout_claim_held_with_context():
 
 
 
-def test_packets_the_host_dropped_on_its_own_are_said_only_where_counted():
+@pytest.mark.parametrize("column, unsaid, said, text", [
+    ("host_backlog_drops", 0, 2900, " (the host's kernel dropped 2900 packets of its own: receive backlog full)"),
+    ("host_steal_share", 0.01, 0.12, " (the VM's host took 12% of this machine's CPU time meanwhile: steal)"),
+])
+def test_a_slowness_or_loss_no_fault_injected_is_said_only_where_worth_saying(column, unsaid, said, text):
     row = metrics_of(fakes.failed_fast())
     story = what_happened(row)
-    assert what_happened({**row, "host_backlog_drops": 0}) == story
-    assert what_happened({**row, "host_backlog_drops": 2900}) == (
-        story + " (the host's kernel dropped 2900 packets of its own: receive backlog full)")
+    assert what_happened({**row, column: unsaid}) == story
+    assert what_happened({**row, column: said}) == story + text
 
 
 def test_retry_claim_fails_on_another_outcome():

@@ -4,6 +4,8 @@ of a rank the elastic survivors left out (frozen by SIGSTOP) finds the link idle
 trial is reported `bypassed`, not by what the job went on to do."""
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,9 @@ def run(tmp_path: Path, text: str, policy: str) -> tuple[dict, list[dict]]:
     [row] = reports.analyze_run(run_dir).to_dict("records")
     [drops] = [e for e in events if e["kind"] == "host_drops"]  # counted on a real kernel
     assert drops["packets"] >= 0 and drops["secs"] > 0 and row["host_backlog_drops"] == drops["packets"]
+    [steal] = [e for e in events if e["kind"] == "machine_steal"]  # this VM's kernel counts steal
+    assert steal["steal_s"] >= 0 and steal["cpus"] == len(os.sched_getaffinity(0))
+    assert row["host_steal_share"] == pytest.approx(steal["steal_s"] / (steal["secs"] * steal["cpus"]))
     return row, [e for e in events if e["kind"] == "fault_applied" and "link_bytes_before" in e]
 
 

@@ -55,6 +55,16 @@ def test_a_bench_folder_keeps_the_figures_and_says_when_it_has_none(tmp_path):
     assert machine.recorded_line(tmp_path).startswith(f"machine: {tmp_path / machine.MACHINE_FILE} unreadable (")
 
 
+def test_steal_is_the_eighth_value_of_the_cpu_line_in_seconds(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1958121 0 476092 6827146 10705 0 123528 415011 0 0\ncpu0 1 2 3\n")
+    assert machine.steal_s(stat) == 415011 / os.sysconf("SC_CLK_TCK")
+    stat.write_text("cpu  1 2 3 4 5 6 7\n")  # a kernel that counts no steal
+    assert machine.steal_s(stat) is None
+    assert machine.steal_s(tmp_path / "missing") is None
+    assert machine.steal_s() is not None  # this machine's kernel counts it
+
+
 def test_the_cpu_model_comes_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n")
