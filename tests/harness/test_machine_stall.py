@@ -53,7 +53,7 @@ def test_a_job_stopped_whole_for_0_6_s_makes_no_false_suspicion(tmp_path, leaves
     scenario = tmp_path / "machine_stop.yaml"
     text = (REPO / "scenarios" / "detector_no_fault.yaml").read_text()
     scenario.write_text(text.replace("name: detector_no_fault", "name: machine_stop")
-                        .replace("settle_steps: 240", "settle_steps: 80"))
+                        .replace("settle_steps: 240", "settle_steps: 60"))
     runs = tmp_path / "runs"
     job = subprocess.Popen([CHAOS, "run", str(scenario), "--out", str(runs)], cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
