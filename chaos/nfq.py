@@ -10,10 +10,11 @@ The delayer holds each packet's verdict until its deadline and then accepts it; 
 sleeps per packet: deadlines wait in a FIFO and one `select` timeout covers the earliest,
 and every due packet is released with one batch verdict. A deadline counts from the
 kernel's stamp of the packet (NFQA_TIMESTAMP), not from when the delayer read it, and the
-timeout aims early by the median of how late its recent timeouts woke it: on an idle
-2-core VM both wakes cost 0.2-2 ms, which a median one-way delay would otherwise carry. Packets keep their order: a
-packet's deadline is never earlier than the one ahead of it, so jitter delays a packet by
-at least its own draw (unlike netem's tfifo, which lets a jittered packet overtake).
+timeout aims early by the median of how late its recent timeouts woke it (at most 1 ms):
+on an idle 2-core VM each of the two wakes costs 0.2 ms in median and up to 2 ms, which
+the delay would otherwise carry. Packets keep their order: a packet's deadline is never
+earlier than the one ahead of it, so jitter delays a packet by at least its own draw
+(unlike netem's tfifo, which lets a jittered packet overtake).
 A delayer that dies leaves the queue without a listener and --queue-bypass lets packets
 through undelayed; the kernel never black-holes the link.
 """
@@ -196,9 +197,9 @@ def run_delay_line(sock: socket.socket, queue: int, sampler: DelaySampler) -> in
                 last_deadline = max(queued_at(stamp, now, wall_minus_monotonic) + sampler.draw(), last_deadline)
                 pending.append((last_deadline, packet_id))
                 seen += 1
-        now = time.monotonic() + lateness.median
+        release_by = time.monotonic() + lateness.median  # as the timeout aimed
         due = None
-        while pending and pending[0][0] <= now:
+        while pending and pending[0][0] <= release_by:
             due = pending.popleft()[1]
         if due is not None:
             accept_up_to(due)  # ids rise in queue order: one batch verdict releases them all
