@@ -220,6 +220,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_line(f"{'total':18} {sum(c.seconds for c in results):6.1f} s; "
                                 f"run folders under {results[0].run_dir.parent}")
     terminalreporter.write_line(machine_range(list(dict.fromkeys(r.run_dir for r in results))))
+    terminalreporter.write_line(steal_range([r.metrics for r in results]))
 
 
 def machine_range(run_dirs: list[Path]) -> str:
@@ -233,6 +234,17 @@ def machine_range(run_dirs: list[Path]) -> str:
                         for field, digits in (("loop_ns", 0), ("wake_us", 1), ("load_1m", 1)))
     return (f"machine over {len(speeds)} run(s): a Python loop step {loop} ns, a round trip between "
             f"two processes on one CPU {wake} us, load average {load} (harness/run/machine.py)")
+
+
+def steal_range(rows: list[dict[str, Any]]) -> str:
+    """How much CPU time the VM's host took over these trials (their host_steal_share): a
+    slow hour of a shared VM is the host's when this is high."""
+    shares = [100 * share for row in rows if isinstance(share := row.get("host_steal_share"), float)
+              and share == share]  # NaN: not counted
+    if not shares:
+        return "steal: not counted in any trial"
+    return (f"steal over {len(shares)} trial(s): the VM's host took {_spread(shares, 1)}% of this "
+            "machine's CPU time while the ranks ran (/proc/stat)")
 
 
 def _spread(values: list[float], digits: int) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pytest_plugin import machine_range
+from harness.pytest_plugin import machine_range, steal_range
 from harness.run.check import PolicyCheck
 from harness.run.scenario import load_scenario, reproduce_command
 from runfolder.info import MachineSpeed, RunInfo, write_run_info
@@ -105,6 +105,13 @@ def test_the_summary_gives_the_machines_speed_over_the_runs(tmp_path: Path) -> N
     assert machine_range([fast]).startswith("machine over 1 run(s): a Python loop step 44 ns, a round trip "
                                             "between two processes on one CPU 5.6 us, load average 0.1 (")
     assert machine_range([unmeasured]) == "machine: not measured in any run"
+
+
+def test_the_summary_gives_the_share_the_vms_host_took_over_the_trials() -> None:
+    counted = [{"host_steal_share": 0.004}, {"host_steal_share": float("nan")}, {"host_steal_share": 0.121}, {}]
+    assert steal_range(counted) == ("steal over 2 trial(s): the VM's host took 0.4-12.1% of this machine's "
+                                    "CPU time while the ranks ran (/proc/stat)")
+    assert steal_range([{"host_steal_share": float("nan")}]) == "steal: not counted in any trial"
 
 
 def pytest_in(folder: Path, *args: str, **kwargs) -> subprocess.Popen:
