@@ -19,6 +19,7 @@ path) and stops the session.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -239,8 +240,8 @@ def machine_range(run_dirs: list[Path]) -> str:
 def steal_range(rows: list[dict[str, Any]]) -> str:
     """How much CPU time the VM's host took over these trials (their host_steal_share): a
     slow hour of a shared VM is the host's when this is high."""
-    shares = [100 * share for row in rows if isinstance(share := row.get("host_steal_share"), float)
-              and share == share]  # NaN: not counted
+    shares = [100 * share for row in rows
+              if isinstance(share := row.get("host_steal_share"), float) and not math.isnan(share)]
     if not shares:
         return "steal: not counted in any trial"
     return (f"steal over {len(shares)} trial(s): the VM's host took {_spread(shares, 1)}% of this "
