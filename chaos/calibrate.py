@@ -40,8 +40,6 @@ from chaos.inject import UNDOS, NetlinkInjector, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 
 PORT = 47000
-SO_RCVBUFFORCE = 33
-SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; Python's socket module does not name these two
 IP_MTU = 14
 UDP_IP_HEADERS, ETHERNET_HEADER = 8 + 20, 14
 _TIMESPEC = struct.Struct("=qq")
@@ -88,7 +86,7 @@ class Received:
 
 def _wall_stamp(ancillary: list[tuple[int, int, bytes]]) -> float | None:
     for level, kind, data in ancillary:
-        if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+        if (level, kind) == (socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS):
             sec, nsec = _TIMESPEC.unpack_from(data)
             return sec + nsec * 1e-9
     return None
@@ -108,8 +106,8 @@ def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Calla
     `sender` to `receiver`, paced, collected by a thread until 0.5 s after the last."""
     rx = host_socket(receiver, socket.SOCK_DGRAM)
     tx = host_socket(sender, socket.SOCK_DGRAM)
-    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
-    rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    rx.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 32 << 20)
+    rx.setsockopt(socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS, 1)
     rx.bind((receiver.address, port))
     rx.settimeout(0.5)
 
@@ -206,8 +204,8 @@ def udp_cap(sender: Host, receiver: Host, rate_bits: float, seconds: float, port
     rx = host_socket(receiver, socket.SOCK_DGRAM)
     tx = host_socket(sender, socket.SOCK_DGRAM)
     try:
-        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
-        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        rx.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 64 << 20)
+        rx.setsockopt(socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS, 1)
         rx.bind((receiver.address, port))
         rx.settimeout(0.5)
         tx.connect((receiver.address, port))

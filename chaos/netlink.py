@@ -137,7 +137,7 @@ NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLA_F_NESTED = 0x8000
 _NLMSG_HEADER = struct.Struct("=IHHII")
-SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # <asm-generic/socket.h>; the socket module lacks them
+SO_SNDBUFFORCE, SO_RCVBUFFORCE, SO_TIMESTAMPNS = 32, 33, 35  # <asm-generic/socket.h>; the socket module lacks them
 SOCKET_BUFFER = 1 << 16     # what a netlink socket's default buffers surely hold
 ACK_BYTES = 1024            # what one acknowledgement costs the receive buffer (its skb, not its 36 bytes)
 

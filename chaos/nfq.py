@@ -47,8 +47,6 @@ NFQNL_COPY_META = 1
 NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO = 0x1, 0x4
 NFQA_PACKET_HDR, NFQA_VERDICT_HDR, NFQA_TIMESTAMP = 1, 2, 4
 NF_ACCEPT = 1
-SO_RCVBUFFORCE = 33
-SO_TIMESTAMPNS = 35
 QUEUE_MAXLEN = 1 << 17
 DELAYER_NICE = -10  # as the harness's failure detector (harness.job.detector.AHEAD_NICE)
 READY = "nfq delayer ready"
@@ -270,13 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     with open(BRIDGE_NF_CALL_IPTABLES, "w") as knob:  # bridged packets see ip-family hooks
         knob.write("1")
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_NETFILTER)
-    sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)  # bursts of packet messages
+    sock.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 64 << 20)  # bursts of packet messages
     sock.bind((0, 0))
     bind_queue(sock, args.queue)
     # A socket asking for receive stamps makes the kernel stamp every packet as it arrives
     # (one machine-wide switch), so queued packets carry NFQA_TIMESTAMP.
     stamps_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    stamps_on.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    stamps_on.setsockopt(socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS, 1)
     with contextlib.suppress(PermissionError):  # beside busy ranks, a late release is a longer delay
         os.setpriority(os.PRIO_PROCESS, 0, DELAYER_NICE)
     sampler = DelaySampler(args.latency, args.jitter, args.distribution, args.correlation)
