@@ -61,6 +61,7 @@ PHI_WINDOW = 100          # arrival intervals kept per rank for phi
 PHI_MIN_STD_S = 0.05      # floor on the interval spread: a perfectly regular sender is not fragile
 LEASE_CONNECT_TIMEOUT_S = 2.0
 HEART_STOP_S = 2.0        # a heart ends within one heartbeat of end of file on its pipe
+SERVER_STOP_S = 2.0       # the server's threads end within a tick, or a store call, of being told
 DATAGRAM_MAX = 65507
 # While the server sends a digest to every rank it reads heartbeats every so many sends:
 # sending 1024 ranks their 17 kB digests took long enough for the heartbeats meanwhile to
@@ -226,6 +227,7 @@ class HeartbeatServer:
         self._selector.register(self.udp, selectors.EVENT_READ, "udp")
         self._selector.register(self.tcp, selectors.EVENT_READ, "accept")
         self.stalls = Stalls(TICK_S, clock)
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="heartbeat-server", daemon=True)
         self._counter = threading.Thread(target=self._count_asks, name="rejoin-requests", daemon=True)
 
@@ -234,17 +236,32 @@ class HeartbeatServer:
         self._counter.start()
         return self
 
+    def stop(self, deadline_s: float = SERVER_STOP_S) -> None:
+        """Ends both threads and closes the sockets: for a process that goes on without its
+        control plane (a test); the control process just exits. Stopping twice is harmless."""
+        self._stopped.set()
+        end = time.monotonic() + deadline_s
+        for thread in (self._thread, self._counter):
+            if thread.is_alive():
+                thread.join(max(0.0, end - time.monotonic()))
+        if self._thread.is_alive():
+            raise TimeoutError(f"the heartbeat server's thread did not end within {deadline_s:g} s")
+        for conn in (*self._leases, self.udp, self.tcp):
+            conn.close()
+        self._leases.clear()
+        self._selector.close()
+
     def _count_asks(self) -> None:
         """Keeps the rejoin request count for the digests. On a thread of its own: the count
         is a store round trip, and a store slow to answer must not hold the digests back
         (at 128 ranks on 2 cores the longest took 33 ms, in one run; a rank that hears no
         digest for `suspect_after` takes itself for cut off)."""
-        while True:
+        while not self._stopped.is_set():
             try:
                 self._asks = self.rejoin_requests()
             except RuntimeError:  # the store in this process (torch's errors): the last count will do
                 pass
-            time.sleep(ASKS_POLL_S)
+            self._stopped.wait(ASKS_POLL_S)
 
     def _member(self, rank: int) -> _Member:
         if rank not in self.members:
@@ -254,7 +271,7 @@ class HeartbeatServer:
     def _serve(self) -> None:
         next_tick = self.clock()
         self.stalls.restart()
-        while True:
+        while not self._stopped.is_set():
             changed = False
             ready = self._selector.select(max(0.0, next_tick - self.clock()))
             if (stalled := self.stalls.woke()) > 0:  # before draining: what arrives now is fresh

@@ -250,6 +250,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def control_plane():
+    """Starts heartbeat servers on loopback, a free port each, and stops them after the test
+    (a server left running would serve on, and log its stalls, for the rest of the session)."""
+    servers = []
+
+    def start(**options) -> tuple[HeartbeatServer, int]:
+        port = _free_port()
+        servers.append(server := HeartbeatServer(port, host="127.0.0.1", **options).start())
+        return server, port
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
 def wait_for(predicate, timeout: float = 5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -259,10 +275,9 @@ def wait_for(predicate, timeout: float = 5.0):
     raise AssertionError("condition not met within the deadline")
 
 
-def test_server_and_clients_over_loopback():
+def test_server_and_clients_over_loopback(control_plane):
     """Two ranks beat; one dies (its lease closes): the other hears it in a digest at once."""
-    port = _free_port()
-    server = HeartbeatServer(port, host="127.0.0.1").start()
+    server, port = control_plane()
     gens = {0: 0, 1: 0}
     a = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: gens[0]).start()
     b = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: gens[1]).start()
@@ -283,9 +298,22 @@ def test_server_and_clients_over_loopback():
         b.stop()
 
 
-def test_ranks_announce_their_floor_and_a_digest_of_beating_ranks_is_its_header():
+def test_a_stopped_server_ends_its_threads_and_frees_its_port():
     port = _free_port()
     server = HeartbeatServer(port, host="127.0.0.1").start()
+    lease = socket.create_connection(("127.0.0.1", port))
+    wait_for(lambda: server._leases)
+    server.stop()
+    server.stop()
+    assert not server._thread.is_alive() and not server._counter.is_alive()
+    lease.settimeout(5.0)
+    assert lease.recv(64) == b""  # its leases closed
+    lease.close()
+    HeartbeatServer(port, host="127.0.0.1").stop()  # both of its ports bind again
+
+
+def test_ranks_announce_their_floor_and_a_digest_of_beating_ranks_is_its_header(control_plane):
+    server, port = control_plane()
     a, b = (HeartbeatClient(("127.0.0.1", port), r, 0.05, lambda: 0, floor_s=0.1).start() for r in (0, 1))
     try:
         header = len(encode_digest({}, asks=0))
@@ -300,11 +328,10 @@ def test_ranks_announce_their_floor_and_a_digest_of_beating_ranks_is_its_header(
         b.stop()
 
 
-def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on():
+def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on(control_plane):
     """A stranger's connection or datagrams (a port scan, another program) are dropped; a
     rank id past what a digest holds is not a rank. The server's thread serves on."""
-    port = _free_port()
-    server = HeartbeatServer(port, host="127.0.0.1").start()
+    server, port = control_plane()
     stranger = socket.create_connection(("127.0.0.1", port))
     stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -323,12 +350,11 @@ def test_whatever_else_reaches_the_port_is_let_go_and_the_digests_go_on():
         udp.close()
 
 
-def test_a_rank_hears_digests_before_its_heart_beats_and_is_judged_from_its_first_beat():
+def test_a_rank_hears_digests_before_its_heart_beats_and_is_judged_from_its_first_beat(control_plane):
     """The control plane learns where to send a rank's digests from its greeting, not
     from its heart's first beat (a new interpreter, slow to start on a loaded machine):
     the rank does not take itself for cut off meanwhile, and its peers do not suspect it."""
-    port = _free_port()
-    HeartbeatServer(port, host="127.0.0.1").start()
+    _, port = control_plane()
     late = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0, floor_s=0.1)  # no heart yet
     peer = HeartbeatClient(("127.0.0.1", port), 1, 0.05, lambda: 0, floor_s=0.1).start()
     try:
@@ -361,11 +387,10 @@ def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
         assert len(server.members[3].arrivals) == 3000
     finally:
         sender.close()
-        server.udp.close()
-        server.tcp.close()
+        server.stop()
 
 
-def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_count():
+def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_count(control_plane):
     """The rejoin count is a store round trip; a store busy for 1 s (every rank of a large
     group exchanging addresses through it) must not hold the digests back."""
     asked = []
@@ -375,8 +400,7 @@ def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_coun
         asked.append(time.monotonic())
         return len(asked)
 
-    port = _free_port()
-    HeartbeatServer(port, host="127.0.0.1", rejoin_requests=slow_count).start()
+    _, port = control_plane(rejoin_requests=slow_count)
     rank = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rank.settimeout(1.0)
     try:
@@ -393,11 +417,10 @@ def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_coun
         rank.close()
 
 
-def test_stopping_a_client_ends_even_a_frozen_heart():
+def test_stopping_a_client_ends_even_a_frozen_heart(control_plane):
     """A heart stopped by a pause fault cannot read end of file: stop() kills it after its
     deadline, and stopping twice is harmless."""
-    port = _free_port()
-    HeartbeatServer(port, host="127.0.0.1").start()
+    _, port = control_plane()
     client = HeartbeatClient(("127.0.0.1", port), 0, 0.05, lambda: 0).start()
     heart = client._heart
     os.kill(heart.pid, signal.SIGSTOP)
@@ -426,11 +449,10 @@ time.sleep(60)
 """
 
 
-def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank():
+def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank(control_plane):
     """The heartbeats come from a process of their own: a rank busy in Python (holding the
     GIL) is not silent, and a rank killed takes its heart with it."""
-    port = _free_port()
-    server = HeartbeatServer(port, host="127.0.0.1").start()
+    server, port = control_plane()
     rank = subprocess.Popen([sys.executable, "-c", GIL_HOG.format(port=port)], stdout=subprocess.PIPE, text=True)
     try:
         heart = int(rank.stdout.readline())

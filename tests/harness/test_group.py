@@ -163,7 +163,7 @@ def test_the_control_planes_digest_tells_the_members_a_rank_asked_back(store):
     serves it, so they need not wait for group rank 0's next step to hear of a request."""
     master, port = store
     hb_port = free_port()
-    heartbeat_server(hb_port, master, host="127.0.0.1").start()
+    server = heartbeat_server(hb_port, master, host="127.0.0.1").start()
     member = HeartbeatClient(("127.0.0.1", hb_port), 0, 0.05, lambda: 3).start()
     try:
         assert wait_for(lambda: (v := member.view()) is not None and v).asks == 0
@@ -171,6 +171,7 @@ def test_the_control_planes_digest_tells_the_members_a_rank_asked_back(store):
         assert wait_for(lambda: member.view().asks == 1)
     finally:
         member.stop()
+        server.stop()
 
 
 def established_sockets(store_port: int) -> set[str]:
