@@ -10,7 +10,10 @@ in parallel with the hosts; a warm one, as every later trial of the run gets, is
 launcher an earlier bring-up gave back, after one unmeasured bring-up), control plane listening
 (control_s), every rank forked (spawn_s), every rank's group formed after the last fork
 (group_s), the whole of it (ready_total_s), teardown (ranks stopped, hosts removed:
-teardown_s), and the proportional set size (PSS) of each rank process 3 s into training.
+teardown_s), the proportional set size (PSS) of each rank process 3 s into training, and
+the share of the machine's CPU time that the virtual machine's host took during the bring-up
+(steal_pct, from /proc/stat; "-" where the kernel counts none): on a shared host, a slow
+bring-up with a high share is the host's, not the code's.
 `--gloo-connects`: gloo connects every pair when the group is made (at-start, the default)
 or each pair on first use (workload.gloo_lazy_init; group_s then covers the store's
 rendezvous, and the first all-reduce connects its pairs).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -47,7 +51,7 @@ TRAIN_S = 3.0  # a few steps in, so that the pages a rank touches while training
 STOP_DEADLINE_S = 3.0
 POLL_S = 0.005
 FIGURES = ("hosts_s", "launcher_s", "control_s", "spawn_s", "group_s", "ready_total_s",
-           "teardown_s", "pss_mb_mean", "pss_mb_max")
+           "teardown_s", "pss_mb_mean", "pss_mb_max", "steal_pct")
 LAUNCHERS = ("cold", "warm")
 GLOO_CONNECTS = {"at-start": False, "on-first-use": True}  # --gloo-connects: workload.gloo_lazy_init
 TARGETS = "targets (issue 16): ready_total_s <= 1.0 at 16 ranks and <= 3 at 64, teardown_s <= 0.5, pss_mb_max <= 40"
@@ -135,14 +139,14 @@ def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool,
     ledger = Ledger(run_id)
     record_owner(ledger)
     try:
-        t0 = time.monotonic()
+        t0, steal_before = time.monotonic(), machine.steal_s()
         cluster = NetnsBackend().up(ClusterSpec(run_id, ranks, run_dir), ledger, launchers)
         t_up = time.monotonic()
         try:
             start_ranks(cluster, ranks, run_dir, workload)
             t_spawned = time.monotonic()
             wait_for_group(cluster, ranks, run_dir, within_s)
-            t_ready = time.monotonic()
+            t_ready, steal_ready = time.monotonic(), machine.steal_s()
             time.sleep(TRAIN_S)
             if exits := cluster.reap():
                 raise SizeFailed(f"rank(s) {sorted(x.rank for x in exits)} exited while training")
@@ -154,9 +158,11 @@ def one(ranks: int, workdir: Path, within_s: float, launchers: LauncherPool,
         t_down = time.monotonic()
     finally:
         ledger.close_if_clean()
+    steal = {} if steal_before is None or steal_ready is None else \
+        {"steal_pct": 100 * (steal_ready - steal_before) / (len(os.sched_getaffinity(0)) * (t_ready - t0))}
     return {**cluster.timings, "spawn_s": t_spawned - t_up, "group_s": t_ready - t_spawned,
             "ready_total_s": t_ready - t0, "teardown_s": t_down - t_stop,
-            "pss_mb_mean": statistics.mean(pss), "pss_mb_max": max(pss)}
+            "pss_mb_mean": statistics.mean(pss), "pss_mb_max": max(pss), **steal}
 
 
 def measure(ranks: int, repeat: int, within_s: float, launcher: str, connects: str) -> list[dict[str, float]]:
@@ -177,8 +183,15 @@ def label(ranks: int, launcher: str, connects: str) -> str:
     return f"{ranks:6d}  {launcher:>8s}  {connects:>12s}"
 
 
+def cell(rows: list[dict[str, float]], figure: str) -> str:
+    """The median and, in brackets, the worst; '-' for a figure not counted in every repetition."""
+    if any(figure not in r for r in rows):
+        return f"{'-':>16s}"
+    return f"{statistics.median(r[figure] for r in rows):7.2f} ({max(r[figure] for r in rows):6.2f})"
+
+
 def row(ranks: int, launcher: str, connects: str, rows: list[dict[str, float]]) -> str:
-    cells = [f"{statistics.median(r[k] for r in rows):7.2f} ({max(r[k] for r in rows):6.2f})" for k in FIGURES]
+    cells = [cell(rows, k) for k in FIGURES]
     return f"{label(ranks, launcher, connects)}  {f'{ranks}/{ranks}':>9s}  " + "  ".join(cells)
 
 

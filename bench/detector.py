@@ -30,7 +30,8 @@ a blackhole on rank 5 that never heals under `elastic`, rank 5's link down 10 s 
 `elastic_rejoin`, and `--control-seconds` of steps with no fault under `elastic`. One row
 per size: first and last surviving rank's suspect time, survivors stepping again, all
 back after the heal, false trips, and the harness's own CPU share (its process's CPU
-seconds from /proc over the trial's wall time, with the load average beside it). The
+seconds from /proc over the trial's wall time, with the load average beside it, and the
+share of the machine's CPU time its VM's host took while the ranks ran). The
 figures come from the stored run folders through reports; a size that fails says why.
 
 For the 16-rank job and each fault on rank 5 (kill; blackhole that never heals; link down
@@ -318,8 +319,9 @@ def size_row(ranks: int, tuning: Tuning, out: Path) -> list[str]:
             outcome = r["outcome"] + (f" >= {r['hung_cap']:g}s" if r["outcome"] == "hung" else "")
             after = r["ttr_s"] if fault == "blackhole" else r["ttr_after_end_s"]
             cells += [outcome, fmt(r["ttd_s"]), fmt(r["ttd_max_s"]), fmt(after)]
-        share = cpu[fault]["cpu_s"] / cpu[fault]["wall_s"]
-        cells.append(f"{share:.0%} (load {cpu[fault]['load_1m']:.1f})")
+        share, steal = cpu[fault]["cpu_s"] / cpu[fault]["wall_s"], r["host_steal_share"]
+        cells.append(f"{share:.0%} (load {cpu[fault]['load_1m']:.1f}"
+                     f"{'' if math.isnan(steal) else f', steal {steal:.0%}'})")
     return cells + ["; ".join(failures)]
 
 
@@ -397,7 +399,9 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int |
           "(past 8 ranks per core the steps and timeouts are, by k: docs/scale.md); times from the fault's start "
           "(after the heal: from its end); suspect first/last: over every rank that suspected, the "
           "silent one included; harness "
-          "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end; "
+          "CPU: its process's CPU seconds over the trial's wall time, 1-minute load average at the end, "
+          "and the share of the machine's CPU time its VM's host took while the ranks ran (steal, where the "
+          "kernel counts it: a slow row with a high share is the host's); "
           "targets (issue 16): every survivor suspects a silent rank within 0.5 s at 16 ranks and 1.0 s "
           "at 64, survivors step again within 1.0 s at 16, all back within 0.5 s of a heal, no false trip")
 

@@ -12,7 +12,8 @@ step after the warm-up (the `dur` of the step events: compute and all-reduce, no
 pacing sleep), the median's share of the period, the median against the first policy's,
 and the trial's outcome; under the table, per size, the packets the kernel dropped because
 a CPU's backlog of received packets was full while the trials' ranks ran (their
-`host_drops` events: the whole host's count), a loss no fault injected. A step longer than
+`host_drops` events: the whole host's count), a loss no fault injected, and the share of
+the CPU time the virtual machine's host took meanwhile (`machine_steal`). A step longer than
 its period means the rule stretches too little on this machine. `--policies timeout elastic` runs the same steps with the failure detector
 too (`elastic: {}`, added to the scenario), one trial after the other in one run: what the
 detector costs a step. A size that fails prints why.
@@ -36,7 +37,7 @@ from harness.run import machine
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.run.scenario import scale_factor, usable_cores
-from runfolder.events import EVENTS_FILE, HOST_DROPS, STEP, TRIAL_END, WARMUP_DONE, read_events
+from runfolder.events import EVENTS_FILE, HOST_DROPS, MACHINE_STEAL, STEP, TRIAL_END, WARMUP_DONE, read_events
 from runfolder.layout import trial_dirs
 
 CONTROL = Path(__file__).resolve().parent.parent / "scenarios" / "control.yaml"
@@ -72,16 +73,22 @@ def measure(ranks: int, seconds: float, policies: list[str], out: Path, progress
         (out / FAILED_FILE).write_text(json.dumps(f"{type(exc).__name__}: {exc}"))
 
 
-def drops_line(ranks: int, out: Path) -> str | None:
-    """What the kernel's backlog dropped while the size's trials ran (their host_drops
-    events), or None where no trial counted it."""
+def host_line(ranks: int, out: Path) -> str | None:
+    """What the host did to the size's trials: packets the kernel's backlog dropped (their
+    host_drops events) and the CPU time the VM's host took (machine_steal), or None where no
+    trial counted either."""
     run_dir = latest_run(out, "control") if out.is_dir() else None
-    counted = [e for trial in (trial_dirs(run_dir) if run_dir is not None else ())
-               for e in read_events(trial / EVENTS_FILE)[0] if e["kind"] == HOST_DROPS]
-    if not counted:
-        return None
-    return (f"{ranks} ranks: {sum(e['packets'] for e in counted)} packets dropped by a full backlog in "
-            f"{sum(e['secs'] for e in counted):.1f} s of trials (the whole host's count)")
+    events = [e for trial in (trial_dirs(run_dir) if run_dir is not None else ())
+              for e in read_events(trial / EVENTS_FILE)[0] if e["kind"] in (HOST_DROPS, MACHINE_STEAL)]
+    drops = [e for e in events if e["kind"] == HOST_DROPS]
+    steal = [e for e in events if e["kind"] == MACHINE_STEAL]
+    said = []
+    if drops:
+        said.append(f"{sum(e['packets'] for e in drops)} packets dropped by a full backlog in "
+                    f"{sum(e['secs'] for e in drops):.1f} s of trials (the whole host's count)")
+    if steal and (cpu_s := sum(e["secs"] * e["cpus"] for e in steal)) > 0:
+        said.append(f"the VM's host took {sum(e['steal_s'] for e in steal) / cpu_s:.1%} of the CPU time")
+    return f"{ranks} ranks: {'; '.join(said)}" if said else None
 
 
 def step_durations(events: list[dict]) -> list[float]:
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for ranks in args.ranks:
         print(*rows(ranks, out / f"ranks-{ranks}"), sep="\n")
-    print("", *filter(None, (drops_line(ranks, out / f"ranks-{ranks}") for ranks in args.ranks)), sep="\n")
+    print("", *filter(None, (host_line(ranks, out / f"ranks-{ranks}") for ranks in args.ranks)), sep="\n")
     print("\nk and the period as `chaos run --ranks` scales control.yaml on the measuring machine "
           "(docs/scale.md); a median past 100% of the period: the rule stretches too little here; "
           "elastic: control.yaml's steps with the failure detector (`elastic: {}`)")

@@ -30,8 +30,8 @@ def test_it_measures_each_size_and_policy_and_prints_the_same_table_again_from_t
                         zip(("timeout", "elastic"), rows, strict=True))
     assert timeout and elastic, rows
     assert timeout[1] == "1.00" and float(elastic[1]) > 0
-    assert re.search(r"^4 ranks: \d+ packets dropped by a full backlog in \d+\.\d s of trials ", done.stdout,
-                     re.M), done.stdout
+    assert re.search(r"^4 ranks: \d+ packets dropped by a full backlog in \d+\.\d s of trials \(the whole "
+                     r"host's count\); the VM's host took \d+\.\d% of the CPU time$", done.stdout, re.M), done.stdout
     [run] = (tmp_path / "ranks-4").glob("control-*")
     detector = {p: json.loads((run / "trials" / p / "trial.json").read_text())["plan"]["policy_spec"]["detector"]
                 for p in ("timeout", "elastic")}
@@ -56,7 +56,7 @@ def test_a_size_that_failed_or_never_ran_says_so(tmp_path, monkeypatch):
                                        "HarnessError: ranks did not make 12 steps within 240 s |"]
     [never] = steps.rows(512, tmp_path / "ranks-512")
     assert "not measured" in never
-    assert steps.drops_line(256, failed) is None and steps.drops_line(512, tmp_path / "ranks-512") is None
+    assert steps.host_line(256, failed) is None and steps.host_line(512, tmp_path / "ranks-512") is None
 
 
 @pytest.mark.parametrize(("args", "says"), [
