@@ -233,8 +233,10 @@ def machine_range(run_dirs: list[Path]) -> str:
         return "machine: not measured in any run"
     loop, wake, load = (_spread([getattr(m, field) for m in speeds], digits)
                         for field, digits in (("loop_ns", 0), ("wake_us", 1), ("load_1m", 1)))
+    faults = [m.fault_us for m in speeds if m.fault_us is not None]
+    fault = f", a page's first touch {_spread(faults, 1)} us" if faults else ""
     return (f"machine over {len(speeds)} run(s): a Python loop step {loop} ns, a round trip between "
-            f"two processes on one CPU {wake} us, load average {load} (harness/run/machine.py)")
+            f"two processes on one CPU {wake} us{fault}, load average {load} (harness/run/machine.py)")
 
 
 def steal_range(rows: list[dict[str, Any]]) -> str:

@@ -17,6 +17,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       with machine None, as one whose speed could not be measured)
   3   a trial's events gain `machine_steal`: CPU time the virtual machine's host took while
       the ranks ran (a version 1-2 trial reads as one where it was not counted)
+  4   run.json's `machine` gains `fault_us`, a page's first touch (a version 2-3 machine reads
+      with it None, not measured)
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 
@@ -48,11 +50,13 @@ class MachineSpeed:
     loop_ns: float    # one step of a pure-Python loop, the best of several runs
     wake_us: float    # a round trip between two processes on one CPU over pipes, the median
     load_1m: float    # the 1-minute load average as it was measured
+    fault_us: float | None = None  # a page's first touch (a minor fault); None before format 4
 
     def describe(self) -> str:
         model = f" ({self.model})" if self.model else ""
+        fault = "" if self.fault_us is None else f", a page's first touch {self.fault_us:.1f} us"
         return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns, a round trip "
-                f"between two processes on one CPU {self.wake_us:.1f} us, load average "
+                f"between two processes on one CPU {self.wake_us:.1f} us{fault}, load average "
                 f"{self.load_1m:.2f} (harness/run/machine.py)")
 
 

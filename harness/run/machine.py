@@ -12,7 +12,18 @@ slower code.
               while a test suite kept both CPUs busy, against 5.5-8 us on one CPU idle (9-11
               us beside two busy processes).
 
-Both grow with the load of other work, so the line gives the load average beside them.
+    fault_us  a page's first touch: the time to write one byte to each 4 KiB page of fresh
+              anonymous memory (a minor page fault: the kernel allocates and zeroes the page),
+              the best of FAULT_REPEATS (3) over FAULT_MIB (16) MiB. What a rank's start-up
+              pays thousands of times (fork, then copy-on-write of the launcher's pages) and
+              what neither figure above shows: on 2026-12-03 the 2-core build machine's bring-up
+              of 64 ranks took 5.8-6.7 s, twice its 2.4-3.0 s of the day before, with the same
+              code (a tree of the day before beside this one, alternating), a loop step of
+              48-69 ns, a round trip of 9-12 us and the VM's host taking 0.2-8% of the CPU time;
+              a fork of a process with torch imported took 4.4-5.3 ms against 2 ms the day
+              before, and a page's first touch 3.1 us.
+
+All three grow with the load of other work, so the line gives the load average beside them.
 
 On the 2-core build machine the same code gave a 64-rank bring-up of 2.41-2.46 s one
 afternoon and 4.19 s that evening, with nothing else running (docs/scale.md): without such
@@ -21,6 +32,7 @@ a line the two read as a regression.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import select
 import statistics
@@ -37,6 +49,9 @@ LOOP_STEPS = 200_000
 LOOP_REPEATS = 5
 WAKE_ROUNDS = 1000
 WAKE_DEADLINE_S = 10.0  # the echo process's start and every round trip, together
+FAULT_MIB = 16
+FAULT_REPEATS = 3
+PAGE = mmap.PAGESIZE
 MACHINE_FILE = "machine.json"  # in a bench's output folder: the speed measured as it began
 # The echo process, started with -I -S so that it starts in milliseconds and reads no site packages.
 ECHO = "import os\nwhile os.read(0, 1):\n    os.write(1, b'.')\n"
@@ -45,7 +60,8 @@ ECHO = "import os\nwhile os.read(0, 1):\n    os.write(1, b'.')\n"
 def measure() -> MachineSpeed:
     """This machine's speed now (about 0.2 s on the build machine)."""
     return MachineSpeed(cpus=len(os.sched_getaffinity(0)), model=cpu_model(), loop_ns=round(loop_ns(), 1),
-                        wake_us=round(wake_us(), 2), load_1m=round(os.getloadavg()[0], 2))
+                        wake_us=round(wake_us(), 2), load_1m=round(os.getloadavg()[0], 2),
+                        fault_us=round(fault_us(), 2))
 
 
 def measure_or_why() -> MachineSpeed | str:
@@ -91,6 +107,21 @@ def loop_ns(steps: int = LOOP_STEPS, repeats: int = LOOP_REPEATS) -> float:
             total += i
         best = min(best, time.perf_counter() - started)
     return best / steps * 1e9
+
+
+def fault_us(mib: int = FAULT_MIB, repeats: int = FAULT_REPEATS) -> float:
+    """The best mean time, in microseconds, to write one byte to each page of `mib` MiB of
+    fresh anonymous memory, each page faulted in on its first write. Not backed by huge pages
+    (MADV_NOHUGEPAGE), so that a fault is one 4 KiB page whatever the kernel's THP setting."""
+    size, best = mib << 20, float("inf")
+    for _ in range(repeats):
+        with mmap.mmap(-1, size) as memory:
+            memory.madvise(mmap.MADV_NOHUGEPAGE)
+            started = time.perf_counter()
+            for offset in range(0, size, PAGE):
+                memory[offset] = 1
+            best = min(best, time.perf_counter() - started)
+    return best / (size // PAGE) * 1e6
 
 
 def wake_us(rounds: int = WAKE_ROUNDS, echo_code: str = ECHO, deadline_s: float = WAKE_DEADLINE_S) -> float:

@@ -388,6 +388,8 @@ def gather_metadata(backend: str) -> Callable[[str, str], dict[str, Any]]:
     def gather(night: str, started: str) -> dict[str, Any]:
         import torch
 
+        from reports.nightly.history import MACHINE_FIELDS
+
         commit = _output(["git", "rev-parse", "HEAD"])
         if commit and _output(["git", "status", "--porcelain", "--untracked-files=no"]):
             commit += "-dirty"
@@ -398,7 +400,7 @@ def gather_metadata(backend: str) -> Callable[[str, str], dict[str, Any]]:
         return {"night": night, "started": started, "commit": commit, "host": socket.gethostname(),
                 "kernel": platform.release(), "torch": torch.__version__, "cuda": torch.version.cuda or "",
                 "gpu": gpu, "driver": driver, "nccl": nccl, "backend": backend,
-                **({} if isinstance(speed, str) else {"loop_ns": speed.loop_ns, "wake_us": speed.wake_us})}
+                **({} if isinstance(speed, str) else {name: getattr(speed, name) for name in MACHINE_FIELDS})}
     return gather
 
 

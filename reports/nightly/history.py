@@ -18,8 +18,9 @@ database (pandas commits after each table it writes), then one SQLite transactio
 them into the history file. Appending a night already stored is idempotent when its rows
 are the same (same digest: a resumed runner may append twice) and refused otherwise.
 
-Version 2 (2026-12-02) added the nights' machine speed (loop_ns, wake_us). A version-1
-file is read as it is (those figures unknown) and given the two columns by its next append.
+Version 2 (2026-12-02) added the nights' machine speed (loop_ns, wake_us), version 3
+(2026-12-03) a page's first touch (fault_us). An older file is read as it is (the figures
+it lacks unknown) and given their columns by its next append.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-SCHEMA_VERSION = 2
-UPGRADABLE = {1: ('ALTER TABLE nights ADD COLUMN "loop_ns" REAL', 'ALTER TABLE nights ADD COLUMN "wake_us" REAL')}
+SCHEMA_VERSION = 3
+_ADD = {name: f'ALTER TABLE nights ADD COLUMN "{name}" REAL' for name in ("loop_ns", "wake_us", "fault_us")}
+UPGRADABLE = {1: (_ADD["loop_ns"], _ADD["wake_us"], _ADD["fault_us"]), 2: (_ADD["fault_us"],)}
 LOCK_TIMEOUT_S = 30.0  # how long an append waits for another writer of the same file
 LOWER, HIGHER = "lower", "higher"
 
@@ -102,6 +104,7 @@ class NightInfo:
     # harness.run.machine's figures as the night began: None where not measured
     loop_ns: float | None = None
     wake_us: float | None = None
+    fault_us: float | None = None
 
     def __post_init__(self) -> None:
         if not self.night:
@@ -154,7 +157,8 @@ TEXT, INTEGER, REAL = "TEXT NOT NULL", "INTEGER", "REAL"
 NIGHT_FIELDS = tuple(f.name for f in fields(NightInfo))
 # NightInfo's machine figures (harness.run.machine): what each measures, its unit
 MACHINE_FIGURES = {"loop_ns": ("a Python loop step", "ns"),
-                   "wake_us": ("a round trip between two processes on one CPU", "us")}
+                   "wake_us": ("a round trip between two processes on one CPU", "us"),
+                   "fault_us": ("a page's first touch", "us")}
 MACHINE_FIELDS = tuple(MACHINE_FIGURES)
 NIGHTS = Table("nights", (*((name, REAL if name in MACHINE_FIELDS else TEXT) for name in NIGHT_FIELDS),
                           ("digest", TEXT)), ("night",))

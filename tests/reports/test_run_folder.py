@@ -44,7 +44,8 @@ def test_run_and_trial_info_round_trip_through_their_files(tmp_path):
     assert json.loads((run_dir / RUN_FILE).read_text())["format_version"] == FORMAT_VERSION
 
 
-SPEED = MachineSpeed(cpus=2, model="Intel(R) Xeon(R) Processor", loop_ns=52.4, wake_us=9.51, load_1m=1.8)
+SPEED = MachineSpeed(cpus=2, model="Intel(R) Xeon(R) Processor", loop_ns=52.4, wake_us=9.51, load_1m=1.8,
+                     fault_us=3.07)
 
 
 def test_the_machines_speed_is_kept_with_the_run_and_reported_beside_its_figures(tmp_path):
@@ -52,7 +53,7 @@ def test_the_machines_speed_is_kept_with_the_run_and_reported_beside_its_figures
             fakes.write_run(tmp_path / "unmeasured", {"timeout": fakes.failed_fast()})]
     assert read_run_info(runs[0]).machine == SPEED
     line = ("machine: 2 CPUs (Intel(R) Xeon(R) Processor): a Python loop step 52 ns, a round trip between "
-            "two processes on one CPU 9.5 us, load average 1.80 (harness/run/machine.py)")
+            "two processes on one CPU 9.5 us, a page's first touch 3.1 us, load average 1.80 (harness/run/machine.py)")
     assert report_main([str(runs[0])]) == 0
     assert f"- {line}" in (runs[0] / "report.md").read_text()
     assert report_main([str(runs[1])]) == 0
@@ -71,6 +72,18 @@ def test_a_format_1_folder_still_reads_and_says_its_machine_was_not_recorded(tmp
     assert read_run_info(run_dir).machine is None and len(analyze_run(run_dir)) == 2
     assert report_main([str(run_dir)]) == 0
     assert "- machine: not recorded (run folder format 1, from before it was)" in (run_dir / "report.md").read_text()
+
+
+def test_a_format_3_machine_reads_without_a_pages_first_touch(tmp_path):
+    run_dir = fakes.write_run(tmp_path / "run", {"timeout": fakes.failed_fast()}, machine=SPEED)
+    data = json.loads((run_dir / RUN_FILE).read_text())
+    del data["machine"]["fault_us"]  # what format 3 wrote
+    (run_dir / RUN_FILE).write_text(json.dumps({**data, "format_version": 3}))
+    machine = read_run_info(run_dir).machine
+    assert machine is not None and machine.fault_us is None and machine.loop_ns == SPEED.loop_ns
+    assert report_main([str(run_dir)]) == 0
+    assert ("one CPU 9.5 us, load average 1.80 (harness/run/machine.py)"
+            in (run_dir / "report.md").read_text())
 
 
 def unversioned_run(tmp_path):

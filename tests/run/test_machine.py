@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 
 import pytest
@@ -29,9 +30,17 @@ def test_it_measures_this_machine_and_leaves_no_process_behind():
     before, cpus = _children(), os.sched_getaffinity(0)
     speed = machine.measure()
     assert speed.cpus == len(cpus) and os.sched_getaffinity(0) == cpus
-    assert 1 < speed.loop_ns < 10_000 and 0.5 < speed.wake_us < 100_000
+    assert 1 < speed.loop_ns < 10_000 and 0.5 < speed.wake_us < 100_000 and 0.01 < speed.fault_us < 10_000
     assert _children() == before
     assert speed.describe().startswith(f"{speed.cpus} CPUs")
+
+
+def test_a_pages_first_touch_is_one_minor_fault_per_4_kib_page():
+    """Whatever the kernel's huge page setting: 2 MiB pages would fault 512 times less."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    assert machine.fault_us(mib=4, repeats=2) > 0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults >= 2 * (4 << 20) // machine.PAGE
 
 
 def test_an_echo_process_that_never_answers_ends_the_measurement_by_its_deadline():

@@ -78,12 +78,12 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
                                                                           for d in manifest["done"])
     info = manifest["info"]
     assert info["commit"] and info["kernel"] and info["torch"] and info["backend"] == "netns"
-    assert info["loop_ns"] > 0 and info["wake_us"] > 0  # measured once, as the night began
+    assert info["loop_ns"] > 0 and info["wake_us"] > 0 and info["fault_us"] > 0  # measured once, as it began
 
     # history: one trial row per cell x policy, its figures analyze_run's of the stored run folder
     with sqlite3.connect(db) as con:
-        assert con.execute("SELECT night, loop_ns, wake_us FROM nights").fetchall() == [
-            (night_dir.name, info["loop_ns"], info["wake_us"])]
+        assert con.execute("SELECT night, loop_ns, wake_us, fault_us FROM nights").fetchall() == [
+            (night_dir.name, info["loop_ns"], info["wake_us"], info["fault_us"])]
         trials = {(s, p, r): (seed, outcome) for s, p, r, seed, outcome in
                   con.execute("SELECT scenario, policy, repeat, seed, outcome FROM trials")}
         metrics = {(s, p, r, m): v for s, p, r, m, v in
@@ -112,6 +112,7 @@ def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_mat
     counted = sum(s.value for s in families["chaos_nightly_trials"].samples)
     assert counted == len(trials)
     assert families["chaos_nightly_machine_loop_ns"].samples[0].value == info["loop_ns"]
+    assert families["chaos_nightly_machine_fault_us"].samples[0].value == info["fault_us"]
     # summary and trend page name every series; the summary's table is the document's
     summary = (night_dir / "summary.md").read_text()
     trends = (night_dir / "trends.html").read_text()

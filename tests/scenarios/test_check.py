@@ -96,14 +96,18 @@ def test_the_summary_gives_the_machines_speed_over_the_runs(tmp_path: Path) -> N
             scenario=name, scenario_file=f"{name}.yaml", seed=1, backend="netns", policies=("timeout",),
             started_wall="2026-12-03T00:00:00+00:00", command="chaos run", clock="monotonic", machine=machine))
         return tmp_path / name
-    fast = run("fast", MachineSpeed(cpus=2, model="", loop_ns=44.4, wake_us=5.56, load_1m=0.11))
-    slow = run("slow", MachineSpeed(cpus=2, model="", loop_ns=73.2, wake_us=9.81, load_1m=64.34))
+    fast = run("fast", MachineSpeed(cpus=2, model="", loop_ns=44.4, wake_us=5.56, load_1m=0.11, fault_us=1.23))
+    slow = run("slow", MachineSpeed(cpus=2, model="", loop_ns=73.2, wake_us=9.81, load_1m=64.34, fault_us=3.07))
+    before_faults = run("before_faults", MachineSpeed(cpus=2, model="", loop_ns=50.0, wake_us=6.0, load_1m=1.0))
     unmeasured = run("unmeasured", None)
     assert machine_range([fast, unmeasured, slow]) == (
         "machine over 2 run(s): a Python loop step 44-73 ns, a round trip between two processes on one CPU "
-        "5.6-9.8 us, load average 0.1-64.3 (harness/run/machine.py)")
+        "5.6-9.8 us, a page's first touch 1.2-3.1 us, load average 0.1-64.3 (harness/run/machine.py)")
     assert machine_range([fast]).startswith("machine over 1 run(s): a Python loop step 44 ns, a round trip "
-                                            "between two processes on one CPU 5.6 us, load average 0.1 (")
+                                            "between two processes on one CPU 5.6 us, a page's first touch "
+                                            "1.2 us, load average 0.1 (")
+    assert machine_range([before_faults]).startswith("machine over 1 run(s): a Python loop step 50 ns, a round "
+                                                     "trip between two processes on one CPU 6.0 us, load average")
     assert machine_range([unmeasured]) == "machine: not measured in any run"
 
 
@@ -139,7 +143,8 @@ def test_a_broken_expectation_fails_with_measured_value_command_timeline_and_log
     assert "rank logs (tails)" in out and "--- r000.log" in out, out
     assert "chaos scenarios: runtime per scenario and policy" in out, out
     assert re.search(r"^machine over 1 run\(s\): a Python loop step \d+ ns, a round trip between two "
-                     r"processes on one CPU [\d.]+ us, load average [\d.]+ ", out, re.MULTILINE), out
+                     r"processes on one CPU [\d.]+ us, a page's first touch [\d.]+ us, load average [\d.]+ ", out,
+                     re.MULTILINE), out
     assert leftovers(tmp_path / "runs") == []
 
 

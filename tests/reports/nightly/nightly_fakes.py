@@ -25,12 +25,13 @@ def trial(scenario: str = "loss_20pct", policy: str = "retry", outcome: str = "r
             "ttd_s": NAN, "ttr_s": NAN, "breaker_open_s": NAN, **figures}
 
 
-def info(index: int, loop_ns: float | None = None, wake_us: float | None = None) -> NightInfo:
+def info(index: int, loop_ns: float | None = None, wake_us: float | None = None,
+         fault_us: float | None = None) -> NightInfo:
     """Night `index`: 2025-01-(index+1), started at 02:00 UTC."""
     day = f"2025-01-{index + 1:02d}"
     return NightInfo(night=day, started=f"{day}T02:00:00+00:00", commit=f"c{index:03d}", host="gpu-node-1",
                      kernel="6.8.0", torch="2.13.0", cuda="12.4", gpu="H200", driver="550.54", nccl="2.21.5",
-                     backend="netns", loop_ns=loop_ns, wake_us=wake_us)
+                     backend="netns", loop_ns=loop_ns, wake_us=wake_us, fault_us=fault_us)
 
 
 def night(index: int, repeats: list[list[dict[str, Any]]], **machine: float | None) -> History:
