@@ -10,7 +10,8 @@ encode (netem's full option set, nftables rules with hand-built expressions): th
 messages are built by `chaos.tc` / `chaos.nft` as bytes, and sent and acknowledged here.
 Sockets inside a namespace are made by `socket_in`, on a thread that enters it, never by
 pyroute2 (which forks a process for each, and with O_CREAT *creates* a missing namespace,
-so that a heal would resurrect what it is removing).
+so that a heal would resurrect what it is removing); a namespace is made the same way, by a
+thread that moves into a new one and names it (`create_namespace`).
 """
 from __future__ import annotations
 
@@ -82,9 +83,19 @@ def list_namespaces() -> list[str]:
 
 
 def create_namespace(name: str) -> float:
+    """Namespace `name` (/run/netns/`name`, as `ip netns add`), made by a thread of its own
+    that moves into a new namespace, names it and ends. pyroute2's `netns.create` forks the
+    harness for it instead: 22 ms a namespace on 2026-12-03, when a fork of a large process
+    took twice as long as the day before (docs/scale.md)."""
     with translated(f"create namespace {name}"):
-        netns.create(name)
+        with ThreadPoolExecutor(1, thread_name_prefix="netns") as pool:
+            pool.submit(_create_here, name).result()
     return time.monotonic()
+
+
+def _create_here(name: str) -> None:
+    proc.leave_netns()
+    netns.attach(name, "thread-self")  # the bind mount of this thread's namespace, as ip netns add
 
 
 def attach_namespace(name: str, pid: int) -> None:

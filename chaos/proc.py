@@ -15,6 +15,13 @@ CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def leave_netns() -> None:
+    """Move the calling thread into a new, empty network namespace of its own (unshare(2))."""
+    if _libc.unshare(CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unshare a network namespace: {os.strerror(code)}")
+
+
 def enter_netns(path: str) -> None:
     """Move the calling thread into the network namespace at `path` (setns(2))."""
     fd = os.open(path, os.O_RDONLY)

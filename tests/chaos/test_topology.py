@@ -84,6 +84,25 @@ def test_calibration_builds_the_same_layout(state_dir) -> None:
 
 
 @pytest.mark.requires_root
+def test_a_namespace_is_made_by_a_thread_of_its_own_and_named_without_a_fork(cluster, monkeypatch) -> None:
+    """`netlink.create_namespace` forks nothing (pyroute2's netns.create forked the harness for
+    each, 13-20 ms a namespace on a slow day): a thread moves into a new namespace and names
+    it. Each host has its own, this thread stays where it was, a name taken is refused."""
+    def no_fork() -> int:
+        raise AssertionError("a fork to make a namespace")
+    monkeypatch.setattr(os, "fork", no_fork)
+    mine = os.readlink("/proc/thread-self/ns/net")
+    extra = topology.namespace_name(cluster.run_id, "extra")
+    topology.make_namespace(cluster.ledger, extra)  # recorded first: the fixture's heal removes it
+    namespaces = [h.ns_path for h in cluster.hosts] + [f"/run/netns/{extra}"]
+    assert len({f"net:[{os.stat(path).st_ino}]" for path in namespaces} | {mine}) == 5
+    with pytest.raises(InjectionError) as taken:
+        netlink.create_namespace(extra)
+    assert taken.value.errno == errno.EEXIST
+    assert os.readlink("/proc/thread-self/ns/net") == mine
+
+
+@pytest.mark.requires_root
 def test_a_socket_is_made_inside_a_namespace_without_moving_this_thread(cluster) -> None:
     """`netlink.socket_in` enters the namespace on a thread of its own (no fork): the socket
     sees the host's interface, this thread stays where it was, a missing namespace is
