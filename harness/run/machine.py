@@ -20,8 +20,9 @@ slower code.
               of 64 ranks took 5.8-6.7 s, twice its 2.4-3.0 s of the day before, with the same
               code (a tree of the day before beside this one, alternating), a loop step of
               48-69 ns, a round trip of 9-12 us and the VM's host taking 0.2-8% of the CPU time;
-              a fork of a process with torch imported took 4.4-5.3 ms against 2 ms the day
-              before, and a page's first touch 3.1 us.
+              what had slowed was the kernel's work on memory: a fork of a process with torch
+              imported took 4.4-5.3 ms against 2 ms the day before. A page's first touch read
+              2.5-3.7 us that day; there is no figure from before to hold it against.
 
 All three grow with the load of other work, so the line gives the load average beside them.
 
