@@ -15,14 +15,12 @@ slower code.
     fault_us  a page's first touch: the time to write one byte to each 4 KiB page of fresh
               anonymous memory (a minor page fault: the kernel allocates and zeroes the page),
               the best of FAULT_REPEATS (3) over FAULT_MIB (16) MiB. What a rank's start-up
-              pays thousands of times (fork, then copy-on-write of the launcher's pages) and
-              what neither figure above shows: on 2026-12-03 the 2-core build machine's bring-up
-              of 64 ranks took 5.8-6.7 s, twice its 2.4-3.0 s of the day before, with the same
-              code (a tree of the day before beside this one, alternating), a loop step of
-              48-69 ns, a round trip of 9-12 us and the VM's host taking 0.2-8% of the CPU time;
-              what had slowed was the kernel's work on memory: a fork of a process with torch
-              imported took 4.4-5.3 ms against 2 ms the day before. A page's first touch read
-              2.5-3.7 us that day; there is no figure from before to hold it against.
+              pays thousands of times (a fork, then copy-on-write of the launcher's pages) and
+              the loop step, which runs in the CPU's cache, does not: on 2026-12-03 the same
+              code brought 64 ranks up in twice the time of the day before, with the loop step
+              as on the evening before, while a fork of a process with torch imported took
+              4.4-5.3 ms against 2 ms (docs/scale.md). A page's first touch read 2.3-3.7 us
+              that day; no faster day's figure exists yet to hold it against.
 
 All three grow with the load of other work, so the line gives the load average beside them.
 
