@@ -22,13 +22,15 @@ import socket
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from chaos import proc
 from chaos.errors import ALREADY_GONE, InjectionError
+
+T = TypeVar("T")
 
 
 def _errno(exc: NetlinkError | OSError) -> int | None:
@@ -57,8 +59,14 @@ def socket_in(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
     0.05 s each with 16 busy ranks on 2 cores, 0.45 s with 64, so that applying a blackhole
     (six netlink sockets) took 0.23-0.35 s and 3.7-9.3 s (docs/scale.md)."""
     path = ns if ns.startswith("/") else os.path.join("/var/run/netns", ns)
+    return _on_a_thread_of_its_own(_socket_here, path, family, kind, proto)
+
+
+def _on_a_thread_of_its_own(work: Callable[..., T], *args: Any) -> T:
+    """`work` on a new thread that ends with it: setns(2) and unshare(2) move only the
+    calling thread into a namespace, and this thread stays where it is."""
     with ThreadPoolExecutor(1, thread_name_prefix="netns") as pool:
-        return pool.submit(_socket_here, path, family, kind, proto).result()
+        return pool.submit(work, *args).result()
 
 
 def _socket_here(path: str, family: int, kind: int, proto: int) -> socket.socket:
@@ -88,8 +96,7 @@ def create_namespace(name: str) -> float:
     harness for it instead: 22 ms a namespace on 2026-12-03, when a fork of a large process
     took twice as long as the day before (docs/scale.md)."""
     with translated(f"create namespace {name}"):
-        with ThreadPoolExecutor(1, thread_name_prefix="netns") as pool:
-            pool.submit(_create_here, name).result()
+        _on_a_thread_of_its_own(_create_here, name)
     return time.monotonic()
 
 
