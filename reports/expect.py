@@ -51,6 +51,9 @@ def check_expectations(metrics: Mapping[str, Any], expect: Expectation | None) -
         value = _number(metrics.get(column))
         if math.isnan(value) or value > bound:
             failures.append(f"{key} {bound:g} s: {meaning} {measured_text(metrics, column)}")
+    state = metrics.get("state")
+    if (expect.state is not None and state != expect.state) or (expect.state is None and state == "diverged"):
+        failures.append(f"state: expected {expect.state or 'not diverged'}, measured {metrics.get('state_detail') or state}")
     if expect.suspects_at_most is not None and (suspects := int(metrics.get("suspect_events", 0))) > expect.suspects_at_most:
         failures.append(f"suspects_at_most {expect.suspects_at_most}: {suspects} suspect events")
     return failures

@@ -69,6 +69,10 @@ Definitions (DESIGN.md section 4, made precise here and repeated in every report
                       from the kill until NVML no longer lists GPU memory for its pid
                       (gpu_memory_freed); NaN: not observed (no NVML, ranks on the CPU).
 
+  state               the state checker's verdict on the trial's fingerprints (reports.state:
+                      consistent | diverged | not observed) and its line; steps repeated:
+                      steps run again after a resume, over all ranks.
+
 Per fault (every fault of the timeline, `fault_figures`; columns f<i>_*): the same TTD,
 TTR and breaker open, measured from that fault's start within its own window, which ends
 at the next fault's start (or the observation end): detections, resumed steps and breaker
@@ -111,6 +115,7 @@ from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_E
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
+from reports.state import check_state
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
 
@@ -723,7 +728,17 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_gpu_freed_columns(events))
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
+    row.update(_state_columns(events, facts))
     return row
+
+
+def _state_columns(events: pd.DataFrame, facts: TrialFacts) -> dict[str, Any]:
+    """The state checker's verdict (reports.state), its line (times after fault start) and
+    the steps run again after a resume, over all ranks."""
+    verdict = check_state(events.to_dict("records"))
+    t0 = facts.fault.start if facts.fault else (float(events["t"].min()) if len(events) else 0.0)
+    return {"state": verdict.verdict, "state_detail": verdict.summary(t0),
+            "state_fingerprints": verdict.states, "steps_repeated": sum(verdict.repeated.values())}
 
 
 def _host_drops_column(events: pd.DataFrame) -> dict[str, Any]:

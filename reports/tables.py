@@ -40,7 +40,7 @@ DOCUMENT_CLAIMS: dict[str, Claim] = {
                        "to the scheduler", "node unplugged", ("link_down", "unplug"), "isolated",
                        "breaker_open_s", 30.0, "breaker 30 s"),
 }
-TABLE_COLUMNS = ("policy", "fault", "what happened (measured)", "measured time",
+TABLE_COLUMNS = ("policy", "fault", "what happened (measured)", "measured time", "state",
                  "document's claim", "claim held?", "expectations")
 
 
@@ -121,8 +121,19 @@ def _gpu_freed(row: Mapping[str, Any]) -> str:
     return f" (its GPU memory gone {secs:.2f} s after the kill)"
 
 
+def state_text(row: Mapping[str, Any]) -> str:
+    """The state column: the checker's verdict (reports.state); 'not observed' when absent."""
+    return str(row.get("state") or "not observed")
+
+
 def what_happened(row: Mapping[str, Any]) -> str:
-    """The measured story of a trial in the document's style: fault -> detection -> outcome."""
+    """The measured story of a trial in the document's style: fault -> detection -> outcome,
+    led by the state verdict when the job came back wrong."""
+    lead = f"{row.get('state_detail')} | " if row.get("state") == "diverged" else ""
+    return lead + _story(row)
+
+
+def _story(row: Mapping[str, Any]) -> str:
     targets = " ".join(f"r{t}" for t in str(row.get("fault_targets") or "").split())
     parts = [f"{targets} {row.get('fault')}".strip() if row.get("fault") else "no fault"]
     if row.get("fault") == "kill":
@@ -224,6 +235,7 @@ def table_rows(df: pd.DataFrame) -> list[list[str]]:
         claim = claim_for(row)
         verdict, why = judge_claim(row)
         rows.append([str(row.get("policy")), fault_text(row), what_happened(row), measured_time(row),
+                     state_text(row),
                      f"{claim.text} ({claim.figure_text})" if claim else "-",
                      f"{verdict}: {why}" if verdict != "-" else "-", expectation_text(row)])
     return rows

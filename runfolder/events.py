@@ -65,6 +65,14 @@ RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
 STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
              "a training step completed (a user's job: loss null, dur null for its first; "
              "local_rank: which of its host's processes, from the hook)", optional=("local_rank",))
+STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
+              "a fingerprint of the rank's training state (harness.job.fingerprint): fingerprint "
+              "of the model's parameters, optim of the optimizer's state (null: none); at: step "
+              "(after step `step`) | restore (the state the generation resumed from, at step "
+              "`step`) | start (a user's job: the state before this process's first optimizer "
+              "step; `step` counts that process's optimizer steps, so 0, and gen is torchrun's "
+              "restart count); local_rank: which of its host's processes, from the hook",
+              optional=("local_rank",))
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
 SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
                 "the failure detector suspects `peer`; via = cause: connection (its process is "

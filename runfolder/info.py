@@ -19,6 +19,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       the ranks ran (a version 1-2 trial reads as one where it was not counted)
   4   run.json's `machine` gains `fault_us`, a page's first touch (a version 2-3 machine reads
       with it None, not measured)
+  5   a trial's events gain `state`: fingerprints of every rank's training state (a version
+      1-4 trial reads as one whose state was not observed)
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

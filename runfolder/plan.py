@@ -18,6 +18,8 @@ REVERT = "revert"
 OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "crashed", "exited-clean",
                              "running-at-cap", "continued", "recovered", "isolated", "retries-exhausted",
                              "failed-fast", "absorbed", "inconclusive")
+# The state checker's verdicts (reports.state), beside the outcome and never mixed into it
+STATE_VERDICTS: tuple[str, ...] = ("consistent", "diverged", "not observed")
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,15 @@ class Expectation:
     breaker_within: float | None = None
     # suspect events from the failure detector; absent from plans written before it: None
     suspects_at_most: int | None = None
+    # the state checker's verdict (reports.state); absent from plans written before it: None
+    state: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [o for o in self.outcome if o not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcome {unknown[0]!r} is not one of {', '.join(OUTCOMES)}")
+        if self.state is not None and self.state not in STATE_VERDICTS:
+            raise ValueError(f"state {self.state!r} is not one of {', '.join(STATE_VERDICTS)}")
 
     def bounds(self) -> dict[str, float]:
         """The time bounds that are set, by name (detect_within, ...)."""

@@ -33,7 +33,7 @@ from chaos import topology
 from chaos.faults import Seconds
 from harness.cluster.classify import classify_line
 from harness.job.hook import chaos_hook
-from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, TRIAL_ENV
+from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
 import runfolder
 from runfolder import events as kinds
 from runfolder.events import EventRecorder
@@ -70,6 +70,9 @@ class JobSpec(BaseModel):
     start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
     step_pattern: str | None = Field(
         default=None, description="a regular expression; each output line it matches counts as a step")
+    state_every: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="the step hook records a fingerprint of the model's and the optimizer's "
+                               "state every this many optimizer steps (reports.state checks them)")
 
     @model_validator(mode="after")
     def _restarts_need_an_agent(self) -> "JobSpec":
@@ -136,7 +139,7 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
         "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname,
         "PYTHONPATH": os.pathsep.join(python_path), "PATH": _python_first(env.get("PATH", "")),
         "PYTHONUNBUFFERED": "1", EVENTS_ENV: events_path, REPO_ENV: str(REPO_ROOT), TRIAL_ENV: trial,
-        HOST_RANK_ENV: str(rank),
+        HOST_RANK_ENV: str(rank), STATE_EVERY_ENV: str(job.state_every),
     })
     if job.launcher == "direct":
         env.update({

@@ -26,6 +26,9 @@ class WorkloadSpec(BaseModel):
     checkpoint_every: Annotated[int, Field(ge=1)] = 10
     lr: Annotated[float, Field(gt=0)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    state_every: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="record a fingerprint of every rank's state (a `state` event) every "
+                               "this many steps, and at every restore (reports.state checks them)")
     gloo_lazy_init: bool = Field(
         default=False, description="gloo connects a pair of ranks when a collective first needs "
                                    "it, not every pair while a group forms (TORCH_GLOO_LAZY_INIT=1)")

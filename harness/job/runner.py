@@ -184,6 +184,8 @@ class FaultTolerantRunner:
             return failure
         self.recorder.emit(kinds.STEP, step=step, gen=gen, loss=round(loss, 5),
                            dur=round(self.clock() - started, 4))
+        if self.workload.step % self.workload.spec.state_every == 0:
+            self._record_state("step")
         if self.group.rank == 0 and self.workload.step % self.workload.spec.checkpoint_every == 0:
             self.checkpoints.save(self.workload.step, self.workload.state())
             self.recorder.emit(kinds.CHECKPOINT, step=self.workload.step)
@@ -366,9 +368,16 @@ class FaultTolerantRunner:
             restored = self.restore.restore(self.group, self.workload, self._watch)
             self.recorder.emit(kinds.RESTORED, step=self.workload.step, gen=self.group.generation,
                                **restored.fields())
+            self._record_state("restore")
         except CollectiveError as exc:
             return self._record(Failure.of(exc, self.workload.step, self.group.generation))
         return None
+
+    def _record_state(self, at: str) -> None:
+        """The fingerprint of this rank's state (reports.state judges them across ranks)."""
+        params, optim = self.workload.fingerprints()
+        self.recorder.emit(kinds.STATE, step=self.workload.step, gen=self.group.generation, at=at,
+                           fingerprint=params, optim=optim)
 
     def _release(self) -> None:
         secs = self.group.leave()

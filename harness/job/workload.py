@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from harness.job.config import WorkloadSpec
+from harness.job.fingerprint import fingerprint, tensors_of
 
 AllReduce = Callable[[torch.Tensor], None]
 CPU = torch.device("cpu")
@@ -66,6 +67,10 @@ class Workload:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "model": self.model.state_dict(),
                 "velocity": [v.clone() for v in self.velocity]}
+
+    def fingerprints(self) -> tuple[str | None, str | None]:
+        """(parameters, optimizer state): harness.job.fingerprint of each, where they live."""
+        return fingerprint(tensors_of(self.model)), fingerprint(self.velocity)
 
     def reset(self) -> None:
         """Back to the seeded initial weights (a restore before the first checkpoint)."""

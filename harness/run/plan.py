@@ -91,7 +91,7 @@ def _expectation(written: WrittenExpectation | None) -> Expectation | None:
         return None
     return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
                        recover_within=written.recover_within, breaker_within=written.breaker_within,
-                       suspects_at_most=written.suspects_at_most)
+                       suspects_at_most=written.suspects_at_most, state=written.state)
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
@@ -105,6 +105,8 @@ def _expectation_text(expect: Expectation | None) -> str:
     wanted += [f"{name} {bound:g} s" for name, bound in expect.bounds().items()]
     if expect.suspects_at_most is not None:
         wanted.append(f"at most {expect.suspects_at_most} suspect events")
+    if expect.state is not None:
+        wanted.append(f"state {expect.state}")
     return ", ".join(wanted)
 
 

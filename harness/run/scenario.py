@@ -58,7 +58,7 @@ from chaos.topology import host_index, host_name
 from harness.cluster.userjob import JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
-from runfolder.plan import OUTCOMES
+from runfolder.plan import OUTCOMES, STATE_VERDICTS
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
 FAULT_CLASSES = dict(zip(kind_names(), FAULT_KINDS, strict=True))
@@ -252,6 +252,10 @@ class Expectation(Frozen):
     suspects_at_most: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="at most this many suspect events from the failure detector "
                                   "(0 in a fault-free run: any is a false alarm)")
+    state: Literal[STATE_VERDICTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="the state checker's verdict (reports.state): consistent (every "
+                                  "replica agrees, every resumed state is real), diverged, not observed; "
+                                  "with any expectation set, a diverged state fails unless expected")
 
 
 class Scenario(Frozen):

@@ -1,12 +1,15 @@
 """The regression gate: tonight against a window of earlier nights, per scenario x policy.
 
-Two rules, each judged only where at least `min_nights` nights of the window ran the same
+Three rules, each judged only where at least `min_nights` nights of the window ran the same
 scenario x policy (fewer: the series is listed as not judged, never passed silently):
 
   outcome   a trial tonight whose outcome is worse than every outcome the window saw
             (OUTCOME_SEVERITY: the job went on < the policy left cleanly < a crash < no
             verdict < a hang). "Recovered last week, hung tonight" fails; an outcome the
             window already saw (a flaky scenario) does not.
+  state     a trial tonight whose state diverged (reports.state) where the window's trials
+            came out consistent and never diverged: a recovery that came back wrong fails
+            whatever its times.
   metric    for every metric of NIGHTLY_METRICS measured tonight, pooling the repeats:
             (a) tonight's median is worse than the window's median by more than the largest
                 of `iqr_factor` x the window's interquartile range, `relative` x the window's
@@ -110,6 +113,21 @@ def _outcome_rule(night: str, tonight: pd.DataFrame, before: pd.DataFrame, night
                            f"{' or '.join(seen)})", command=reproduce_command(first))
 
 
+def _state_rule(night: str, tonight: pd.DataFrame, before: pd.DataFrame, nights: tuple[str, ...]) -> Regression | None:
+    states = set(before.get("state", pd.Series(dtype=object)))
+    if "consistent" not in states or "diverged" in states:
+        return None
+    diverged = tonight[tonight.get("state", pd.Series("", index=tonight.index)) == "diverged"]
+    if not len(diverged):
+        return None
+    first = diverged.iloc[0]
+    return Regression(
+        night=night, scenario=str(first["scenario"]), policy=str(first["policy"]), metric="state",
+        label="state", tonight=counts(tonight["state"]).text(), before=counts(before["state"]).text(),
+        nights=nights, why=f"consistent in the window, diverged tonight: {first['state_detail']}",
+        command=reproduce_command(first))
+
+
 def _metric_rule(night: str, metric: Metric, tonight: pd.DataFrame, before: pd.DataFrame,
                  nights: tuple[str, ...], trials: pd.DataFrame, rules: GateRules) -> Regression | None:
     sign = -1.0 if metric.better == HIGHER else 1.0  # worse is larger after the sign
@@ -181,6 +199,7 @@ def check_gate(history: History, night: str, rules: GateRules = DEFAULT_RULES) -
             unjudged.append(short)
             continue
         found.append(_outcome_rule(night, tonight, before, ran))
+        found.append(_state_rule(night, tonight, before, ran))
         for metric in NIGHTLY_METRICS:
             now = tonight_metrics.get((*key, metric.column))
             if now is None:

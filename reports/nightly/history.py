@@ -19,7 +19,8 @@ them into the history file. Appending a night already stored is idempotent when 
 are the same (same digest: a resumed runner may append twice) and refused otherwise.
 
 Version 2 (2026-12-02) added the nights' machine speed (loop_ns, wake_us), version 3
-(2026-12-03) a page's first touch (fault_us). An older file is read as it is (the figures
+(2026-12-03) a page's first touch (fault_us), version 4 the trials' state verdict (state,
+state_detail: reports.state; "" for trials stored before it, read as not observed). An older file is read as it is (the figures
 it lacks unknown) and given their columns by its next append.
 """
 from __future__ import annotations
@@ -37,9 +38,13 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _ADD = {name: f'ALTER TABLE nights ADD COLUMN "{name}" REAL' for name in ("loop_ns", "wake_us", "fault_us")}
-UPGRADABLE = {1: (_ADD["loop_ns"], _ADD["wake_us"], _ADD["fault_us"]), 2: (_ADD["fault_us"],)}
+_ADD.update({name: f"ALTER TABLE trials ADD COLUMN \"{name}\" TEXT NOT NULL DEFAULT ''"
+             for name in ("state", "state_detail")})
+_STATE = (_ADD["state"], _ADD["state_detail"])
+UPGRADABLE = {1: (_ADD["loop_ns"], _ADD["wake_us"], _ADD["fault_us"], *_STATE), 2: (_ADD["fault_us"], *_STATE),
+              3: _STATE}
 LOCK_TIMEOUT_S = 30.0  # how long an append waits for another writer of the same file
 LOWER, HIGHER = "lower", "higher"
 
@@ -165,11 +170,12 @@ NIGHTS = Table("nights", (*((name, REAL if name in MACHINE_FIELDS else TEXT) for
 TRIAL_KEY = ("night", "scenario", "policy", "repeat")
 # analyze_run's columns kept per trial
 FROM_ANALYSIS = ("policy_base", "fault", "seed", "outcome", "outcome_reason", "hung_cap", "timeout_s",
-                 "expect", "expect_failures", "run")
+                 "expect", "expect_failures", "run", "state", "state_detail")
 TRIALS = Table("trials", (("night", TEXT), ("scenario", TEXT), ("policy", TEXT), ("repeat", "INTEGER NOT NULL"),
                           ("policy_base", TEXT), ("fault", TEXT), ("seed", INTEGER), ("outcome", TEXT),
                           ("outcome_reason", TEXT), ("hung_cap", REAL), ("timeout_s", REAL), ("expect", TEXT),
-                          ("expect_failures", TEXT), ("run", TEXT), ("command", TEXT)), TRIAL_KEY)
+                          ("expect_failures", TEXT), ("run", TEXT), ("command", TEXT), ("state", TEXT),
+                          ("state_detail", TEXT)), TRIAL_KEY)
 METRICS = Table("metrics", (("night", TEXT), ("scenario", TEXT), ("policy", TEXT), ("repeat", "INTEGER NOT NULL"),
                             ("metric", TEXT), ("value", "REAL NOT NULL")), (*TRIAL_KEY, "metric"))
 TABLES = (NIGHTS, TRIALS, METRICS)

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 from harness.cluster.userjob import JobSpec, rank_environment
+from reports.state import check_state
 from runfolder.events import read_events, schema_problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,13 +58,18 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     by_rank = kinds_by_rank(events)
     for rank in (0, 1):
         own = by_rank[rank]
-        assert [e["kind"] for e in own] == ["rank_start"] + ["step"] * 5
+        assert [e["kind"] for e in own] == ["rank_start", "state"] + ["step", "state"] * 5
         assert own[0]["world"] == 2 and own[0]["policy"] == "default"
-        steps = own[1:]
+        states = [e for e in own if e["kind"] == "state"]
+        assert [(e["at"], e["step"]) for e in states] == [("start", 0)] + [("step", s) for s in range(1, 6)]
+        assert states[0]["optim"] is None and all(e["optim"] for e in states[1:])  # SGD momentum from step 1
+        steps = [e for e in own if e["kind"] == "step"]
         assert [e["step"] for e in steps] == [1, 2, 3, 4, 5]
         assert len({e["pid"] for e in own}) == 1
         times = [e["t"] for e in steps]
         assert times == sorted(times) and steps[0]["dur"] is None and all(e["dur"] > 0 for e in steps[1:])
+    verdict = check_state(read_events(events)[0])  # DDP's replicas, fingerprinted on each side
+    assert verdict.verdict == "consistent" and verdict.compared == 6, verdict.violations
     # the job resumes from its checkpoint: a second run starts at step 4 and makes one more
     again = run_ranks([sys.executable, str(EXAMPLE), "--steps", "5", "--step-period", "0",
                        "--checkpoint", str(tmp_path / "c.pt"), "--checkpoint-every", "2"], events, 2, tmp_path)

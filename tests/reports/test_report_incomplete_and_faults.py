@@ -74,7 +74,7 @@ def test_an_incomplete_trial_is_not_judged_against_its_expectation(tmp_path):
     assert pd.isna(row["expect_ok"]) and row["expect_failures"] == ""
     [cells] = table_rows(analyze_run(run_dir))
     assert cells[-1] == "not judged: the trial did not finish"
-    assert cells[5] == "-" and "inconclusive" not in " ".join(cells)
+    assert cells[6] == "-" and "inconclusive" not in " ".join(cells)
 
 
 def test_a_trial_the_harness_stopped_on_an_error_is_incomplete_not_crashed(tmp_path):

@@ -86,6 +86,16 @@ def test_a_format_3_machine_reads_without_a_pages_first_touch(tmp_path):
             in (run_dir / "report.md").read_text())
 
 
+def test_a_format_4_trial_without_fingerprints_reads_as_state_not_observed(tmp_path):
+    run_dir = fakes.write_run(tmp_path / "run", {"timeout": fakes.failed_fast()})
+    for path in (run_dir / RUN_FILE, trial_dir(run_dir, "timeout") / TRIAL_FILE):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": 4}))
+    [row] = analyze_run(run_dir).to_dict("records")
+    assert row["state"] == "not observed" and row["expect_failures"] == ""
+    assert report_main([str(run_dir)]) == 0
+    assert "| not observed |" in (run_dir / "report.md").read_text()
+
+
 def unversioned_run(tmp_path):
     run_dir = tmp_path / "old-run"
     trial = trial_dir(run_dir, "timeout")

@@ -7,10 +7,14 @@ straight into the trial's events file (CHAOS_EVENTS_PATH; one O_APPEND write per
     rank_start   once, when the process starts (a restart is a new pid)
     step         after every optimizer step (torch's global optimizer step post-hook,
                  registered when the script imports torch.optim; nothing is imported early)
+    state        fingerprints of the parameters and the optimizer's state: before the
+                 process's first step (at start) and every `job.state_every` steps after
 
 A script without torch.optim opts in with one line in its training loop:
 
     import chaos_hook; chaos_hook.step()     # a no-op outside the harness
+    chaos_hook.step(model)                   # the same, with the model's fingerprint
 
-Nothing here imports torch or the harness; only runfolder (standard library).
+Nothing here imports torch or the harness at start; only runfolder (standard library).
+The fingerprints import harness.job.fingerprint (torch only) once the job has torch.
 """

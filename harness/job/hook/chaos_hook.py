@@ -1,9 +1,14 @@
 """The step hook inside the user's job (see harness.job.hook): step events without code changes.
 
 `install()` (from sitecustomize) records rank_start and arranges for torch's global
-optimizer step post-hook to be registered once torch.optim.optimizer is imported (an import
-watcher: a script that never imports torch pays nothing). `step()` is the opt-in for
-scripts without torch.optim. Both do nothing when CHAOS_EVENTS_PATH is not set.
+optimizer step hooks to be registered once torch.optim.optimizer is imported (an import
+watcher: a script that never imports torch pays nothing). Before the process's first
+optimizer step the hook records the state it starts from (a `state` event at start: the
+weights it initialised or restored), and after every CHAOS_STATE_EVERY-th step the state
+it reached: fingerprints of the optimizer's parameters and of its per-parameter state
+(harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
+scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
+records that state. All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Any
 EVENTS_ENV = "CHAOS_EVENTS_PATH"  # harness.cluster.userjob sets it
 REPO_ENV = "CHAOS_HARNESS_ROOT"   # where runfolder/ is
 TRIAL_ENV = "CHAOS_TRIAL"
+STATE_EVERY_ENV = "CHAOS_STATE_EVERY"  # a `state` event every this many steps (job.state_every)
 OWNER_ENV = "CHAOS_HOOK_OWNER"    # the pid that measures; Python processes it starts do not
 HOST_RANK_ENV = "CHAOS_RANK"      # the host's rank: torchrun's RANK is the rendezvous' choice
 OPTIMIZER_MODULE = "torch.optim.optimizer"
@@ -43,20 +49,44 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def step(*_: Any) -> None:
-    """Record one training step of this process (also torch's optimizer post-hook)."""
+def _generation() -> int:
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def _record_state(recorder: Any, holder: Any, at: str) -> None:
+    from harness.job.fingerprint import fingerprint, optimizer_tensors, tensors_of
+    import torch
+
+    optim = (fingerprint(optimizer_tensors(holder)) if isinstance(holder, torch.optim.Optimizer) else None)
+    recorder.emit("state", step=_steps, gen=_generation(), at=at, fingerprint=fingerprint(tensors_of(holder)),
+                  optim=optim, local_rank=_local_rank())
+
+
+def step(state: Any = None, *_hook_args: Any) -> None:
+    """Record one training step of this process, and with `state` (a model, a state dict,
+    an optimizer) its fingerprint on the cadence. Also torch's optimizer post-hook, which
+    passes the optimizer (and its step's args)."""
     global _steps, _last
     recorder = _open()
     if recorder is None:
         return
     now = time.monotonic()
     _steps += 1
-    recorder.emit("step", t=now, step=_steps, gen=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+    recorder.emit("step", t=now, step=_steps, gen=_generation(),
                   loss=None, dur=None if _last is None else round(now - _last, 6), local_rank=_local_rank())
     _last = now
+    if state is not None and _steps % int(os.environ.get(STATE_EVERY_ENV, "1")) == 0:
+        _record_state(recorder, state, "step")
+
+
+def _before_step(optimizer: Any, *_: Any) -> None:
+    """torch's optimizer pre-hook: before the first step, the state the process starts from."""
+    if _steps == 0 and (recorder := _open()) is not None:
+        _record_state(recorder, optimizer, "start")
 
 
 def _register_optimizer_hook(module: Any) -> None:
+    module.register_optimizer_step_pre_hook(_before_step)
     module.register_optimizer_step_post_hook(step)
 
 

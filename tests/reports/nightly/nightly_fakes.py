@@ -22,6 +22,7 @@ def trial(scenario: str = "loss_20pct", policy: str = "retry", outcome: str = "r
             "policy_base": base or policy, "fault": fault, "outcome": outcome, "outcome_reason": f"{outcome} (fake)",
             "hung_cap": figures.pop("hung_cap", NAN), "timeout_s": figures.pop("timeout_s", 5.0),
             "expect": figures.pop("expect", ""), "expect_failures": figures.pop("expect_failures", ""),
+            "state": figures.pop("state", "consistent"), "state_detail": figures.pop("state_detail", "state consistent"),
             "ttd_s": NAN, "ttr_s": NAN, "breaker_open_s": NAN, **figures}
 
 

@@ -55,8 +55,8 @@ def test_a_worse_night_is_named_with_its_figures_nights_and_command(gate_of):
 def test_a_night_within_noise_passes(gate_of):
     result = gate_of(usual_repeats(np.random.default_rng(99)))
     assert result.passed and result.regressions == ()
-    # two series (timeout, retry): outcome rule each, ttd_s each, ttr_s and steps/s of retry
-    assert result.judged == 2 + 2 + 2 and result.unjudged == ()
+    # two series (timeout, retry): outcome and state rules each, ttd_s each, ttr_s and steps/s of retry
+    assert result.judged == 2 + 2 + 2 + 2 and result.unjudged == ()
 
 
 def test_an_outcome_change_fails(gate_of):
@@ -69,6 +69,17 @@ def test_an_outcome_change_fails(gate_of):
     assert regression.before == "recovered 35/35"
     assert "hung is worse than any outcome of the window (worst there: recovered)" in regression.why
     assert regression.command.endswith("--policy retry --seed 103")
+
+
+def test_a_state_that_diverged_after_consistent_nights_fails(gate_of):
+    tonight = usual_repeats(np.random.default_rng(99))
+    tonight[2][1] = {**tonight[2][1], "state": "diverged",
+                     "state_detail": "state diverged: replicas agree: generation 1 resumed at different steps"}
+    result = gate_of(tonight)
+    [regression] = result.regressions
+    assert (regression.policy, regression.metric) == ("retry", "state")
+    assert regression.tonight == "consistent 4/5, diverged 1/5" and regression.before == "consistent 35/35"
+    assert "resumed at different steps" in regression.why and regression.command.endswith("--seed 102")
 
 
 def test_an_outcome_the_window_already_saw_passes(tmp_path):

@@ -105,34 +105,37 @@ def test_a_database_of_another_schema_version_is_refused(tmp_path):
     db = tmp_path / "history.sqlite"
     append_night(db, night(0, two_repeats()))
     with sqlite3.connect(db) as con:
-        con.execute("PRAGMA user_version = 4")
-    message = "history schema version 4, this chaos-harness reads versions 1, 2 and 3; give --history a new file"
+        con.execute("PRAGMA user_version = 5")
+    message = "history schema version 5, this chaos-harness reads versions 1, 2, 3 and 4; give --history a new file"
     with pytest.raises(HistoryError, match=message):
         read_history(db)
     with pytest.raises(HistoryError, match=message):
         append_night(db, night(1, two_repeats()))
 
 
-@pytest.mark.parametrize("version, lacks", [(1, ("loop_ns", "wake_us", "fault_us")), (2, ("fault_us",))])
+@pytest.mark.parametrize("version, lacks", [(1, ("loop_ns", "wake_us", "fault_us")), (2, ("fault_us",)), (3, ())])
 def test_an_older_file_is_read_as_it_is_and_upgraded_by_the_next_append(tmp_path, version, lacks):
     db = tmp_path / "history.sqlite"
     append_night(db, night(0, two_repeats(), loop_ns=70.0, wake_us=9.0, fault_us=1.5))
-    with sqlite3.connect(db) as con:  # the nights without the machine figures that version lacks
+    with sqlite3.connect(db) as con:  # the nights without the figures that version lacks
         for column in lacks:
             con.execute(f"ALTER TABLE nights DROP COLUMN {column}")
+        for column in ("state", "state_detail"):  # every version before 4
+            con.execute(f"ALTER TABLE trials DROP COLUMN {column}")
         con.execute(f"PRAGMA user_version = {version}")
     old = read_history(db)
     measured = {"loop_ns": 70.0, "wake_us": 9.0, "fault_us": 1.5}
     assert old.info("2025-01-01") == replace(info(0), **(measured | dict.fromkeys(lacks)))
     assert append_night(db, night(1, two_repeats(), loop_ns=140.0, wake_us=20.0, fault_us=3.0))
     with sqlite3.connect(db) as con:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     upgraded = read_history(db)
     assert upgraded.night_ids == ("2025-01-01", "2025-01-02")
     assert all(getattr(upgraded.info("2025-01-01"), column) is None for column in lacks)
     tonight = upgraded.info("2025-01-02")
     assert (tonight.loop_ns, tonight.wake_us, tonight.fault_us) == (140.0, 20.0, 3.0)
     assert len(upgraded.trials) == 2 * len(old.trials)
+    assert list(upgraded.trials["state"]) == [""] * len(old.trials) + ["consistent"] * len(old.trials)
 
 
 def test_files_that_are_not_history_databases_are_refused(tmp_path):

@@ -69,7 +69,7 @@ def test_markdown_summary_is_small_and_says_everything(stored):
     _, report = stored
     text = markdown_summary(report)
     assert text.startswith(f"# Chaos nightly {TONIGHT}\n\nstarted {info(10).started}; commit c010; host gpu-node-1")
-    assert "**FAILED**: 1 regression(s) in 6 comparisons" in text
+    assert "**FAILED**: 1 regression(s) in 8 comparisons" in text
     assert f"- {report.gate.regressions[0].text()}" in text
     assert "| document's policy | document's claim |" in text and "| retry | packet loss" in text
     assert "| loss_20pct | retry | loss | recovered 5/5 |" in text

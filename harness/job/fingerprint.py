@@ -1,0 +1,89 @@
+"""A training state's fingerprint: 16 hex digits that equal replicas always share.
+
+Per tensor, computed where it lives (on the GPU for a CUDA model), two integers over the
+tensor's bit pattern (its bytes read as 16- or 32-bit words):
+
+    total       the sum of every word, in int64: exact (no rounding, no overflow below
+                2^32 words), so it does not depend on the order a reduction takes, the
+                number of threads or the kernel: bitwise-equal tensors always agree.
+                Floating-point sums (float64 included) are not associative, so two equal
+                replicas reduced in another order could disagree.
+    positional  the words of a strided sample (SAMPLE_WORDS, evenly spaced), each times a
+                fixed pseudo-random weight below 2^20: a change that keeps the total
+                (words swapped, opposite changes) still moves it.
+
+One transfer to the host for all of them, then a BLAKE2b hash of those integers with every
+tensor's dtype and shape. Replicas that diverged differ in nearly every word of every
+tensor they updated: a collision needs both integers of every such tensor to agree by
+chance (about 2^-32 for the total alone, per tensor). Cost: two reductions per tensor
+(bench/state_fingerprint.py measures it against a step).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable
+
+import torch
+
+SAMPLE_WORDS = 1024
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int32}
+_weights: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _sample_weights(n: int, device: torch.device) -> torch.Tensor:
+    key = (n, device)
+    if key not in _weights:
+        draw = torch.Generator().manual_seed(0x5A17)
+        _weights[key] = torch.randint(1, 1 << 20, (n,), generator=draw, dtype=torch.int64).to(device)
+    return _weights[key]
+
+
+def _words(tensor: torch.Tensor) -> torch.Tensor:
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    return flat.view(_WORDS[flat.element_size()])
+
+
+def tensors_of(obj: Any) -> list[torch.Tensor]:
+    """The tensors of a model (its parameters and buffers), an optimizer (its parameters),
+    a state dict or a list of tensors, in a fixed order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, torch.nn.Module):
+        return [t for _, t in sorted(obj.state_dict(keep_vars=True).items())]
+    if isinstance(obj, torch.optim.Optimizer):
+        return [p for group in obj.param_groups for p in group["params"]]
+    if isinstance(obj, dict):
+        return [t for _, value in sorted(obj.items(), key=lambda kv: str(kv[0])) for t in tensors_of(value)]
+    if isinstance(obj, (list, tuple)):
+        return [t for value in obj for t in tensors_of(value)]
+    return []
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """What the optimizer holds per parameter (momentum, Adam's moments), in parameter order."""
+    return [t for group in optimizer.param_groups for p in group["params"]
+            for _, t in sorted(optimizer.state.get(p, {}).items()) if isinstance(t, torch.Tensor)]
+
+
+def fingerprint(tensors: Iterable[torch.Tensor]) -> str | None:
+    """The fingerprint of these tensors' values; None when there are none."""
+    tensors = list(tensors)
+    if not tensors:
+        return None
+    parts: dict[torch.device, list[torch.Tensor]] = {}  # per device: one transfer each
+    layout = []
+    for tensor in tensors:
+        words = _words(tensor)
+        n = words.numel()
+        stride = max(1, n // SAMPLE_WORDS)
+        sample = words[::stride][:SAMPLE_WORDS].to(torch.int64)
+        parts.setdefault(words.device, []).extend(
+            (words.sum(dtype=torch.int64), (sample * _sample_weights(sample.numel(), sample.device)).sum()))
+        layout.append(f"{tensor.dtype}{tuple(tensor.shape)}")
+    digest = hashlib.blake2b(digest_size=8)
+    for on_device in parts.values():
+        digest.update(torch.stack(on_device).cpu().numpy().tobytes())
+    digest.update(";".join(layout).encode())
+    return digest.hexdigest()

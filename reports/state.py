@@ -1,0 +1,327 @@
+"""The state checker: did the job come back correct? A recorded history of `state` events
+(fingerprints of every rank's parameters and optimizer state, runfolder.events) judged
+against named invariants, apart from whatever injected the faults (as Jepsen's checkers).
+
+    replicas agree     at every step that several ranks of one generation recorded, they
+                       recorded one fingerprint; and the ranks of a generation resumed at
+                       one step (a rank that restored an older checkpoint, or kept its own
+                       state, resumes elsewhere)
+    restore is real    a state a generation resumed from (a restore; a user's job: its
+                       state before its first step) equals a state some rank recorded
+                       before the fault at that step (a user's job: at any step, which then
+                       says the step it resumed at): not a fresh initialisation, not a torn
+                       or foreign checkpoint, and the optimizer's state with the weights
+    progress is honest a rank's steps only go forward between resumes; steps rolled back
+                       (thrown away by a resume) and repeated (run again) are counted per rank
+
+Verdict: `consistent` (no invariant violated), `diverged` (the first violation names the
+step, the ranks grouped by fingerprint and the event before it), `not observed` (no
+fingerprints: a run folder before format 5, or a job whose hook saw no optimizer).
+
+A user's job counts steps per process (the hook's count since the process began) and
+its generation is torchrun's restart count: replicas are compared at the same count of
+the same generation, and a resumed state's step is the step of the recorded state it
+equals. The built-in workload's steps are the training steps themselves.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+CONSISTENT, DIVERGED, NOT_OBSERVED = "consistent", "diverged", "not observed"
+VERDICTS = (CONSISTENT, DIVERGED, NOT_OBSERVED)
+REPLICAS_AGREE, RESTORE_IS_REAL, PROGRESS_IS_HONEST = "replicas agree", "restore is real", "progress is honest"
+INVARIANTS = (REPLICAS_AGREE, RESTORE_IS_REAL, PROGRESS_IS_HONEST)
+RESUMED = ("restore", "start")  # `at` of a state a generation resumed from
+# what may explain a divergence: the last of these before it is named
+CONTEXT_KINDS = ("restored", "group_ready", "membership", "rejoin_admitted", "rank_start",
+                 "fault_applied", "fault_reverted", "rank_exited")
+
+
+@dataclass(frozen=True)
+class State:
+    """One `state` event."""
+
+    t: float
+    rank: int
+    local_rank: int
+    pid: int
+    gen: int
+    step: int          # as recorded (a user's job: the process's own count)
+    at: str            # step | restore | start
+    params: str | None
+    optim: str | None
+
+    @property
+    def replica(self) -> tuple[int, int]:
+        return self.rank, self.local_rank
+
+    @property
+    def values(self) -> tuple[str | None, str | None]:
+        return self.params, self.optim
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    t: float
+    gen: int
+    step: int
+    ranks: tuple[str, ...]  # the ranks it names (minority first)
+    detail: str
+
+
+@dataclass(frozen=True)
+class StateVerdict:
+    verdict: str
+    violations: tuple[Violation, ...] = ()
+    states: int = 0                                   # state events judged
+    ranks: int = 0                                    # replicas that recorded one
+    compared: int = 0                                 # (gen, step) points several ranks recorded
+    restores_checked: int = 0                         # resumed states matched against the history
+    restores_unchecked: int = 0                       # resumed at a step nobody recorded before
+    rolled_back: dict[str, int] = field(default_factory=dict)  # replica -> steps thrown away
+    repeated: dict[str, int] = field(default_factory=dict)     # replica -> steps run again
+    context: str = ""                                 # the event before the first violation
+
+    @property
+    def first(self) -> Violation | None:
+        return self.violations[0] if self.violations else None
+
+    def held(self, invariant: str) -> bool:
+        return not any(v.invariant == invariant for v in self.violations)
+
+    def summary(self, t0: float = 0.0) -> str:
+        """One line: the verdict and what it rests on, or the first violation."""
+        if self.verdict == NOT_OBSERVED:
+            return "state not observed (no fingerprints recorded)"
+        if self.verdict == CONSISTENT:
+            restores = f", {self.restores_checked} resumed states real" if self.restores_checked else ""
+            return (f"state consistent ({self.states} fingerprints of {self.ranks} ranks, "
+                    f"{self.compared} steps compared{restores})")
+        first = self.first
+        assert first is not None
+        more = f"; {len(self.violations) - 1} more" if len(self.violations) > 1 else ""
+        context = f"; before it: {self.context}" if self.context else ""
+        return f"state diverged: {first.invariant}: {first.detail} at {first.t - t0:+.2f} s{context}{more}"
+
+
+def replica_label(replica: tuple[int, int], local_ranks: bool) -> str:
+    rank, local = replica
+    return f"{rank}.{local}" if local_ranks else str(rank)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return int(value)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def states_of(events: Iterable[Mapping[str, Any]]) -> list[State]:
+    found = [State(float(e["t"]), _int(e.get("rank")), _int(e.get("local_rank")), _int(e.get("pid")),
+                   _int(e.get("gen")), _int(e.get("step")), str(e.get("at")), _text(e.get("fingerprint")),
+                   _text(e.get("optim")))
+             for e in events if e.get("kind") == "state"]
+    return sorted(found, key=lambda s: s.t)
+
+
+def _short(value: str | None) -> str:
+    return "none" if value is None else value[:8]
+
+
+def _grouped(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> str:
+    """'ranks 0,1,2 a1b2c3d4; rank 3 9f8e7d6c': fingerprint groups, largest first."""
+    groups: dict[tuple[str | None, str | None], list[str]] = {}
+    for replica, state in sorted(members.items()):
+        groups.setdefault(state.values, []).append(labels[replica])
+    parts = []
+    for values, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        word = "rank" if len(names) == 1 else "ranks"
+        optim = "" if values[1] is None else f"/{_short(values[1])}"
+        parts.append(f"{word} {','.join(names)} {_short(values[0])}{optim}")
+    return "; ".join(parts)
+
+
+def _minority(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> tuple[str, ...]:
+    groups: dict[tuple[str | None, str | None], list[tuple[int, int]]] = {}
+    for replica, state in members.items():
+        groups.setdefault(state.values, []).append(replica)
+    ordered = sorted(groups.values(), key=len)
+    return tuple(labels[r] for group in ordered[:-1] for r in sorted(group))
+
+
+def _where(state: State, user_job: bool) -> str:
+    if state.at == "start":
+        return f"the start of generation {state.gen}"
+    if user_job:
+        return f"step {state.step} of generation {state.gen} (the process's own count)"
+    return f"step {state.step} (generation {state.gen})"
+
+
+def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
+    """Judge a trial's recorded history (its events, in any order) by the invariants."""
+    events = list(events)
+    states = states_of(events)
+    if not states:
+        return StateVerdict(NOT_OBSERVED)
+    local_ranks = any(s.local_rank for s in states)
+    user_job = any(s.at == "start" for s in states)
+    labels = {s.replica: replica_label(s.replica, local_ranks) for s in states}
+    violations: list[Violation] = []
+
+    # replicas agree: one fingerprint per (generation, step), the latest of each replica
+    points: dict[tuple[int, int], dict[tuple[int, int], State]] = {}
+    for s in states:
+        points.setdefault((s.gen, s.step), {})[s.replica] = s
+    compared = 0
+    for (gen, step), members in points.items():
+        if len(members) < 2:
+            continue
+        compared += 1
+        if len({s.values for s in members.values()}) > 1:
+            latest = max(members.values(), key=lambda s: s.t)
+            violations.append(Violation(REPLICAS_AGREE, latest.t, gen, step, _minority(members, labels),
+                                        f"{_where(latest, user_job)}: {_grouped(members, labels)}"))
+    resumes: dict[int, dict[tuple[int, int], State]] = {}
+    for s in states:
+        if s.at in RESUMED:
+            resumes.setdefault(s.gen, {}).setdefault(s.replica, s)  # the first resume of each in a generation
+    for gen, members in resumes.items():
+        steps: dict[int, list[tuple[int, int]]] = {}
+        for replica, s in members.items():
+            steps.setdefault(s.step, []).append(replica)
+        if len(steps) > 1:
+            latest = max(members.values(), key=lambda s: s.t)
+            ordered = sorted(steps.items(), key=lambda kv: len(kv[1]))
+            text = "; ".join(f"{'rank' if len(r) == 1 else 'ranks'} {','.join(labels[x] for x in sorted(r))} "
+                             f"at step {step}" for step, r in reversed(ordered))
+            violations.append(Violation(REPLICAS_AGREE, latest.t, gen, ordered[-1][0],
+                                        tuple(labels[r] for _, rs in ordered[:-1] for r in sorted(rs)),
+                                        f"generation {gen} resumed at different steps: {text}"))
+
+    # restore is real, and the absolute step of every state (a user's job: offset per process)
+    offsets: dict[int, int | None] = {}
+    absolute: list[tuple[State, int | None]] = []
+    recorded = Recorded()
+    checked = unchecked = 0
+    for s in states:
+        if s.at == "start":
+            if not recorded.before(s.gen):
+                offsets[s.pid] = 0
+            else:
+                candidates = recorded.with_params(s.gen, s.params)
+                exact = [a for e, a in candidates if e.optim == s.optim]
+                checked += 1
+                if exact:
+                    offsets[s.pid] = max(exact)
+                else:
+                    offsets[s.pid] = max(a for _, a in candidates) if candidates else None
+                    violations.append(_not_real(s, candidates, labels, user_job))
+            step = offsets[s.pid]
+        else:
+            offset = offsets.get(s.pid, 0)
+            step = None if offset is None else offset + s.step
+            if s.at == "restore" and step is not None:
+                before = recorded.at_step(s.gen, step)
+                if not before:
+                    unchecked += s.gen > 0
+                else:
+                    checked += 1
+                    if s.values not in {e.values for e in before}:
+                        same = [(e, step) for e in before if e.params == s.params]
+                        violations.append(_not_real(s, same, labels, user_job, recorded=before))
+        absolute.append((s, step))
+        recorded.add(s, step)
+
+    # progress is honest: forward between resumes; rolled back and repeated per replica
+    rolled_back: dict[str, int] = {}
+    repeated: dict[str, int] = {}
+    reached: dict[tuple[int, int], int] = {}
+    last_step: dict[tuple[int, int, int], int] = {}
+    for s, step in absolute:
+        if step is None:
+            continue
+        label = labels[s.replica]
+        top = reached.get(s.replica)
+        if s.at in RESUMED:
+            if top is not None and step < top:
+                rolled_back[label] = rolled_back.get(label, 0) + top - step
+            last_step.pop((s.pid, s.gen, s.local_rank), None)
+            continue
+        previous = last_step.get((s.pid, s.gen, s.local_rank))
+        if previous is not None and step <= previous:
+            violations.append(Violation(PROGRESS_IS_HONEST, s.t, s.gen, s.step, (label,),
+                                        f"rank {label} recorded step {step} after step {previous} "
+                                        f"in generation {s.gen} with no resume between"))
+        if top is not None and step <= top:
+            repeated[label] = repeated.get(label, 0) + 1
+        last_step[(s.pid, s.gen, s.local_rank)] = step
+        reached[s.replica] = max(step, top if top is not None else step)
+
+    violations.sort(key=lambda v: v.t)
+    verdict = DIVERGED if violations else CONSISTENT
+    return StateVerdict(verdict, tuple(violations), len(states), len(labels), compared, checked, unchecked,
+                        rolled_back, repeated, _context(events, violations[0]) if violations else "")
+
+
+class Recorded:
+    """The states recorded so far, by generation: found by step and by parameters."""
+
+    def __init__(self) -> None:
+        self._by_step: dict[int, dict[int, list[State]]] = {}
+        self._by_params: dict[int, dict[str | None, list[tuple[State, int]]]] = {}
+
+    def add(self, state: State, step: int | None) -> None:
+        if step is not None:
+            self._by_step.setdefault(state.gen, {}).setdefault(step, []).append(state)
+            self._by_params.setdefault(state.gen, {}).setdefault(state.params, []).append((state, step))
+
+    def before(self, gen: int) -> bool:
+        return any(g < gen for g in self._by_step)
+
+    def at_step(self, gen: int, step: int) -> list[State]:
+        """States of earlier generations at this step (before the fault `gen` follows)."""
+        return [s for g, steps in self._by_step.items() if g < gen for s in steps.get(step, ())]
+
+    def with_params(self, gen: int, params: str | None) -> list[tuple[State, int]]:
+        return [found for g, by in self._by_params.items() if g < gen for found in by.get(params, ())]
+
+
+def _not_real(s: State, same_params: list[tuple[State, int | None]], labels: Mapping[tuple[int, int], str],
+              user_job: bool, recorded: list[State] | None = None) -> Violation:
+    label = labels[s.replica]
+    if same_params:
+        step = max(a for _, a in same_params if a is not None) if any(a is not None for _, a in same_params) else s.step
+        detail = (f"rank {label} resumed at {_where(s, user_job)} with the weights of step {step} but another "
+                  f"optimizer state ({_short(s.optim)}, recorded {_short(same_params[0][0].optim)}): "
+                  "the optimizer's state was not restored")
+    elif recorded:
+        seen = sorted({_short(e.params) for e in recorded})
+        detail = (f"rank {label} resumed at {_where(s, user_job)} from weights {_short(s.params)} that no rank "
+                  f"recorded at that step (recorded: {', '.join(seen)}): a torn or foreign checkpoint")
+    else:
+        detail = (f"rank {label} resumed at {_where(s, user_job)} from weights {_short(s.params)} that no rank "
+                  "recorded before: neither a checkpoint of this run nor its initial weights")
+    return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,), detail)
+
+
+def _context(events: list[Mapping[str, Any]], violation: Violation) -> str:
+    """The last event that may explain a violation: of a rank it names, or of the harness."""
+    named = set(violation.ranks)
+    before = [e for e in events if e.get("kind") in CONTEXT_KINDS and float(e["t"]) <= violation.t
+              and (e.get("src") == "harness" or str(_int(e.get("rank"), -1)) in {n.split(".")[0] for n in named})]
+    if not before:
+        return ""
+    last = max(before, key=lambda e: float(e["t"]))
+    who = "the harness" if last.get("src") == "harness" else f"rank {_int(last.get('rank'))}"
+    fields = {k: last[k] for k in ("step", "gen", "source", "peer", "fault_kind", "targets", "signal")
+              if k in last and last[k] is not None and not (isinstance(last[k], float) and math.isnan(last[k]))}
+    text = ", ".join(f"{k} {v}" for k, v in fields.items())
+    return f"{who}: {last['kind']}" + (f" ({text})" if text else "")

@@ -1,0 +1,176 @@
+"""The state checker's invariants on scripted event lists (reports.state); the same
+checker judges real 4-rank jobs with planted defects in tests/harness/test_state_job.py."""
+from __future__ import annotations
+
+from reports.state import (CONSISTENT, DIVERGED, NOT_OBSERVED, PROGRESS_IS_HONEST, REPLICAS_AGREE,
+                           RESTORE_IS_REAL, check_state)
+
+
+class History:
+    """A trial's events, written in order with a clock that ticks per event."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.t = 100.0
+
+    def emit(self, kind: str, rank: int | None, **fields) -> None:
+        self.t += 0.01
+        self.events.append({"t": self.t, "src": "harness" if rank is None else "rank", "rank": rank,
+                            "pid": 1000 + (rank or 0) + 100 * fields.pop("incarnation", 0), "kind": kind, **fields})
+
+    def state(self, rank: int, step: int, gen: int, fp: str, at: str = "step", optim: str | None = "m", **kw) -> None:
+        self.emit("state", rank, step=step, gen=gen, at=at, fingerprint=fp, optim=optim, **kw)
+
+    def steps(self, ranks, first: int, last: int, gen: int, fp=lambda step: f"w{step}") -> None:
+        for step in range(first, last + 1):
+            for rank in ranks:
+                self.state(rank, step, gen, fp(step), optim=f"m{step}")
+
+
+def job_with_restore(restored: dict[int, tuple[int, str, str]] | None = None) -> History:
+    """4 ranks: steps 1-13 in gen 0, a failure, gen 1 resumes at checkpoint step 10, steps 11-15.
+    `restored` overrides what a rank resumed from: rank -> (step, params, optim)."""
+    h = History()
+    for rank in range(4):
+        h.state(rank, 0, 0, "w0", at="restore", optim="m0")
+    h.steps(range(4), 1, 13, 0)
+    h.emit("fault_applied", None, index=0, fault_kind="link_down", targets=[2])
+    for rank in range(4):
+        step, fp, optim = (restored or {}).get(rank, (10, "w10", "m10"))
+        h.emit("restored", rank, step=step, gen=1, source="checkpoint")
+        h.state(rank, step, 1, fp, at="restore", optim=optim)
+    for step in range(11, 16):
+        for rank in range(4):
+            rstep, fp, _ = (restored or {}).get(rank, (10, "w10", "m10"))
+            own = rstep + (step - 10)
+            # a rank that resumed elsewhere keeps its own weights: they never match again
+            h.state(rank, own, 1, f"w{own}" if (rstep, fp) == (10, "w10") else f"x{own}", optim=f"m{own}")
+    return h
+
+
+def test_no_fingerprints_is_not_observed():
+    assert check_state([{"t": 1.0, "kind": "step", "rank": 0, "step": 1}]).verdict == NOT_OBSERVED
+
+
+def test_a_clean_restore_is_consistent_and_counts_the_steps_rolled_back_and_repeated():
+    verdict = check_state(job_with_restore().events)
+    assert verdict.verdict == CONSISTENT, verdict.violations
+    assert verdict.restores_checked == 4 and verdict.ranks == 4
+    assert verdict.rolled_back == {str(r): 3 for r in range(4)}  # 13 -> 10
+    assert verdict.repeated == {str(r): 3 for r in range(4)}     # 11, 12, 13 again
+    assert "consistent" in verdict.summary()
+
+
+def test_one_rank_restoring_an_older_checkpoint_is_named_with_its_step():
+    verdict = check_state(job_with_restore({3: (5, "w5", "m5")}).events)
+    assert verdict.verdict == DIVERGED
+    first = verdict.first
+    assert first.invariant == REPLICAS_AGREE and first.ranks == ("3",) and first.gen == 1
+    assert "rank 3 at step 5" in first.detail and "ranks 0,1,2 at step 10" in first.detail
+    assert "restored" in verdict.context and "rank 3" in verdict.context
+
+
+def test_one_rank_skipping_the_restore_resumes_where_it_was():
+    verdict = check_state(job_with_restore({1: (13, "w13", "m13")}).events)
+    assert verdict.first.invariant == REPLICAS_AGREE and verdict.first.ranks == ("1",)
+    assert "rank 1 at step 13" in verdict.first.detail
+
+
+def test_a_torn_checkpoint_is_a_state_nobody_recorded():
+    verdict = check_state(job_with_restore({r: (10, "torn", "m10") for r in range(4)}).events)
+    assert verdict.verdict == DIVERGED
+    assert {v.invariant for v in verdict.violations} == {RESTORE_IS_REAL}  # every rank loaded the same file
+    assert "no rank recorded at that step" in verdict.first.detail and "step 10" in verdict.first.detail
+
+
+def test_weights_restored_without_the_optimizer_state_is_not_a_real_restore():
+    verdict = check_state(job_with_restore({r: (10, "w10", "fresh") for r in range(4)}).events)
+    assert verdict.first.invariant == RESTORE_IS_REAL and "optimizer" in verdict.first.detail
+
+
+def test_replicas_that_disagree_at_a_step_are_grouped_by_fingerprint():
+    h = History()
+    h.steps(range(4), 1, 5, 0, fp=lambda s: f"w{s}")
+    h.state(2, 6, 0, "odd", optim="m6")
+    for rank in (0, 1, 3):
+        h.state(rank, 6, 0, "w6", optim="m6")
+    verdict = check_state(h.events)
+    assert verdict.first.invariant == REPLICAS_AGREE and verdict.first.step == 6 and verdict.first.ranks == ("2",)
+    assert "ranks 0,1,3 w6" in verdict.first.detail and "rank 2 odd" in verdict.first.detail
+
+
+def test_ranks_of_another_generation_are_not_compared():
+    h = History()
+    h.steps(range(4), 1, 3, 0)
+    h.state(3, 4, 0, "alone")  # rank 3 left out, still in gen 0
+    h.steps(range(3), 4, 5, 1, fp=lambda s: f"v{s}")
+    assert check_state(h.events).verdict == CONSISTENT
+
+
+def test_a_step_counter_going_back_without_a_resume_is_not_honest_progress():
+    h = History()
+    h.steps(range(2), 1, 4, 0)
+    h.state(0, 2, 0, "w2", optim="m2")
+    h.state(1, 2, 0, "w2", optim="m2")
+    verdict = check_state(h.events)
+    assert {v.invariant for v in verdict.violations} == {PROGRESS_IS_HONEST}
+
+
+def user_job(reinit_rank: int | None = None, resume_at: int = 10) -> History:
+    """torchrun: 4 workers, gen 0 steps 1-13 (counted by the hook), restart, gen 1 workers
+    start from the checkpoint of step `resume_at` and count their steps from 1 again."""
+    h = History()
+    for rank in range(4):
+        h.state(rank, 0, 0, "w0", at="start", optim=None)
+    h.steps(range(4), 1, 13, 0)
+    for rank in range(4):
+        h.emit("rank_start", rank, policy="job", world=4, incarnation=1)
+        fp, optim = ("w0", None) if rank == reinit_rank else (f"w{resume_at}", f"m{resume_at}")
+        h.state(rank, 0, 1, fp, at="start", optim=optim, incarnation=1)
+    for step in range(1, 4):
+        for rank in range(4):
+            fp = f"r{step}" if rank == reinit_rank else f"w{resume_at + step}"
+            h.state(rank, step, 1, fp, optim=f"m{resume_at + step}", incarnation=1)
+    return h
+
+
+def test_a_user_job_restart_that_resumed_is_consistent_and_finds_its_step():
+    verdict = check_state(user_job().events)
+    assert verdict.verdict == CONSISTENT, verdict.violations
+    assert verdict.rolled_back == {str(r): 3 for r in range(4)} and verdict.restores_checked == 4
+
+
+def test_a_user_job_whose_rank_3_reinitialises_on_restart_is_named():
+    verdict = check_state(user_job(reinit_rank=3).events)
+    assert verdict.verdict == DIVERGED
+    first = verdict.first
+    assert first.invariant == REPLICAS_AGREE and first.ranks == ("3",) and "start of generation 1" in first.detail
+    assert "rank_start" in verdict.context
+
+
+def test_a_diverged_state_fails_any_expectation_unless_it_is_the_one_expected():
+    from reports.expect import check_expectations
+    from runfolder.plan import Expectation
+    diverged = {"outcome": "recovered", "state": "diverged", "state_detail": "state diverged: replicas agree: ..."}
+    [failure] = check_expectations(diverged, Expectation(outcome=("recovered",)))
+    assert failure == "state: expected not diverged, measured state diverged: replicas agree: ..."
+    assert check_expectations(diverged, Expectation(state="diverged")) == []
+    assert check_expectations({"state": "not observed"}, Expectation(state="consistent")) == [
+        "state: expected consistent, measured not observed"]
+
+
+def test_a_scenario_expects_a_state_and_the_plan_says_so(tmp_path):
+    from harness.run.plan import build_plan
+    from harness.run.scenario import load_scenario
+    path = tmp_path / "s.yaml"
+    path.write_text("cluster: {ranks: 4}\nfaults: [{kind: kill, target: {rank: 1}, start: 1s}]\n"
+                    "policies: {retry: {}}\nexpect: {retry: {state: consistent}}\n")
+    plan = build_plan(load_scenario(path), "retry")
+    assert plan.trial.expect.state == "consistent"
+    path.write_text(path.read_text().replace("state: consistent", "state: fine"))
+    try:
+        load_scenario(path)
+    except Exception as exc:  # one line naming the file, the field and the accepted values
+        assert "state" in str(exc) and "consistent" in str(exc) and str(path) in str(exc)
+    else:
+        raise AssertionError("an unknown state verdict was accepted")
