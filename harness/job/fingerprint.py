@@ -1,18 +1,21 @@
 """A training state's fingerprint: 16 hex digits that equal replicas always share.
 
-Per tensor, computed where it lives (on the GPU for a CUDA model), two integers over the
-tensor's bit pattern (its bytes read as 16- or 32-bit words):
+Per tensor (or run of small tensors), computed where it lives (on the GPU for a CUDA model), two integers over the
+tensor's bit pattern (its bytes read as 32-bit words):
 
-    total       the sum of every word, in int64: exact (no rounding, no overflow below
-                2^32 words), so it does not depend on the order a reduction takes, the
-                number of threads or the kernel: bitwise-equal tensors always agree.
-                Floating-point sums (float64 included) are not associative, so two equal
-                replicas reduced in another order could disagree.
+    total       the sum of every word modulo 2^32 (an int32 reduction, which wraps):
+                integer addition modulo 2^32 is exact and associative, so the total does
+                not depend on the order a reduction takes, the number of threads or the
+                kernel: bitwise-equal tensors always agree. Floating-point sums (float64
+                included) are not associative, so two equal replicas reduced in another
+                order could disagree; an int64 accumulation is exact too but ten times
+                slower on a CPU (it widens every word: bench/state_fingerprint.py).
     positional  the words of a strided sample (SAMPLE_WORDS, evenly spaced), each times a
                 fixed pseudo-random weight below 2^20: a change that keeps the total
                 (words swapped, opposite changes) still moves it.
 
-One transfer to the host for all of them, then a BLAKE2b hash of those integers with every
+Small tensors on one device are joined first and reduced as one (a small model costs a
+pass, not a few kernel launches per tensor). One transfer to the host per device, then a BLAKE2b hash of those integers with every
 tensor's dtype and shape. Replicas that diverged differ in nearly every word of every
 tensor they updated: a collision needs both integers of every such tensor to agree by
 chance (about 2^-32 for the total alone, per tensor). Cost: two reductions per tensor
@@ -26,7 +29,8 @@ from typing import Any, Iterable
 import torch
 
 SAMPLE_WORDS = 1024
-_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int32}
+SMALL_WORDS = 1 << 20  # tensors below this many words are reduced together (a copy of at most a few MB)
+_NARROW = {1: torch.uint8, 2: torch.int16}  # words of a tensor whose size is no multiple of 4 bytes
 _weights: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
@@ -39,10 +43,14 @@ def _sample_weights(n: int, device: torch.device) -> torch.Tensor:
 
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as 32-bit words (as 8- or 16-bit ones when its size is no multiple
+    of 4 bytes): a view, no copy, for a contiguous tensor."""
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
-    return flat.view(_WORDS[flat.element_size()])
+    if (flat.numel() * flat.element_size()) % 4 == 0:
+        return flat.view(torch.int32)
+    return flat.view(_NARROW[flat.element_size()])
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
@@ -67,23 +75,38 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
             for _, t in sorted(optimizer.state.get(p, {}).items()) if isinstance(t, torch.Tensor)]
 
 
+def _runs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors' words, small neighbours on one device joined into one run (each
+    reduction then covers many tensors: a small model's tensors cost one pass, not a few
+    kernel launches each); a tensor of SMALL_WORDS or more is its own run, never copied."""
+    runs: list[torch.Tensor] = []
+    pending: list[torch.Tensor] = []
+    for words in map(_words, tensors):
+        if pending and (words.device != pending[0].device or words.dtype != pending[0].dtype
+                        or words.numel() >= SMALL_WORDS):
+            runs.append(torch.cat(pending) if len(pending) > 1 else pending[0])
+            pending = []
+        (runs.append if words.numel() >= SMALL_WORDS else pending.append)(words)
+    if pending:
+        runs.append(torch.cat(pending) if len(pending) > 1 else pending[0])
+    return runs
+
+
 def fingerprint(tensors: Iterable[torch.Tensor]) -> str | None:
     """The fingerprint of these tensors' values; None when there are none."""
     tensors = list(tensors)
     if not tensors:
         return None
     parts: dict[torch.device, list[torch.Tensor]] = {}  # per device: one transfer each
-    layout = []
-    for tensor in tensors:
-        words = _words(tensor)
+    for words in _runs(tensors):
         n = words.numel()
         stride = max(1, n // SAMPLE_WORDS)
         sample = words[::stride][:SAMPLE_WORDS].to(torch.int64)
         parts.setdefault(words.device, []).extend(
-            (words.sum(dtype=torch.int64), (sample * _sample_weights(sample.numel(), sample.device)).sum()))
-        layout.append(f"{tensor.dtype}{tuple(tensor.shape)}")
+            (words.sum(dtype=torch.int32).to(torch.int64),
+             (sample * _sample_weights(sample.numel(), sample.device)).sum()))
     digest = hashlib.blake2b(digest_size=8)
     for on_device in parts.values():
         digest.update(torch.stack(on_device).cpu().numpy().tobytes())
-    digest.update(";".join(layout).encode())
+    digest.update(";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors).encode())
     return digest.hexdigest()
