@@ -5,6 +5,7 @@ before the trial could show what it was expected to show. An incomplete run (a t
 run.json lists but that never began) is named by `missing_trials`."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
+from reports.stuck import read_stacks, stuck_summary
 
 
 def run_label(run: RunRecord) -> str:
@@ -21,6 +23,9 @@ def run_label(run: RunRecord) -> str:
 
 def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics = trial_metrics(trial.events, trial.info)
+    t0 = metrics["fault_start_t"] if not math.isnan(metrics["fault_start_t"]) else 0.0
+    metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), trial.events.to_dict("records"),
+                                        trial.info.plan.ranks, t0)
     expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None
     failures = check_expectations(metrics, expect)
     return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,

@@ -54,6 +54,8 @@ def check_expectations(metrics: Mapping[str, Any], expect: Expectation | None) -
     state = metrics.get("state")
     if (expect.state is not None and state != expect.state) or (expect.state is None and state == "diverged"):
         failures.append(f"state: expected {expect.state or 'not diverged'}, measured {metrics.get('state_detail') or state}")
+    if expect.stuck_in is not None and expect.stuck_in not in str(metrics.get("stuck_in") or ""):
+        failures.append(f"stuck_in {expect.stuck_in!r}: stuck in: {metrics.get('stuck_in') or 'nothing captured'}")
     if expect.suspects_at_most is not None and (suspects := int(metrics.get("suspect_events", 0))) > expect.suspects_at_most:
         failures.append(f"suspects_at_most {expect.suspects_at_most}: {suspects} suspect events")
     return failures

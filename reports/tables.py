@@ -130,7 +130,8 @@ def what_happened(row: Mapping[str, Any]) -> str:
     """The measured story of a trial in the document's style: fault -> detection -> outcome,
     led by the state verdict when the job came back wrong."""
     lead = f"{row.get('state_detail')} | " if row.get("state") == "diverged" else ""
-    return lead + _story(row)
+    stuck = f" | stuck in: {row.get('stuck_in')}" if row.get("stuck_in") else ""
+    return lead + _story(row) + stuck
 
 
 def _story(row: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,12 +18,16 @@ from reports.plots import timeline_png
 from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, compare_table, fault_rows, format_table,
                             markdown_table, several_faults, table_rows)
 from runfolder.info import RunInfo
-from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, plot_file
+from reports.stuck import read_stacks
+from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, STACKS_DIR, plot_file
 
 # (column, label) of the per-trial summary; every column is in metrics.csv
 KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
     ("outcome_reason", "why"),
+    ("state", "state (reports.state)"),
+    ("state_detail", "state: what it rests on"),
+    ("stuck_in", "stuck in, at the hang cap (reports.stuck)"),
     ("ttd_s", "time to detect, first rank (s)"),
     ("detect_first_rank", "first rank to detect"),
     ("ttd_median_s", "time to detect, median rank (s)"),
@@ -43,6 +48,7 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("restarts", "rank processes started again after fault start (n/a: not observed)"),
     ("generations", "process-group generations"),
     ("steps_rolled_back", "steps rolled back by the restore"),
+    ("steps_repeated", "steps run again after a resume (all ranks)"),
     ("departed", "ranks that left"),
     ("observed_s", "observed after fault start (s)"),
 )
@@ -80,7 +86,20 @@ def _definitions() -> str:
     return text[text.index("Definitions"):].strip() if "Definitions" in text else text.strip()
 
 
-def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str]) -> str:
+def stack_links(run: RunRecord, out_dir: Path) -> dict[str, list[tuple[str, str]]]:
+    """Per trial, (label, path relative to out_dir) of every process's full stacks."""
+    links: dict[str, list[tuple[str, str]]] = {}
+    for trial in run.trials:
+        for process in read_stacks(trial.path) or ():
+            name = f"r{process.rank:03d}-{process.pid}.json"
+            if (trial.path / STACKS_DIR / name).is_file():
+                path = os.path.relpath(trial.path / STACKS_DIR / name, out_dir)
+                links.setdefault(trial.name, []).append((f"rank {process.rank} {process.role} {process.pid}", path))
+    return links
+
+
+def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str],
+                    stacks: Mapping[str, list[tuple[str, str]]] | None = None) -> str:
     """report.md; `plots` maps a trial to its PNG path relative to the report."""
     out = [f"# Chaos run: {run.info.scenario}", ""]
     out += [f"- {key}: {value}" for key, value in _meta_lines(run)]
@@ -89,6 +108,8 @@ def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str]) 
         out += [f"### {row['trial']}: {row['outcome']}", "", markdown_table(("metric", "value"), _summary_rows(row)), ""]
         if row["trial"] in plots:
             out += [f"![timeline of {row['trial']}]({plots[row['trial']]})", ""]
+        if (stacks or {}).get(row["trial"]):
+            out += ["Full stacks: " + ", ".join(f"[{label}]({path})" for label, path in stacks[row["trial"]]), ""]
     out += ["## Definitions", "", "```", _definitions(), "```", ""]
     return "\n".join(out)
 
@@ -105,7 +126,8 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}"
           "th{background:#eee}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
 
 
-def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes]) -> str:
+def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes],
+                stacks: Mapping[str, list[tuple[str, str]]] | None = None) -> str:
     """report.html: self-contained, the timelines embedded as base64 PNG."""
     title = html.escape(f"Chaos run: {run.info.scenario}")
     out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
@@ -121,6 +143,9 @@ def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes]) -> 
         if row["trial"] in pngs:
             data = base64.b64encode(pngs[row["trial"]]).decode()
             out.append(f"<img alt='timeline of {html.escape(str(row['trial']))}' src='data:image/png;base64,{data}'>")
+        if (stacks or {}).get(row["trial"]):
+            out.append("<p>Full stacks: " + ", ".join(f"<a href='{html.escape(path)}'>{html.escape(label)}</a>"
+                                                      for label, path in stacks[row["trial"]]) + "</p>")
     if run.scenario_text:
         out.append(f"<h2>Scenario</h2><pre>{html.escape(run.scenario_text)}</pre>")
     out += [f"<h2>Definitions</h2><pre>{html.escape(_definitions())}</pre>", "</body></html>"]
@@ -137,8 +162,9 @@ def write_run_reports(run: RunRecord, df: pd.DataFrame, out_dir: Path) -> dict[s
         plots[trial.name] = plot_file(trial.name)
         pngs[trial.name] = files[plots[trial.name]] = timeline_png(trial.events, f"{trial.name}: {row['outcome']}", row)
     files[METRICS_FILE] = df.to_csv(index=False, na_rep="NaN", float_format="%.6g")
-    files[REPORT_MARKDOWN] = markdown_report(run, df, plots)
-    files[REPORT_HTML] = html_report(run, df, pngs)
+    stacks = stack_links(run, out_dir)
+    files[REPORT_MARKDOWN] = markdown_report(run, df, plots, stacks)
+    files[REPORT_HTML] = html_report(run, df, pngs, stacks)
     written = {}
     for name, content in files.items():
         written[name] = out_dir / name

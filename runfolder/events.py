@@ -169,6 +169,10 @@ MACHINE_STEAL = _kind("machine_steal", HARNESS, ("steal_s", "cpus", "secs"),
                       "CPU seconds the virtual machine's host took from this machine's `cpus` "
                       "CPUs (/proc/stat's steal) in the secs from cluster up to the ranks' stop: "
                       "a slowness no fault injected (none where the kernel counts no steal)")
+STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dumped", "secs"),
+                        "every process of every live rank host was dumped (py-spy) into the trial's "
+                        "stacks/ folder: reason hung | cap (the hang cap, after everything measured "
+                        "was recorded); dumped of processes; secs it took")
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "
                   "observed: ranks still running hang_cap after the last fault action)")

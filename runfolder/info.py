@@ -20,7 +20,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   4   run.json's `machine` gains `fault_us`, a page's first touch (a version 2-3 machine reads
       with it None, not measured)
   5   a trial's events gain `state`: fingerprints of every rank's training state (a version
-      1-4 trial reads as one whose state was not observed)
+      1-4 trial reads as one whose state was not observed), and `stacks_captured` with the
+      trial's stacks/ folder: where every live process was at the hang cap (none before)
 """
 from __future__ import annotations
 

@@ -7,6 +7,9 @@
     RUN_DIR/trials/<policy>/logs/rNNN.log     each rank's stdout and stderr
     RUN_DIR/trials/<policy>/logs/torchrun/rNNN/   a torchrun agent's own log folder
     RUN_DIR/trials/<policy>/ckpt/             the ranks' atomic checkpoints
+    RUN_DIR/trials/<policy>/stacks/           every live process's Python stacks at the hang cap
+                                              (index.json, and one py-spy JSON per process:
+                                              harness.run.stacks; reports.stuck reads them)
     RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
                                               written by `reports` (or into `--out DIR`)
     OUT/compare.md                            `chaos report RUN_DIR... --out OUT`, several runs
@@ -22,6 +25,8 @@ TRIAL_FILE = "trial.json"  # beside it: runfolder.events.EVENTS_FILE
 LOGS_DIR = "logs"
 TORCHRUN_LOGS_DIR = "torchrun"  # under LOGS_DIR
 CHECKPOINT_DIR = "ckpt"
+STACKS_DIR = "stacks"
+STACKS_INDEX = "index.json"  # in STACKS_DIR
 METRICS_FILE = "metrics.csv"
 REPORT_MARKDOWN = "report.md"
 REPORT_HTML = "report.html"

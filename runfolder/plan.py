@@ -35,6 +35,8 @@ class Expectation:
     suspects_at_most: int | None = None
     # the state checker's verdict (reports.state); absent from plans written before it: None
     state: str | None = None
+    # words the "stuck in" line (reports.stuck) must contain; absent before it: None
+    stuck_in: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [o for o in self.outcome if o not in OUTCOMES]

@@ -44,7 +44,7 @@ from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.device import (Placement, PlacementError, choose, gpu_memory_by_pid, job_device_env, rank_env,
                                 visible_gpus)
 from harness.job.gpufault import commands_dir
-from harness.run import machine as machine_speed
+from harness.run import machine as machine_speed, stacks
 from harness.run.gpumem import GpuRelease
 from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
 from harness.run.progress import Progress
@@ -335,11 +335,13 @@ class Trial:
                 if not pending and now - t_warm - plan.last_action_s >= plan.hang_cap:
                     self._say(f"still running {plan.hang_cap:g} s after the last fault action (the cap); "
                               "steps not observed")
+                    self._capture_stacks(cluster, monitor, recorder, "cap")
                     return "cap"
             elif idle >= plan.hang_cap and now - t_warm >= plan.hang_cap:
                 recorder.emit(kinds.HANG_DETECTED, cap=plan.hang_cap,
                               idle_since=round(monitor.last_activity, 6))
                 self._say(f"hung: no step and no policy action for {plan.hang_cap:g} s (the cap)")
+                self._capture_stacks(cluster, monitor, recorder, "hung")
                 return "hung"
             if now > deadline:
                 return "deadline"
@@ -354,6 +356,16 @@ class Trial:
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             self.sleep(POLL_S)
             signals.check()
+
+    def _capture_stacks(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, reason: str) -> None:
+        """Where every live process is, now that every measured time is recorded."""
+        ranks = {rank: pid for rank in monitor.live if (pid := cluster.pid(rank)) is not None}
+        index, secs = stacks.capture(ranks, self.trial_dir)
+        dumped = sum(entry.file is not None for entry in index)
+        recorder.emit(kinds.STACKS_CAPTURED, reason=reason, processes=len(index), dumped=dumped, secs=round(secs, 3))
+        missing = next((entry.error for entry in index if entry.error), None)
+        self._say(f"stacks of {dumped}/{len(index)} processes in {secs:.1f} s"
+                  + (f" ({missing})" if missing else ""))
 
     def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
         """Samples around each fault on the network, the first as long before its apply as

@@ -91,7 +91,8 @@ def _expectation(written: WrittenExpectation | None) -> Expectation | None:
         return None
     return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
                        recover_within=written.recover_within, breaker_within=written.breaker_within,
-                       suspects_at_most=written.suspects_at_most, state=written.state)
+                       suspects_at_most=written.suspects_at_most, state=written.state,
+                       stuck_in=written.stuck_in)
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
@@ -107,6 +108,8 @@ def _expectation_text(expect: Expectation | None) -> str:
         wanted.append(f"at most {expect.suspects_at_most} suspect events")
     if expect.state is not None:
         wanted.append(f"state {expect.state}")
+    if expect.stuck_in is not None:
+        wanted.append(f"stuck in {expect.stuck_in!r}")
     return ", ".join(wanted)
 
 

@@ -256,6 +256,9 @@ class Expectation(Frozen):
         default=None, description="the state checker's verdict (reports.state): consistent (every "
                                   "replica agrees, every resumed state is real), diverged, not observed; "
                                   "with any expectation set, a diverged state fails unless expected")
+    stuck_in: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="words that the trial's 'stuck in' line must contain: where every live "
+                                  "process was at the hang cap (e.g. 'torchrun agents in rendezvous')")
 
 
 class Scenario(Frozen):

@@ -46,6 +46,13 @@ def test_link_down_through_the_installed_command(tmp_path, leaves_nothing):
     for name in ("report.md", "report.html", "metrics.csv"):
         assert (run_dir / name).stat().st_size > 0
     assert "hung >= 20 s" in done.stdout or ">= 20 s" in done.stdout
+    # where every rank waited at the cap, read from outside: all 16 in the step's all-reduce
+    assert "stuck in: 16 ranks in all_reduce: " in done.stdout and "Workload.train_step" in done.stdout
+    assert table.loc["baseline", "state"] == table.loc["timeout", "state"] == "consistent"
+    captured = [e for e in read_events(trial_dir(run_dir, "baseline") / EVENTS_FILE, 0)[0]
+                if e["kind"] in ("hang_detected", "stacks_captured")]
+    assert [e["kind"] for e in captured] == ["hang_detected", "stacks_captured"]  # after the cap's time
+    assert captured[1]["dumped"] == captured[1]["processes"] == 16
     # the first trial's launcher was started as the command began (its import of torch
     # overlapping the command's own work); the second forked from the one the first gave back
     ups = [e for policy in ("baseline", "timeout")

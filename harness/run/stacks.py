@@ -1,0 +1,109 @@
+"""Where each rank was: every live process's Python stacks, read from outside with py-spy.
+
+At a trial's hang cap (after `hang_detected` is written: no time the reports measure is
+still to come) the harness dumps every process of every live rank host: the rank's own
+process and all it started (a torchrun agent and its workers, each in a session of its
+own). py-spy reads a process's memory through ptrace from outside its namespaces and
+containers, pausing it for the read (a process that is stopped already, a pause fault's
+target, cannot be paused again: it is read without, `--nonblocking`); each dump has its own
+deadline, and all of them run side by side. What they wrote is the trial's ``stacks/`` (runfolder.layout): one JSON file
+per process (py-spy's `dump --json`: threads, innermost frame first) and ``index.json``,
+what was dumped and what could not be (the reason); reports.stuck reads them. Nothing is
+left running: a dump past its deadline is killed.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from chaos import proc
+from runfolder.layout import STACKS_DIR, STACKS_INDEX
+
+DUMP_DEADLINE_S = 10.0  # per process
+PARALLEL = 4            # dumps at once: each pauses its process for the read
+
+
+@dataclass(frozen=True)
+class Dumped:
+    """One process's entry in index.json."""
+
+    rank: int
+    pid: int
+    parent: int | None        # the rank's own process has none
+    command: str              # its command line, shortened
+    file: str | None          # its py-spy JSON, relative to stacks/; None when not dumped
+    error: str | None = None  # why not
+    stopped: bool = False     # stopped (SIGSTOP) when it was read
+
+
+def py_spy() -> str | None:
+    """The py-spy beside this interpreter (installed with the package), or on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)[:300]
+
+
+def _dump(tool: str, pid: int, deadline_s: float, stopped: bool) -> tuple[list | None, str | None]:
+    argv = [tool, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] if stopped else [])]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        return None, f"py-spy did not finish within {deadline_s:g} s"
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or [f"py-spy exit {done.returncode}"])[0][:300]
+    try:
+        return json.loads(done.stdout), None
+    except json.JSONDecodeError as exc:
+        return None, f"py-spy wrote no JSON: {exc}"
+
+
+def processes(ranks: dict[int, int]) -> list[tuple[int, int, int | None]]:
+    """(rank, pid, parent) of every process of the ranks' hosts: rank -> its own pid."""
+    found = []
+    for rank, pid in sorted(ranks.items()):
+        found.append((rank, pid, None))
+        found += [(rank, child, pid) for child, _ in proc.descendants(pid)]
+    return found
+
+
+def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEADLINE_S,
+            clock: Callable[[], float] = time.monotonic) -> tuple[list[Dumped], float]:
+    """Dump every process of `ranks` (rank -> its live pid) into trial_dir/stacks; returns
+    the index and the seconds it took. Without py-spy every entry says so."""
+    folder = trial_dir / STACKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    started = clock()
+    tool = py_spy()
+    targets = processes(ranks)
+
+    def one(target: tuple[int, int, int | None]) -> Dumped:
+        rank, pid, parent = target
+        command = _command(pid)
+        if tool is None:
+            return Dumped(rank, pid, parent, command, None, "py-spy is not installed (pip install py-spy)")
+        stopped = proc.state(pid) == "T"
+        threads, error = _dump(tool, pid, deadline_s, stopped)
+        if threads is None:
+            return Dumped(rank, pid, parent, command, None, error, stopped)
+        name = f"r{rank:03d}-{pid}.json"
+        (folder / name).write_text(json.dumps(threads))
+        return Dumped(rank, pid, parent, command, name, None, stopped)
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        index = list(pool.map(one, targets))
+    (folder / STACKS_INDEX).write_text(json.dumps([asdict(d) for d in index], indent=1))
+    return index, clock() - started

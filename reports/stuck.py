@@ -1,0 +1,164 @@
+"""Where each rank was stuck: a trial's stacks/ (harness.run.stacks) summarised.
+
+Every dumped process is described by its main thread's innermost frames (py-spy lists
+them innermost first) and its role (a torchrun agent, a worker it started, a rank); the
+processes are grouped by role and where they wait (the innermost function and the first
+frame of the job's own code: not the standard library, not an installed package), and each
+group says its ranks:
+
+    15 ranks in _wait (group.py:262) <- all_reduce (group.py:236); own code: train_step (workload.py:57)
+    7 torchrun agents in rendezvous for 8 nodes (--nnodes): _delay (utils.py:181) <- ... (ranks 0-5,7); rank 6 gone: SIGKILL (the kill fault at +0.0 s)
+
+Ranks not there are named with what took them (their exit: the fault's signal, a policy's
+exit); a process stopped when it was read (a pause fault) says so. A process that could not
+be dumped is listed with the reason.
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal as signals
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from runfolder.layout import STACKS_DIR, STACKS_INDEX
+
+INNERMOST = 2            # frames that say where a process waits
+# not the job's own code: the standard library, installed packages, and the harness's edge to
+# torch.distributed (its collectives' waits), so that the built-in workload's own frame is its step
+LIBRARY_MARKS = ("site-packages", "dist-packages", "/lib/python3", "<frozen", "harness/job/group.py")
+WAITS = (("rendezvous", "rendezvous"), ("all_reduce", "all_reduce"), ("allreduce", "all_reduce"),
+         ("barrier", "barrier"), ("init_process_group", "init_process_group"), ("broadcast", "broadcast"))
+
+
+@dataclass(frozen=True)
+class Process:
+    rank: int
+    pid: int
+    role: str                           # rank | torchrun agent | worker | process
+    frames: tuple[dict[str, Any], ...]  # the main thread's, innermost first
+    error: str | None = None
+    stopped: bool = False               # stopped (SIGSTOP) when it was read
+
+
+def _frame(frame: Mapping[str, Any]) -> str:
+    return f"{frame.get('name')} ({frame.get('short_filename') or frame.get('filename')}:{frame.get('line')})"
+
+
+def _own(frames: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The innermost frame of the job's own code: not the standard library, not a package."""
+    for frame in frames:
+        filename = str(frame.get("filename") or "")
+        if filename and not any(mark in filename for mark in LIBRARY_MARKS) and "chaos_hook" not in filename:
+            return frame
+    return None
+
+
+def _role(entry: Mapping[str, Any]) -> str:
+    command = str(entry.get("command") or "")
+    args = command.split()
+    if any(a.endswith("torchrun") for a in args[:2]) or "torch.distributed.run" in args[:3]:
+        return "torchrun agent"
+    if entry.get("parent") is not None:
+        return "worker" if any(k in command for k in ("python", ".py")) else "process"
+    return "rank"
+
+
+def _main_thread(threads: list[Mapping[str, Any]], pid: int) -> tuple[dict[str, Any], ...]:
+    for thread in threads:
+        if thread.get("thread_name") == "MainThread" or thread.get("os_thread_id") == pid:
+            return tuple(thread.get("frames") or ())
+    return tuple(threads[0].get("frames") or ()) if threads else ()
+
+
+def read_stacks(trial_dir: Path) -> list[Process] | None:
+    """The trial's dumped processes; None when it has no stacks/ (nothing was captured)."""
+    index_file = Path(trial_dir) / STACKS_DIR / STACKS_INDEX
+    if not index_file.is_file():
+        return None
+    found = []
+    for entry in json.loads(index_file.read_text()):
+        frames: tuple[dict[str, Any], ...] = ()
+        if entry.get("file"):
+            threads = json.loads((index_file.parent / entry["file"]).read_text())
+            frames = _main_thread(threads, int(entry["pid"]))
+        found.append(Process(int(entry["rank"]), int(entry["pid"]), _role(entry), frames, entry.get("error"),
+                             bool(entry.get("stopped"))))
+    return found
+
+
+def where(process: Process, ranks: int) -> str:
+    """Where one process waits, in words (a torchrun agent's rendezvous: for how many nodes)."""
+    if process.stopped:
+        return "stopped (SIGSTOP) " + _place(process, ranks)
+    return _place(process, ranks)
+
+
+def _place(process: Process, ranks: int) -> str:
+    if process.error:
+        return f"not dumped: {process.error}"
+    if not process.frames:
+        return "no Python frames"
+    inner = " <- ".join(_frame(f) for f in process.frames[:INNERMOST])
+    names = " ".join(str(f.get("name")) for f in process.frames).lower()
+    wait = next((label for mark, label in WAITS if mark in names), None)
+    if process.role == "torchrun agent":  # its own code is torchrun's
+        nodes = f" for {ranks} nodes (--nnodes)" if wait == "rendezvous" else ""
+        return f"in {wait}{nodes}: {inner}" if wait else f"in {inner}"
+    own = _own(process.frames)
+    own_text = f"; own code: {_frame(own)}" if own is not None and own not in process.frames[:INNERMOST] else ""
+    return (f"in {wait}: " if wait else "in ") + inner + own_text
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """'0-4,6,9-15'."""
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in spans)
+
+
+def gone_text(events: Iterable[Mapping[str, Any]], ranks: int, t0: float) -> list[str]:
+    """Ranks whose process ended before the capture, with what ended it (the fault's time
+    after t0: the first fault's start)."""
+    events = list(events)
+    captured = [float(e["t"]) for e in events if e.get("kind") == "stacks_captured"]
+    until = captured[0] if captured else math.inf
+    faults = [e for e in events if e.get("kind") == "fault_applied"]
+    found = []
+    for e in events:
+        if e.get("kind") != "rank_exited" or float(e["t"]) > until or e.get("stopped") is True:
+            continue
+        rank, number = int(e["rank"]), e.get("signal")
+        fault = next((f for f in faults if rank in (f.get("targets") or []) and float(f["t"]) <= float(e["t"])), None)
+        how = (signals.Signals(int(number)).name if number not in (None, "") and not _nan(number)
+               else f"exit {e.get('exitcode')}")
+        cause = f" (the {fault['fault_kind']} fault at {float(fault['t']) - t0:+.1f} s)" if fault else ""
+        found.append(f"rank {rank} gone: {how}{cause}")
+    return found[:ranks]
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str, Any]], ranks: int,
+                  t0: float = 0.0) -> str:
+    """One line: processes grouped by role and where they wait, largest group first, then
+    the ranks that were gone. "" when nothing was captured."""
+    if processes is None:
+        return ""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for process in processes:
+        groups.setdefault((process.role, where(process, ranks)), []).append(process.rank)
+    parts = []
+    for (role, place), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        count = len(members)
+        noun = {"rank": "rank", "torchrun agent": "torchrun agent", "worker": "worker",
+                "process": "process"}[role] + ("" if count == 1 else ("es" if role == "process" else "s"))
+        parts.append(f"{count} {noun} {place} (ranks {_ranks_text(members)})")
+    return "; ".join(parts + gone_text(events, ranks, t0))

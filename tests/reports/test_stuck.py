@@ -1,0 +1,84 @@
+"""reports.stuck on scripted stacks folders: grouping, roles, own code, ranks gone."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reports.stuck import read_stacks, stuck_summary
+from runfolder.layout import STACKS_DIR, STACKS_INDEX
+
+SITE = "/venv/lib/python3.11/site-packages"
+
+
+def frame(name: str, filename: str, line: int) -> dict:
+    return {"name": name, "filename": filename, "short_filename": filename.rsplit("/", 1)[-1], "line": line}
+
+
+IN_ALL_REDUCE = [frame("GlooGroup._wait", "/repo/harness/job/group.py", 262),
+                 frame("GlooGroup.all_reduce", "/repo/harness/job/group.py", 236),
+                 frame("Workload.train_step", "/repo/harness/job/workload.py", 54)]
+IN_DDP = [frame("_sync_buckets", f"{SITE}/torch/nn/parallel/distributed.py", 1900),
+          frame("backward", f"{SITE}/torch/_tensor.py", 623),
+          frame("main", "/work/examples/train_ddp.py", 92)]
+IN_RENDEZVOUS = [frame("_delay", f"{SITE}/torch/distributed/elastic/rendezvous/utils.py", 181),
+                 frame("_DistributedRendezvousOpExecutor.run", f"{SITE}/torch/distributed/elastic/rendezvous/"
+                       "dynamic_rendezvous.py", 685), frame("<module>", "/venv/bin/torchrun", 8)]
+
+
+def stacks(trial: Path, entries: list[tuple[int, int, int | None, str, list | None]]) -> Path:
+    folder = trial / STACKS_DIR
+    folder.mkdir(parents=True)
+    index = []
+    for rank, pid, parent, command, frames in entries:
+        name = None
+        if frames is not None:
+            name = f"r{rank:03d}-{pid}.json"
+            helper = {"thread_name": "Thread-1", "os_thread_id": pid + 1, "frames": [frame("wait", "/x.py", 1)]}
+            (folder / name).write_text(json.dumps([helper, {"thread_name": "MainThread", "os_thread_id": pid,
+                                                            "frames": frames}]))
+        index.append({"rank": rank, "pid": pid, "parent": parent, "command": command, "file": name,
+                      "error": None if frames is not None else "py-spy did not finish within 10 s"})
+    (folder / STACKS_INDEX).write_text(json.dumps(index))
+    return trial
+
+
+def test_ranks_waiting_in_one_place_are_one_group_with_their_own_frame(tmp_path):
+    entries = [(r, 100 + r, None, "python -m harness.job.rank", IN_ALL_REDUCE) for r in range(16) if r != 5]
+    summary = stuck_summary(read_stacks(stacks(tmp_path, entries)), [], 16)
+    assert summary == ("15 ranks in all_reduce: GlooGroup._wait (group.py:262) <- GlooGroup.all_reduce "
+                       "(group.py:236); own code: Workload.train_step (workload.py:54) (ranks 0-4,6-15)")
+
+
+def test_torchrun_agents_wait_in_rendezvous_for_their_nodes_and_the_killed_host_is_named(tmp_path):
+    entries = [(r, 100 + r, None, "/venv/bin/python /venv/bin/torchrun --nnodes=8 ...", IN_RENDEZVOUS)
+               for r in range(8) if r != 6]
+    events = [{"t": 10.0, "kind": "fault_applied", "fault_kind": "kill", "targets": [6]},
+              {"t": 10.02, "kind": "rank_exited", "rank": 6, "signal": 9.0, "exitcode": float("nan"),
+               "stopped": float("nan")},  # as a DataFrame gives them back
+              {"t": 30.0, "kind": "stacks_captured"},
+              {"t": 31.0, "kind": "rank_exited", "rank": 0, "signal": None, "exitcode": 1, "stopped": True}]
+    summary = stuck_summary(read_stacks(stacks(tmp_path, entries)), events, 8, t0=10.0)
+    assert summary.startswith("7 torchrun agents in rendezvous for 8 nodes (--nnodes): _delay (utils.py:181)")
+    assert summary.endswith("(ranks 0-5,7); rank 6 gone: SIGKILL (the kill fault at +0.0 s)")
+    assert "own code" not in summary and "rank 0 gone" not in summary  # stopped by the harness after the capture
+
+
+def test_workers_under_agents_and_processes_not_dumped_are_listed(tmp_path):
+    entries = [(0, 100, None, "torchrun --nnodes=2", IN_RENDEZVOUS), (0, 101, 100, "python train_ddp.py", IN_DDP),
+               (1, 200, None, "torchrun --nnodes=2", IN_RENDEZVOUS), (1, 201, 200, "python train_ddp.py", None)]
+    summary = stuck_summary(read_stacks(stacks(tmp_path, entries)), [], 2)
+    assert "2 torchrun agents in rendezvous for 2 nodes" in summary
+    assert ("1 worker in _sync_buckets (distributed.py:1900) <- backward (_tensor.py:623); own code: main "
+            "(train_ddp.py:92) (ranks 0)") in summary
+    assert "1 worker not dumped: py-spy did not finish within 10 s (ranks 1)" in summary
+
+
+def test_a_paused_rank_is_named_and_a_trial_without_stacks_says_nothing(tmp_path):
+    trial = stacks(tmp_path / "a", [(r, 100 + r, None, "python", IN_ALL_REDUCE) for r in range(4)])
+    index = json.loads((trial / STACKS_DIR / STACKS_INDEX).read_text())
+    index[2]["stopped"] = True
+    (trial / STACKS_DIR / STACKS_INDEX).write_text(json.dumps(index))
+    summary = stuck_summary(read_stacks(trial), [], 4)
+    assert summary.startswith("3 ranks in all_reduce: ") and "(ranks 0,1,3)" in summary
+    assert "1 rank stopped (SIGSTOP) in all_reduce: " in summary and summary.endswith("(ranks 2)")
+    assert read_stacks(tmp_path / "none") is None and stuck_summary(None, [], 4) == ""

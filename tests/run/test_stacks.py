@@ -1,0 +1,69 @@
+"""harness.run.stacks against real processes: a host's process and the one it started in a
+session of its own (as torchrun starts its workers), one of them stopped, read from outside."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chaos import proc
+from harness.run import stacks
+from reports.stuck import read_stacks, stuck_summary
+from runfolder.layout import STACKS_DIR, STACKS_INDEX
+
+WORKER = "import sys, time\ndef worker_waits():\n    open(sys.argv[1], 'w').close()\n    time.sleep(120)\nworker_waits()"
+HOST = f"""
+import subprocess, sys, time
+def start_worker():
+    subprocess.Popen([sys.executable, "-c", {WORKER!r}, sys.argv[1]], start_new_session=True)
+def host_waits():
+    time.sleep(120)
+start_worker()
+host_waits()
+"""
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A process that started a worker in a session of its own, both waiting in a known
+    function; both killed at the end."""
+    ready = tmp_path / "worker-ready"
+    parent = subprocess.Popen([sys.executable, "-c", HOST, str(ready)])
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline and parent.poll() is None, "the worker never started"
+            time.sleep(0.05)
+        time.sleep(0.2)  # into its sleep
+        yield parent.pid
+    finally:
+        proc.signal_tree(parent.pid, signal.SIGKILL, None, gone_ok=True)
+        parent.wait()
+
+
+def test_every_process_of_a_host_is_dumped_with_its_frames_and_a_stopped_one_too(tmp_path, host):
+    [(worker, _)] = proc.descendants(host)
+    os.kill(worker, signal.SIGSTOP)
+    index, secs = stacks.capture({3: host}, tmp_path / "trial")
+    assert [(d.rank, d.pid, d.parent, d.error) for d in index] == [(3, host, None, None), (3, worker, host, None)]
+    assert [d.stopped for d in index] == [False, True] and secs < stacks.DUMP_DEADLINE_S
+    saved = json.loads((tmp_path / "trial" / STACKS_DIR / STACKS_INDEX).read_text())
+    assert [entry["file"] for entry in saved] == [f"r003-{host}.json", f"r003-{worker}.json"]
+    summary = stuck_summary(read_stacks(tmp_path / "trial"), [], 4)
+    assert "1 rank in host_waits (<string>:6) <- <module> (<string>:8) (ranks 3)" in summary, summary
+    assert "1 worker stopped (SIGSTOP) in worker_waits (<string>:4) <- <module> (<string>:5) (ranks 3)" in summary
+    os.kill(worker, signal.SIGCONT)
+    assert proc.state(host) in ("S", "R") and proc.state(worker) in ("S", "R")  # the read let them go
+
+
+def test_without_py_spy_every_process_says_so(tmp_path, host, monkeypatch):
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    index, _ = stacks.capture({0: host}, tmp_path / "trial")
+    assert len(index) == 2 and all(d.file is None and "py-spy is not installed" in d.error for d in index)
+    summary = stuck_summary(read_stacks(tmp_path / "trial"), [], 1)
+    assert summary.startswith("1 rank not dumped: py-spy is not installed (pip install py-spy) (ranks 0)"), summary
