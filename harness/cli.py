@@ -4,6 +4,8 @@
                             [--backend netns|docker] [--quiet]
     chaos report RUN_DIR... [--out DIR]      re-analyze stored runs, no re-run
     chaos run SCENARIO.yaml --dry-run        the resolved plan, nothing touched
+    chaos init [--job "python train.py"] [--out FILE] [--ranks N] [--force]
+                                             a commented first scenario, checked
     chaos schema                             JSON Schema of scenario files, for editors
     chaos heal [--run-id ID | --all]         remove what crashed runs left behind
     chaos doctor                             what this machine can inject, and how; its speed
@@ -118,6 +120,11 @@ def _mechanism_names() -> Callable[[object], str]:
     return lambda fault: mechanisms[fault.kind].name  # type: ignore[attr-defined]
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from harness.run.init import init_command
+    return init_command(args)
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
     from harness.run.scenario import json_schema
@@ -210,6 +217,8 @@ def _arguments_of(module: str, function: str) -> Callable[[argparse.ArgumentPars
 # the command being run, so `chaos schema` never imports what `chaos report` needs (pandas).
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "run": ("run a scenario under its policies and report", _run_arguments, cmd_run),
+    "init": ("write a commented first scenario: the built-in workload, or --job your own script",
+             _arguments_of("harness.run.init", "add_init_arguments"), cmd_init),
     "schema": ("print the JSON Schema of scenario files (for editors)", _no_arguments, cmd_schema),
     "report": ("re-analyze stored run folders", _arguments_of("reports.cli", "add_report_arguments"),
                cmd_report),

@@ -3,6 +3,10 @@
 parent left (a background shell or CI runner may start us with SIGINT ignored). Both derive from BaseException so that `except
 Exception` in policy code never swallows a request to stop.
 
+One signal asks, and stops nothing: `DUMP_FLIGHT_RECORDER` (SIGUSR2), which a rank that
+records its collectives answers with a dump (harness.job.flight); the harness sends it only
+to ranks that said they do.
+
 Only the process that installed the handler raises: a child forked by a library
 (pyroute2 forks helpers to enter namespaces) gets the default action, and dies quietly.
 """
@@ -12,6 +16,7 @@ import os
 import signal
 from types import FrameType
 
+DUMP_FLIGHT_RECORDER = signal.SIGUSR2
 _installed_by: int | None = None
 _requested: BaseException | None = None  # the stop asked for, kept for `check`
 

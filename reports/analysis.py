@@ -14,7 +14,7 @@ import pandas as pd
 from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
-from reports.stuck import read_stacks, stuck_summary
+from reports.stuck import read_flight, read_stacks, stuck_summary
 
 
 def run_label(run: RunRecord) -> str:
@@ -25,7 +25,7 @@ def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics = trial_metrics(trial.events, trial.info)
     t0 = metrics["fault_start_t"] if not math.isnan(metrics["fault_start_t"]) else 0.0
     metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), trial.events.to_dict("records"),
-                                        trial.info.plan.ranks, t0)
+                                        trial.info.plan.ranks, t0, read_flight(trial.path))
     expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None
     failures = check_expectations(metrics, expect)
     return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from runfolder.layout import STACKS_DIR, STACKS_INDEX
+from runfolder.layout import FLIGHT_DIR, STACKS_DIR, STACKS_INDEX
 
 INNERMOST = 2            # frames that say where a process waits
 # not the job's own code: the standard library, installed packages, and the harness's edge to
@@ -142,16 +142,57 @@ def gone_text(events: Iterable[Mapping[str, Any]], ranks: int, t0: float) -> lis
     return found[:ranks]
 
 
+def read_flight(trial_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's flight recorder entries (harness.job.flight), by rank; {} when none."""
+    folder = Path(trial_dir) / FLIGHT_DIR
+    found = {}
+    for path in sorted(folder.glob("r*.json")) if folder.is_dir() else []:
+        found[int(path.stem[1:])] = json.loads(path.read_text()).get("entries", [])
+    return found
+
+
+def flight_text(flight: Mapping[int, list[Mapping[str, Any]]], asked: Iterable[int] = ()) -> str:
+    """Which rank did not enter the newest collective, from the ranks' flight recorders:
+    per rank its newest group and the last collective it entered there; the ranks of the
+    most common newest group compared. "" when no rank dumped one."""
+    last: dict[int, tuple[int, int, str]] = {}  # rank -> (group, sequence, op)
+    for rank, entries in flight.items():
+        if entries:
+            newest = max(int(e["pg_id"]) for e in entries)
+            entry = max((e for e in entries if int(e["pg_id"]) == newest), key=lambda e: int(e["collective_seq_id"]))
+            last[rank] = (newest, int(entry["collective_seq_id"]), str(entry.get("profiling_name")))
+    silent = sorted(set(asked) - set(flight))
+    tail = f"; rank{'s' if len(silent) > 1 else ''} {_ranks_text(silent)} did not answer" if silent else ""
+    if not last:
+        return f"flight recorder: no entries{tail}" if silent else ""
+    groups: dict[int, list[int]] = {}
+    for rank, (group, _, _) in last.items():
+        groups.setdefault(group, []).append(rank)
+    group, members = max(groups.items(), key=lambda kv: len(kv[1]))
+    top = max(last[r][1] for r in members)
+    op = next(last[r][2] for r in members if last[r][1] == top)
+    entered = [r for r in members if last[r][1] == top]
+    behind = sorted((r for r in members if last[r][1] < top), key=lambda r: last[r][1])
+    text = f"flight recorder: collective {top} ({op}) of group {group} entered by ranks {_ranks_text(entered)}"
+    for rank in behind:
+        text += f"; rank {rank} did not enter it (its last: {last[rank][1]})"
+    others = sorted(r for g, rs in groups.items() if g != group for r in rs)
+    if others:
+        text += f"; ranks {_ranks_text(others)} in another group"
+    return text + tail
+
+
 def _nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
 def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str, Any]], ranks: int,
-                  t0: float = 0.0) -> str:
-    """One line: processes grouped by role and where they wait, largest group first, then
-    the ranks that were gone. "" when nothing was captured."""
+                  t0: float = 0.0, flight: Mapping[int, list[Mapping[str, Any]]] | None = None) -> str:
+    """One line: processes grouped by role and where they wait, largest group first, the
+    ranks that were gone, and what the flight recorders say. "" when nothing was captured."""
     if processes is None:
         return ""
+    events = list(events)
     groups: dict[tuple[str, str], list[int]] = {}
     for process in processes:
         groups.setdefault((process.role, where(process, ranks)), []).append(process.rank)
@@ -161,4 +202,7 @@ def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str,
         noun = {"rank": "rank", "torchrun agent": "torchrun agent", "worker": "worker",
                 "process": "process"}[role] + ("" if count == 1 else ("es" if role == "process" else "s"))
         parts.append(f"{count} {noun} {place} (ranks {_ranks_text(members)})")
-    return "; ".join(parts + gone_text(events, ranks, t0))
+    captured = next((e for e in events if e.get("kind") == "stacks_captured"), {})
+    asked = [int(r) for r in captured.get("flight") or ()] if isinstance(captured.get("flight"), list) else []
+    recorded = flight_text(flight or {}, asked)
+    return "; ".join(parts + gone_text(events, ranks, t0) + ([recorded] if recorded else []))

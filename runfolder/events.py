@@ -49,7 +49,8 @@ def _kind(name: str, src: str, fields: tuple[str, ...], meaning: str, optional: 
 # -- written by a rank --------------------------------------------------------------------
 RANK_START = _kind("rank_start", RANK, ("policy", "world"),
                    "the rank process began (local_rank: which of its host's processes, from a "
-                   "user's job)", optional=("local_rank",))
+                   "user's job; flight: true when it dumps its flight recorder on SIGUSR2, "
+                   "harness.job.flight)", optional=("local_rank", "flight"))
 RENDEZVOUS = _kind("rendezvous", RANK, ("gen", "arrived", "world"),
                    "still waiting for the others to join generation gen (every 5 s)")
 GROUP_READY = _kind("group_ready", RANK, ("gen", "world", "group_rank", "secs"),
@@ -172,7 +173,9 @@ MACHINE_STEAL = _kind("machine_steal", HARNESS, ("steal_s", "cpus", "secs"),
 STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dumped", "secs"),
                         "every process of every live rank host was dumped (py-spy) into the trial's "
                         "stacks/ folder: reason hung | cap (the hang cap, after everything measured "
-                        "was recorded); dumped of processes; secs it took")
+                        "was recorded); dumped of processes; secs it took; flight: the ranks asked for "
+                        "their flight recorder (harness.job.flight: those that answered wrote flight/rNNN.json)",
+                        optional=("flight",))
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "
                   "observed: ranks still running hang_cap after the last fault action)")

@@ -10,6 +10,8 @@
     RUN_DIR/trials/<policy>/stacks/           every live process's Python stacks at the hang cap
                                               (index.json, and one py-spy JSON per process:
                                               harness.run.stacks; reports.stuck reads them)
+    RUN_DIR/trials/<policy>/flight/rNNN.json  a rank's flight recorder at the hang cap: the
+                                              collectives it entered (harness.job.flight)
     RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
                                               written by `reports` (or into `--out DIR`)
     OUT/compare.md                            `chaos report RUN_DIR... --out OUT`, several runs
@@ -27,6 +29,7 @@ TORCHRUN_LOGS_DIR = "torchrun"  # under LOGS_DIR
 CHECKPOINT_DIR = "ckpt"
 STACKS_DIR = "stacks"
 STACKS_INDEX = "index.json"  # in STACKS_DIR
+FLIGHT_DIR = "flight"        # harness.job.flight writes rNNN.json there
 METRICS_FILE = "metrics.csv"
 REPORT_MARKDOWN = "report.md"
 REPORT_HTML = "report.html"
@@ -44,6 +47,11 @@ def trial_dirs(run_dir: Path) -> list[Path]:
     between the two) is a trial that never began, not a broken run."""
     trials = Path(run_dir) / TRIALS_DIR
     return sorted(p for p in trials.iterdir() if (p / TRIAL_FILE).is_file()) if trials.is_dir() else []
+
+
+def flight_file(trial_dir: Path, rank: int) -> Path:
+    """Where rank `rank` dumps its flight recorder (harness.job.flight)."""
+    return Path(trial_dir) / FLIGHT_DIR / f"r{rank:03d}.json"
 
 
 def plot_file(trial: str) -> str:

@@ -148,4 +148,5 @@ CHAOS = str(Path(sys.executable).parent / "chaos")
 
 def chaos_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     """Run the installed `chaos` command as a user would."""
-    return subprocess.run([CHAOS, *args], cwd=REPO, capture_output=True, text=True, **kwargs)
+    kwargs.setdefault("cwd", REPO)
+    return subprocess.run([CHAOS, *args], capture_output=True, text=True, **kwargs)

@@ -27,6 +27,7 @@ def main(config: dict[str, Any]) -> int:
     from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
     from harness.job.detector import FailureDetector, HeartbeatClient, floor_for, not_ahead
+    from harness.job import flight
     from harness.job.gpufault import HangWatcher, command_file, spin_kernel
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
@@ -43,7 +44,8 @@ def main(config: dict[str, Any]) -> int:
     # of 0.2-0.9 s that would hold the GIL (and starve the thread that reads digests).
     gc.freeze()
     recorder = EventRecorder(cfg.events_path, "rank", cfg.rank)
-    recorder.emit(kinds.RANK_START, policy=cfg.policy.name, world=cfg.world_size)
+    recording = flight.install(Path(cfg.events_path).parent, cfg.rank)  # before it says so
+    recorder.emit(kinds.RANK_START, policy=cfg.policy.name, world=cfg.world_size, flight=recording)
 
     def leave(reason: ExitReason, **detail: Any) -> int:
         recorder.emit(kinds.EXIT, reason=reason.value, code=EXIT_CODES[reason], **detail)

@@ -362,10 +362,14 @@ class Trial:
         ranks = {rank: pid for rank in monitor.live if (pid := cluster.pid(rank)) is not None}
         index, secs = stacks.capture(ranks, self.trial_dir)
         dumped = sum(entry.file is not None for entry in index)
-        recorder.emit(kinds.STACKS_CAPTURED, reason=reason, processes=len(index), dumped=dumped, secs=round(secs, 3))
+        asked = stacks.recording_ranks(read_events(self.events_path)[0], ranks)
+        answered = stacks.ask_flight_recorders(asked, self.trial_dir)
+        recorder.emit(kinds.STACKS_CAPTURED, reason=reason, processes=len(index), dumped=dumped, secs=round(secs, 3),
+                      flight=sorted(asked))
         missing = next((entry.error for entry in index if entry.error), None)
         self._say(f"stacks of {dumped}/{len(index)} processes in {secs:.1f} s"
-                  + (f" ({missing})" if missing else ""))
+                  + (f" ({missing})" if missing else "")
+                  + (f"; flight recorders of {len(answered)}/{len(asked)} ranks" if asked else ""))
 
     def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
         """Samples around each fault on the network, the first as long before its apply as

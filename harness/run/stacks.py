@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Callable
 
 from chaos import proc
-from runfolder.layout import STACKS_DIR, STACKS_INDEX
+from harness.signals import DUMP_FLIGHT_RECORDER
+from runfolder.layout import STACKS_DIR, STACKS_INDEX, flight_file
 
-DUMP_DEADLINE_S = 10.0  # per process
-PARALLEL = 4            # dumps at once: each pauses its process for the read
+DUMP_DEADLINE_S = 10.0   # per process
+PARALLEL = 4              # dumps at once: each pauses its process for the read
+FLIGHT_DEADLINE_S = 2.0   # for every asked rank to write its flight recorder
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,29 @@ def processes(ranks: dict[int, int]) -> list[tuple[int, int, int | None]]:
         found.append((rank, pid, None))
         found += [(rank, child, pid) for child, _ in proc.descendants(pid)]
     return found
+
+
+def recording_ranks(events: list[dict], ranks: dict[int, int]) -> dict[int, int]:
+    """Of `ranks` (rank -> live pid), those whose process said it dumps its flight recorder
+    on SIGUSR2 (rank_start flight: true, from that same pid): no other process is sent it."""
+    said = {(e["rank"], e["pid"]) for e in events if e.get("kind") == "rank_start" and e.get("flight") is True}
+    return {rank: pid for rank, pid in ranks.items() if (rank, pid) in said}
+
+
+def ask_flight_recorders(ranks: dict[int, int], trial_dir: Path, deadline_s: float = FLIGHT_DEADLINE_S,
+                         clock: Callable[[], float] = time.monotonic,
+                         sleep: Callable[[float], None] = time.sleep) -> list[int]:
+    """SIGUSR2 to each rank (rank -> pid) that records one; returns the ranks whose dump
+    arrived by the deadline (a rank blocked in a C++ call answers only when it returns)."""
+    for rank, pid in ranks.items():
+        flight_file(trial_dir, rank).unlink(missing_ok=True)
+        proc.send_signal(pid, DUMP_FLIGHT_RECORDER, None, gone_ok=True)
+    deadline = clock() + deadline_s
+    while True:
+        arrived = [rank for rank in ranks if flight_file(trial_dir, rank).is_file()]
+        if len(arrived) == len(ranks) or clock() >= deadline:
+            return sorted(arrived)
+        sleep(0.02)
 
 
 def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEADLINE_S,

@@ -82,3 +82,20 @@ def test_a_paused_rank_is_named_and_a_trial_without_stacks_says_nothing(tmp_path
     assert summary.startswith("3 ranks in all_reduce: ") and "(ranks 0,1,3)" in summary
     assert "1 rank stopped (SIGSTOP) in all_reduce: " in summary and summary.endswith("(ranks 2)")
     assert read_stacks(tmp_path / "none") is None and stuck_summary(None, [], 4) == ""
+
+
+def entry(pg: int, seq: int, op: str = "gloo:all_reduce") -> dict:
+    return {"pg_id": pg, "collective_seq_id": seq, "profiling_name": op}
+
+
+def test_the_flight_recorders_say_which_rank_did_not_enter_the_newest_collective():
+    from reports.stuck import flight_text
+    flight = {r: [entry(0, s) for s in range(1, 58)] for r in range(4)}
+    flight[2] = flight[2][:-1]  # rank 2 never entered collective 57
+    assert flight_text(flight, asked=range(5)) == ("flight recorder: collective 57 (gloo:all_reduce) of group 0 "
+                                                   "entered by ranks 0,1,3; rank 2 did not enter it (its last: 56); "
+                                                   "rank 4 did not answer")
+    moved_on = {0: [entry(0, 9), entry(1, 3)], 1: [entry(0, 9), entry(1, 3)], 2: [entry(0, 9)]}
+    assert flight_text(moved_on) == ("flight recorder: collective 3 (gloo:all_reduce) of group 1 entered by "
+                                     "ranks 0,1; ranks 2 in another group")
+    assert flight_text({}) == "" and flight_text({}, asked=[1]) == "flight recorder: no entries; rank 1 did not answer"

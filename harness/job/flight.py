@@ -1,0 +1,61 @@
+"""The rank's flight recorder, dumped when the harness asks: which collectives it entered.
+
+torch records every collective a process group issues (its flight recorder: group, sequence
+number, op, sizes), for gloo too (measured with torch 2.13: the harness's own
+ProcessGroupGloo objects included). For gloo an entry's state stays "scheduled" and the
+group's "last completed" counts an op that never completed, so only what a rank *entered*
+is read from it. A rank whose recorder is there installs a SIGUSR2 handler and says so in
+its rank_start (`flight: true`); the harness sends SIGUSR2 only to such ranks (at the hang
+cap, after stacks: harness.run.orchestrator), and the handler writes the entries to
+``flight/rNNN.json`` in the trial (atomically). Python runs the handler in the main thread
+between bytecodes: a rank waiting in the harness's collective wait (slices of sleep)
+answers within milliseconds; one blocked inside a C++ call answers when it returns, or
+not before the harness stops waiting. reports.stuck reads the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.signals import DUMP_FLIGHT_RECORDER
+from runfolder.layout import flight_file
+
+FIELDS = ("pg_id", "collective_seq_id", "profiling_name", "input_sizes", "time_created_ns")
+
+
+def _dump_trace() -> Any:
+    return getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
+
+
+def available() -> bool:
+    return _dump_trace() is not None
+
+
+def entries() -> dict[str, Any]:
+    """This process's flight recorder: its entries (the fields above) and each group's status."""
+    # without stack traces: symbolising them took ~1 s a dump (20 entries, torch 2.13)
+    trace = pickle.loads(_dump_trace()(includeCollectives=True, includeStackTraces=False))
+    return {"entries": [{k: e.get(k) for k in FIELDS} for e in trace.get("entries", [])],
+            "pg_status": trace.get("pg_status", {})}
+
+
+def install(trial_dir: Path, rank: int) -> bool:
+    """Dump the recorder into the trial on SIGUSR2; False (nothing installed) without one."""
+    if not available():
+        return False
+    path = flight_file(trial_dir, rank)
+
+    def dump(signum: int, frame: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(entries()))
+        os.replace(partial, path)
+
+    signal.signal(DUMP_FLIGHT_RECORDER, dump)
+    return True
