@@ -14,19 +14,25 @@ against named invariants, apart from whatever injected the faults (as Jepsen's c
     progress is honest a rank's steps only go forward between resumes; steps rolled back
                        (thrown away by a resume) and repeated (run again) are counted per rank
 
+A rank's shard (FSDP's or DTensor's parameters, ZeroRedundancyOptimizer's optimizer state:
+`sharded` in its state events) differs from the others' by design: only what every rank
+holds is compared across ranks, and a shard is matched only against its own rank's history.
+
 Verdict: `consistent` (no invariant violated), `diverged` (the first violation names the
 step, the ranks grouped by fingerprint and the event before it), `not observed` (no
 fingerprints: a run folder before format 5, or a job whose hook saw no optimizer).
 
 A user's job counts steps per process (the hook's count since the process began) and
 its generation is torchrun's restart count: replicas are compared at the same count of
-the same generation, and a resumed state's step is the step of the recorded state it
-equals. The built-in workload's steps are the training steps themselves.
+the same generation (and of the same process of it: a wrapper that starts a rank's
+process again keeps the count, so the second process is a later epoch), and a resumed
+state's step is the step of the recorded state it equals. The built-in workload's steps
+are the training steps themselves.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 CONSISTENT, DIVERGED, NOT_OBSERVED = "consistent", "diverged", "not observed"
@@ -52,6 +58,10 @@ class State:
     at: str            # step | restore | start
     params: str | None
     optim: str | None
+    # (gen, n): the n-th process of this replica in generation gen (a wrapper that starts a
+    # rank's process again keeps torchrun's restart count: its steps count from 0 again)
+    epoch: tuple[int, int] = (0, 0)
+    sharded: str | None = None  # params | optim: that part is this rank's shard, no replica's
 
     @property
     def replica(self) -> tuple[int, int]:
@@ -60,6 +70,13 @@ class State:
     @property
     def values(self) -> tuple[str | None, str | None]:
         return self.params, self.optim
+
+    @property
+    def replicated(self) -> tuple[str | None, str | None] | None:
+        """What every rank holds alike, to compare across ranks; None when nothing is."""
+        if self.sharded == "params":
+            return None
+        return (self.params, None) if self.sharded == "optim" else self.values
 
 
 @dataclass(frozen=True)
@@ -125,11 +142,16 @@ def _text(value: Any) -> str | None:
 
 
 def states_of(events: Iterable[Mapping[str, Any]]) -> list[State]:
-    found = [State(float(e["t"]), _int(e.get("rank")), _int(e.get("local_rank")), _int(e.get("pid")),
-                   _int(e.get("gen")), _int(e.get("step")), str(e.get("at")), _text(e.get("fingerprint")),
-                   _text(e.get("optim")))
-             for e in events if e.get("kind") == "state"]
-    return sorted(found, key=lambda s: s.t)
+    found = sorted((State(float(e["t"]), _int(e.get("rank")), _int(e.get("local_rank")), _int(e.get("pid")),
+                          _int(e.get("gen")), _int(e.get("step")), str(e.get("at")), _text(e.get("fingerprint")),
+                          _text(e.get("optim")), sharded=_text(e.get("sharded")))
+                    for e in events if e.get("kind") == "state"), key=lambda s: s.t)
+    processes: dict[tuple[int, int, int], list[int]] = {}  # (rank, local_rank, gen) -> pids in order
+    for s in found:
+        pids = processes.setdefault((*s.replica, s.gen), [])
+        if s.pid not in pids:
+            pids.append(s.pid)
+    return [replace(s, epoch=(s.gen, processes[(*s.replica, s.gen)].index(s.pid))) for s in found]
 
 
 def _short(value: str | None) -> str:
@@ -140,7 +162,7 @@ def _grouped(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int
     """'ranks 0,1,2 a1b2c3d4; rank 3 9f8e7d6c': fingerprint groups, largest first."""
     groups: dict[tuple[str | None, str | None], list[str]] = {}
     for replica, state in sorted(members.items()):
-        groups.setdefault(state.values, []).append(labels[replica])
+        groups.setdefault(state.replicated or state.values, []).append(labels[replica])
     parts = []
     for values, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         word = "rank" if len(names) == 1 else "ranks"
@@ -152,7 +174,7 @@ def _grouped(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int
 def _minority(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> tuple[str, ...]:
     groups: dict[tuple[str | None, str | None], list[tuple[int, int]]] = {}
     for replica, state in members.items():
-        groups.setdefault(state.values, []).append(replica)
+        groups.setdefault(state.replicated or state.values, []).append(replica)
     ordered = sorted(groups.values(), key=len)
     return tuple(labels[r] for group in ordered[:-1] for r in sorted(group))
 
@@ -177,23 +199,24 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     violations: list[Violation] = []
 
     # replicas agree: one fingerprint per (generation, step), the latest of each replica
-    points: dict[tuple[int, int], dict[tuple[int, int], State]] = {}
+    points: dict[tuple[tuple[int, int], int], dict[tuple[int, int], State]] = {}
     for s in states:
-        points.setdefault((s.gen, s.step), {})[s.replica] = s
+        if s.replicated is not None:
+            points.setdefault((s.epoch, s.step), {})[s.replica] = s
     compared = 0
-    for (gen, step), members in points.items():
+    for ((gen, _), step), members in points.items():
         if len(members) < 2:
             continue
         compared += 1
-        if len({s.values for s in members.values()}) > 1:
+        if len({s.replicated for s in members.values()}) > 1:
             latest = max(members.values(), key=lambda s: s.t)
             violations.append(Violation(REPLICAS_AGREE, latest.t, gen, step, _minority(members, labels),
                                         f"{_where(latest, user_job)}: {_grouped(members, labels)}"))
-    resumes: dict[int, dict[tuple[int, int], State]] = {}
+    resumes: dict[tuple[int, int], dict[tuple[int, int], State]] = {}
     for s in states:
         if s.at in RESUMED:
-            resumes.setdefault(s.gen, {}).setdefault(s.replica, s)  # the first resume of each in a generation
-    for gen, members in resumes.items():
+            resumes.setdefault(s.epoch, {}).setdefault(s.replica, s)  # the first resume of each in a generation
+    for (gen, _), members in resumes.items():
         steps: dict[int, list[tuple[int, int]]] = {}
         for replica, s in members.items():
             steps.setdefault(s.step, []).append(replica)
@@ -213,10 +236,10 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     checked = unchecked = 0
     for s in states:
         if s.at == "start":
-            if not recorded.before(s.gen):
+            if not recorded.before(s.epoch):
                 offsets[s.pid] = 0
             else:
-                candidates = recorded.with_params(s.gen, s.params)
+                candidates = [(e, a) for e, a in recorded.with_params(s.epoch, s.params) if _comparable(e, s)]
                 exact = [a for e, a in candidates if e.optim == s.optim]
                 checked += 1
                 if exact:
@@ -229,9 +252,9 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
             offset = offsets.get(s.pid, 0)
             step = None if offset is None else offset + s.step
             if s.at == "restore" and step is not None:
-                before = recorded.at_step(s.gen, step)
+                before = [e for e in recorded.at_step(s.epoch, step) if _comparable(e, s)]
                 if not before:
-                    unchecked += s.gen > 0
+                    unchecked += s.epoch > (0, 0)
                 else:
                     checked += 1
                     if s.values not in {e.values for e in before}:
@@ -271,27 +294,33 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                         rolled_back, repeated, _context(events, violations[0]) if violations else "")
 
 
+def _comparable(earlier: State, resumed: State) -> bool:
+    """Whether a resumed state may equal an earlier one: a shard only its own replica's."""
+    return not (resumed.sharded or earlier.sharded) or earlier.replica == resumed.replica
+
+
 class Recorded:
-    """The states recorded so far, by generation: found by step and by parameters."""
+    """The states recorded so far, by epoch (generation, process): found by step and by
+    parameters."""
 
     def __init__(self) -> None:
-        self._by_step: dict[int, dict[int, list[State]]] = {}
-        self._by_params: dict[int, dict[str | None, list[tuple[State, int]]]] = {}
+        self._by_step: dict[tuple[int, int], dict[int, list[State]]] = {}
+        self._by_params: dict[tuple[int, int], dict[str | None, list[tuple[State, int]]]] = {}
 
     def add(self, state: State, step: int | None) -> None:
         if step is not None:
-            self._by_step.setdefault(state.gen, {}).setdefault(step, []).append(state)
-            self._by_params.setdefault(state.gen, {}).setdefault(state.params, []).append((state, step))
+            self._by_step.setdefault(state.epoch, {}).setdefault(step, []).append(state)
+            self._by_params.setdefault(state.epoch, {}).setdefault(state.params, []).append((state, step))
 
-    def before(self, gen: int) -> bool:
-        return any(g < gen for g in self._by_step)
+    def before(self, epoch: tuple[int, int]) -> bool:
+        return any(e < epoch for e in self._by_step)
 
-    def at_step(self, gen: int, step: int) -> list[State]:
-        """States of earlier generations at this step (before the fault `gen` follows)."""
-        return [s for g, steps in self._by_step.items() if g < gen for s in steps.get(step, ())]
+    def at_step(self, epoch: tuple[int, int], step: int) -> list[State]:
+        """States of earlier epochs at this step (before the fault this one follows)."""
+        return [s for e, steps in self._by_step.items() if e < epoch for s in steps.get(step, ())]
 
-    def with_params(self, gen: int, params: str | None) -> list[tuple[State, int]]:
-        return [found for g, by in self._by_params.items() if g < gen for found in by.get(params, ())]
+    def with_params(self, epoch: tuple[int, int], params: str | None) -> list[tuple[State, int]]:
+        return [found for e, by in self._by_params.items() if e < epoch for found in by.get(params, ())]
 
 
 def _not_real(s: State, same_params: list[tuple[State, int | None]], labels: Mapping[tuple[int, int], str],

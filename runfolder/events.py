@@ -72,8 +72,10 @@ STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "(after step `step`) | restore (the state the generation resumed from, at step "
               "`step`) | start (a user's job: the state before this process's first optimizer "
               "step; `step` counts that process's optimizer steps, so 0, and gen is torchrun's "
-              "restart count); local_rank: which of its host's processes, from the hook",
-              optional=("local_rank",))
+              "restart count); local_rank: which of its host's processes, from the hook; sharded: "
+              "params (FSDP, DTensor: parameters and optimizer state are this rank's shard) | optim "
+              "(ZeroRedundancyOptimizer: the optimizer's state is), not compared across ranks",
+              optional=("local_rank", "sharded"))
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
 SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
                 "the failure detector suspects `peer`; via = cause: connection (its process is "

@@ -44,7 +44,9 @@ def _sample_weights(n: int, device: torch.device) -> torch.Tensor:
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes as 32-bit words (as 8- or 16-bit ones when its size is no multiple
-    of 4 bytes): a view, no copy, for a contiguous tensor."""
+    of 4 bytes): a view, no copy, for a contiguous tensor. A DTensor: its local shard."""
+    if hasattr(tensor, "to_local"):
+        tensor = tensor.to_local()
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
@@ -69,8 +71,30 @@ def tensors_of(obj: Any) -> list[torch.Tensor]:
     return []
 
 
+SHARDED_PARAMETERS, SHARDED_OPTIMIZER = "params", "optim"
+
+
+def sharding(holder: Any) -> str | None:
+    """What of a holder's state differs between ranks by design, so is no replica's:
+    "params" when the parameters are shards (FSDP's FlatParameter or its flattened views,
+    DTensor: the optimizer state with them), "optim" when only the optimizer's state is
+    (ZeroRedundancyOptimizer), None when every rank holds all of it."""
+    def shard(t: torch.Tensor) -> bool:
+        names = {c.__name__ for c in type(t).__mro__}
+        return bool(names & {"DTensor", "FlatParameter"}) or bool(getattr(t, "_fsdp_flattened", False))
+    if any(shard(t) for t in tensors_of(holder)):
+        return SHARDED_PARAMETERS
+    if type(holder).__name__ == "ZeroRedundancyOptimizer":
+        return SHARDED_OPTIMIZER
+    return None
+
+
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """What the optimizer holds per parameter (momentum, Adam's moments), in parameter order."""
+    """What the optimizer holds per parameter (momentum, Adam's moments), in parameter order;
+    for one that keeps it in a local optimizer (ZeroRedundancyOptimizer's `optim`), that one's."""
+    inner = getattr(optimizer, "optim", None)
+    if isinstance(inner, torch.optim.Optimizer) and inner is not optimizer:
+        return optimizer_tensors(inner)
     return [t for group in optimizer.param_groups for p in group["params"]
             for _, t in sorted(optimizer.state.get(p, {}).items()) if isinstance(t, torch.Tensor)]
 

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.cluster.userjob import JobSpec, rank_environment
 from reports.state import check_state
 from runfolder.events import read_events, schema_problems
@@ -76,6 +78,20 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     assert [d.returncode for d in again] == [0, 0]
     assert "resumed from" in again[0].stdout and "at step 4" in again[0].stdout
     assert [e["kind"] for e in kinds_by_rank(events)[0]].count("step") == 5 + 1
+
+
+@pytest.mark.parametrize("kind, sharded", [("zero", "optim"), ("fsdp", "params")])
+def test_shards_are_recorded_as_such_and_not_called_diverged(tmp_path, kind, sharded):
+    events = tmp_path / "events.jsonl"
+    script = REPO / "tests" / "byo" / "planted" / "sharded.py"
+    done = run_ranks([sys.executable, str(script), kind], events, 2, tmp_path)
+    assert [d.returncode for d in done] == [0, 0], [d.stdout[-2000:] for d in done]
+    states = [e for e in read_events(events)[0] if e["kind"] == "state" and e["at"] == "step"]
+    assert len(states) == 8 and {e["sharded"] for e in states} == {sharded}
+    by_rank = {r: [e["optim"] for e in states if e["rank"] == r] for r in (0, 1)}
+    assert by_rank[0] != by_rank[1]  # each rank's optimizer state is its own
+    verdict = check_state(read_events(events)[0])
+    assert verdict.verdict == "consistent", verdict.summary()
 
 
 def test_the_one_line_opt_in_records_steps_without_torch_optim(tmp_path):

@@ -174,3 +174,39 @@ def test_a_scenario_expects_a_state_and_the_plan_says_so(tmp_path):
         assert "state" in str(exc) and "consistent" in str(exc) and str(path) in str(exc)
     else:
         raise AssertionError("an unknown state verdict was accepted")
+
+
+def test_a_rank_started_again_by_a_wrapper_is_compared_with_its_own_epoch_not_the_first():
+    """The direct launcher, rank 1's process started again by the user's wrapper (same
+    generation 0, steps counted from 0 again) from the checkpoint of step 10."""
+    h = History()
+    for rank in range(2):
+        h.state(rank, 0, 0, "w0", at="start", optim=None)
+    h.steps(range(2), 1, 12, 0)
+    h.state(1, 0, 0, "w10", at="start", optim="m10", incarnation=1)
+    for step in range(1, 3):
+        h.state(1, step, 0, f"w{10 + step}", optim=f"m{10 + step}", incarnation=1)
+    verdict = check_state(h.events)
+    assert verdict.verdict == CONSISTENT, verdict.violations
+    assert verdict.restores_checked == 1 and verdict.rolled_back == {"1": 2}
+
+
+def test_shards_are_not_compared_across_ranks_but_each_restores_its_own():
+    h = History()
+    for rank in range(2):  # FSDP: each rank's parameters and optimizer state are its own shard
+        h.state(rank, 0, 0, f"s{rank}.0", at="restore", optim=None, sharded="params")
+    for step in range(1, 6):
+        for rank in range(2):
+            h.state(rank, step, 0, f"s{rank}.{step}", optim=f"m{rank}.{step}", sharded="params")
+    h.state(0, 3, 1, "s0.3", at="restore", optim="m0.3", sharded="params")
+    h.state(1, 3, 1, "s0.3", at="restore", optim="m0.3", sharded="params")  # rank 1 loaded rank 0's shard
+    verdict = check_state(h.events)
+    assert [v.invariant for v in verdict.violations] == [RESTORE_IS_REAL] and verdict.first.ranks == ("1",)
+    zero = History()  # ZeroRedundancyOptimizer: parameters replicated, optimizer state sharded
+    for step in range(1, 4):
+        for rank in range(2):
+            zero.state(rank, step, 0, f"w{step}", optim=f"m{rank}.{step}", sharded="optim")
+    assert check_state(zero.events).verdict == CONSISTENT
+    zero.state(0, 4, 0, "w4", optim="m0.4", sharded="optim")
+    zero.state(1, 4, 0, "x4", optim="m1.4", sharded="optim")
+    assert check_state(zero.events).first.ranks in (("0",), ("1",))

@@ -29,6 +29,7 @@ OPTIMIZER_MODULE = "torch.optim.optimizer"
 
 _recorder: Any = None
 _steps = 0
+_depth = 0  # optimizer steps in progress (one inside another: ZeroRedundancyOptimizer's)
 _last: float | None = None
 
 
@@ -54,12 +55,13 @@ def _generation() -> int:
 
 
 def _record_state(recorder: Any, holder: Any, at: str) -> None:
-    from harness.job.fingerprint import fingerprint, optimizer_tensors, tensors_of
+    from harness.job.fingerprint import fingerprint, optimizer_tensors, sharding, tensors_of
     import torch
 
     optim = (fingerprint(optimizer_tensors(holder)) if isinstance(holder, torch.optim.Optimizer) else None)
+    sharded = {"sharded": kind} if (kind := sharding(holder)) else {}
     recorder.emit("state", step=_steps, gen=_generation(), at=at, fingerprint=fingerprint(tensors_of(holder)),
-                  optim=optim, local_rank=_local_rank())
+                  optim=optim, local_rank=_local_rank(), **sharded)
 
 
 def step(state: Any = None, *_hook_args: Any) -> None:
@@ -81,13 +83,24 @@ def step(state: Any = None, *_hook_args: Any) -> None:
 
 def _before_step(optimizer: Any, *_: Any) -> None:
     """torch's optimizer pre-hook: before the first step, the state the process starts from."""
-    if _steps == 0 and (recorder := _open()) is not None:
+    global _depth
+    _depth += 1
+    if _depth == 1 and _steps == 0 and (recorder := _open()) is not None:
         _record_state(recorder, optimizer, "start")
+
+
+def _after_step(optimizer: Any, *args: Any) -> None:
+    """torch's optimizer post-hook: a step, unless an outer optimizer's step is still going
+    (ZeroRedundancyOptimizer steps its local optimizer inside its own: one step, not two)."""
+    global _depth
+    _depth = max(0, _depth - 1)
+    if _depth == 0:
+        step(optimizer, *args)
 
 
 def _register_optimizer_hook(module: Any) -> None:
     module.register_optimizer_step_pre_hook(_before_step)
-    module.register_optimizer_step_post_hook(step)
+    module.register_optimizer_step_post_hook(_after_step)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
