@@ -35,10 +35,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-CONSISTENT, DIVERGED, NOT_OBSERVED = "consistent", "diverged", "not observed"
-VERDICTS = (CONSISTENT, DIVERGED, NOT_OBSERVED)
+from runfolder.plan import STATE_VERDICTS
+
+CONSISTENT, DIVERGED, NOT_OBSERVED = STATE_VERDICTS  # the names a scenario may expect
 REPLICAS_AGREE, RESTORE_IS_REAL, PROGRESS_IS_HONEST = "replicas agree", "restore is real", "progress is honest"
-INVARIANTS = (REPLICAS_AGREE, RESTORE_IS_REAL, PROGRESS_IS_HONEST)
 RESUMED = ("restore", "start")  # `at` of a state a generation resumed from
 # what may explain a divergence: the last of these before it is named
 CONTEXT_KINDS = ("restored", "group_ready", "membership", "rejoin_admitted", "rank_start",
@@ -106,9 +106,6 @@ class StateVerdict:
     def first(self) -> Violation | None:
         return self.violations[0] if self.violations else None
 
-    def held(self, invariant: str) -> bool:
-        return not any(v.invariant == invariant for v in self.violations)
-
     def summary(self, t0: float = 0.0) -> str:
         """One line: the verdict and what it rests on, or the first violation."""
         if self.verdict == NOT_OBSERVED:
@@ -158,25 +155,27 @@ def _short(value: str | None) -> str:
     return "none" if value is None else value[:8]
 
 
+def _by_value(members: Mapping[tuple[int, int], State]) -> list[tuple[tuple[str | None, str | None], list[tuple[int, int]]]]:
+    """The members grouped by what they hold alike, largest group first (then lowest rank)."""
+    groups: dict[tuple[str | None, str | None], list[tuple[int, int]]] = {}
+    for replica, state in sorted(members.items()):
+        groups.setdefault(state.replicated or state.values, []).append(replica)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+
 def _grouped(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> str:
     """'ranks 0,1,2 a1b2c3d4; rank 3 9f8e7d6c': fingerprint groups, largest first."""
-    groups: dict[tuple[str | None, str | None], list[str]] = {}
-    for replica, state in sorted(members.items()):
-        groups.setdefault(state.replicated or state.values, []).append(labels[replica])
     parts = []
-    for values, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        word = "rank" if len(names) == 1 else "ranks"
+    for values, replicas in _by_value(members):
+        word = "rank" if len(replicas) == 1 else "ranks"
         optim = "" if values[1] is None else f"/{_short(values[1])}"
-        parts.append(f"{word} {','.join(names)} {_short(values[0])}{optim}")
+        parts.append(f"{word} {','.join(labels[r] for r in replicas)} {_short(values[0])}{optim}")
     return "; ".join(parts)
 
 
 def _minority(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> tuple[str, ...]:
-    groups: dict[tuple[str | None, str | None], list[tuple[int, int]]] = {}
-    for replica, state in members.items():
-        groups.setdefault(state.replicated or state.values, []).append(replica)
-    ordered = sorted(groups.values(), key=len)
-    return tuple(labels[r] for group in ordered[:-1] for r in sorted(group))
+    """The ranks outside the largest group: those the divergence names."""
+    return tuple(labels[r] for _, replicas in _by_value(members)[1:] for r in replicas)
 
 
 def _where(state: State, user_job: bool) -> str:
