@@ -9,9 +9,23 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# A Python that an ordinary user can run too (the rootless tests run as one; a pyenv
+# interpreter under root's home, mode 700, is not theirs to open): python3 if it is, else
+# the distribution's.
+python_for_all() {
+    for py in "$(command -v python3)" /usr/bin/python3; do
+        if [ -x "$py" ] && { [ "$(id -u)" != 0 ] || setpriv --reuid=65534 --regid=65534 --clear-groups \
+                /bin/sh -c "exec '$(readlink -f "$py")' -c ''" 2>/dev/null; }; then
+            echo "$py"
+            return
+        fi
+    done
+    command -v python3
+}
+
 setup() {
     if [ ! -x .venv/bin/python ]; then
-        python3 -m venv .venv
+        "$(python_for_all)" -m venv .venv
     fi
     # Reinstall only when the dependency list changed since the last install.
     stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)

@@ -15,15 +15,21 @@ from chaos.faults import FaultBase
 
 @dataclass(frozen=True)
 class Host:
-    """One network host of a cluster, as the fault library needs to see it."""
+    """One host of a cluster, as the fault library needs to see it. Its network side
+    (`switch_ns`, `port`, `ns_path`) is None on a host without a network of its own (the
+    local backend's ranks share the machine's loopback): link faults cannot act there."""
 
     name: str                 # "r005": unique within the run
     address: str              # the host's IP on the cluster network
-    switch_ns: str            # namespace holding the bridge and this host's port
-    port: str                 # switch-side end of the host's link (a bridge port)
-    ns_path: str              # the host's own network namespace (/run/netns/X or /proc/PID/ns/net)
+    switch_ns: str | None     # namespace holding the bridge and this host's port
+    port: str | None          # switch-side end of the host's link (a bridge port)
+    ns_path: str | None       # the host's own network namespace (/run/netns/X or /proc/PID/ns/net)
     ifname: str = "eth0"      # the host-side end of the link
     pid: int | None = None    # the process on the host (a rank), for process faults
+
+    @property
+    def has_link(self) -> bool:
+        return self.switch_ns is not None and self.port is not None and self.ns_path is not None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from chaos import cmdfile, netlink, nft, probe, proc, tc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
-from chaos.faults import FaultBase, Kill
+from chaos.faults import FAULT_KINDS, FaultBase, Kill
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
 from chaos.nfq import NfqueueDelay
@@ -148,6 +148,17 @@ def default_mechanisms() -> dict[str, Mechanism]:
     return choose_mechanisms(probe.capabilities())
 
 
+NO_LINK = "the hosts have no network of their own (ranks on the machine's loopback)"
+
+
+def process_mechanisms() -> dict[str, Mechanism]:
+    """Per kind, the mechanisms for hosts without a link of their own: the process kinds'
+    own, a refusal for every link kind; nothing is probed (it needs no privilege)."""
+    chosen = choose_mechanisms(probe.Capabilities())
+    return {kind.model_fields["kind"].default: chosen[kind.model_fields["kind"].default]
+            if kind.acts_on == "process" else Unavailable(NO_LINK) for kind in FAULT_KINDS}
+
+
 class LedgerInjection(Injection):
     def __init__(self, applied: AppliedFault, entries: list[Entry], ledger: Ledger,
                  undos: UndoTable) -> None:
@@ -195,6 +206,8 @@ class NetlinkInjector(Injector):
         mech = self._mechanism(fault)
         if isinstance(mech, Unavailable):
             raise UnsupportedFault(f"{fault.kind} cannot be injected here: {mech.reason}")  # type: ignore[attr-defined]
+        if fault.acts_on != "process" and not all(h.has_link for h in (*hosts, *self.hosts)):
+            raise UnsupportedFault(f"{fault.kind} cannot be injected here: {NO_LINK}")  # type: ignore[attr-defined]
         for host in hosts:
             reason = mech.conflict(fault, host)
             if reason:

@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+from chaos.errors import ChaosError
 
 STATE_DIR_ENV = "CHAOS_STATE_DIR"
 DEFAULT_STATE_DIR = "/run/chaos-harness"
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR))
+    """``CHAOS_STATE_DIR``; else root's ``/run/chaos-harness``; else the user's own, as
+    cleared at boot: ``$XDG_RUNTIME_DIR/chaos-harness``, or ``/tmp/chaos-harness-<uid>``
+    (a heal as that user heals that user's runs)."""
+    if STATE_DIR_ENV in os.environ:
+        return Path(os.environ[STATE_DIR_ENV])
+    uid = os.geteuid()
+    if uid == 0:
+        return Path(DEFAULT_STATE_DIR)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == uid:
+        return Path(runtime) / "chaos-harness"
+    return Path(tempfile.gettempdir()) / f"chaos-harness-{uid}"
 
 
 @dataclass(frozen=True)
@@ -42,7 +56,11 @@ class Ledger:
     def __init__(self, run_id: str, directory: Path | None = None) -> None:
         self.run_id = run_id
         self.path = (directory or state_dir()) / f"{run_id}.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.geteuid() != 0 and self.path.parent.stat().st_uid != os.geteuid():
+            # another user's folder (a /tmp/chaos-harness-<uid> made first by someone else)
+            raise ChaosError(f"{self.path.parent} belongs to another user; remove it, or set "
+                             f"{STATE_DIR_ENV} to a folder of your own")
         self._next_id = 1 + max((e.id for e in self.entries()), default=0)
 
     def _append(self, record: dict[str, Any]) -> None:

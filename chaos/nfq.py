@@ -33,7 +33,7 @@ import struct
 import sys
 import time
 
-from chaos import netem, netlink, nft, proc
+from chaos import netem, netlink, nft, proc, topology
 from chaos.api import Host
 from chaos.faults import Delay, FaultBase
 from chaos.ledger import Entry, Ledger
@@ -241,7 +241,7 @@ class NfqueueDelay(Mechanism):
         queue = netlink.ifindex(host.switch_ns, host.port)  # unique per switch namespace
         # The pid is known only once it runs: heal also finds delayers by their --run-id.
         helper = proc.spawn_helper(
-            "chaos.nfq", "--netns", f"/run/netns/{host.switch_ns}", "--queue", str(queue),
+            "chaos.nfq", "--netns", topology.namespace_path(host.switch_ns), "--queue", str(queue),
             "--latency", repr(fault.latency), "--jitter", repr(fault.jitter),
             "--distribution", fault.distribution, "--correlation", repr(fault.correlation),
             "--run-id", ledger.run_id)

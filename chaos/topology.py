@@ -37,6 +37,11 @@ def namespace_name(run_id: str, part: str) -> str:
     return f"{NAMESPACE_PREFIX}{run_id}-{part}"
 
 
+def namespace_path(name: str) -> str:
+    """Where the named namespace is pinned (ip-netns(8)'s place)."""
+    return f"/run/netns/{name}"
+
+
 def switch_namespace(run_id: str) -> str:
     return namespace_name(run_id, "sw")
 
@@ -60,7 +65,7 @@ def port_name(index: int) -> str:
 def host_at(run_id: str, index: int) -> Host:
     """Host `index` of the run, its namespace at /run/netns/chaos-<run>-r<NNN>."""
     return Host(name=host_name(index), address=host_address(index), switch_ns=switch_namespace(run_id),
-                port=port_name(index), ns_path=f"/run/netns/{namespace_name(run_id, host_name(index))}")
+                port=port_name(index), ns_path=namespace_path(namespace_name(run_id, host_name(index))))
 
 
 def hosts_of(run_id: str, count: int) -> tuple[Host, ...]:
@@ -129,7 +134,7 @@ def plug(switch_ns: str, hosts: Sequence[Host], peers: Sequence[Host] | None = N
             ipr.addr("add", index=eth, address=h.address, prefixlen=NETWORK.prefixlen)
             _bring_up(ipr, eth)
             ipr.link("set", index=netlink.link_index(ipr, "lo"), state="up")
-    switch = neighbours.Station(f"/run/netns/{switch_ns}", BRIDGE, SWITCH_ADDRESS, BRIDGE_MAC)
+    switch = neighbours.Station(namespace_path(switch_ns), BRIDGE, SWITCH_ADDRESS, BRIDGE_MAC)
     neighbours.introduce(hosts, hosts if peers is None else peers, switch)
 
 

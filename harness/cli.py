@@ -1,7 +1,7 @@
 """The `chaos` command line.
 
     chaos run SCENARIO.yaml [--policy NAME]... [--ranks N] [--seed N] [--out DIR]
-                            [--backend netns|docker] [--quiet]
+                            [--backend netns|docker|local] [--quiet]
     chaos report RUN_DIR... [--out DIR]      re-analyze stored runs, no re-run
     chaos run SCENARIO.yaml --dry-run        the resolved plan, nothing touched
     chaos init [--job "python train.py"] [--out FILE] [--ranks N] [--force]
@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from chaos.errors import ChaosError, UsageError
 from harness import signals
+from harness.cluster.backends import BACKEND_NAMES
 from harness.signals import Terminated
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "link_down.yaml"
@@ -38,10 +39,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def require_root(what: str) -> None:
-    if os.geteuid() != 0:
-        raise UsageError(f"{what} needs root (network namespaces, netlink, signals): "
-                         f"run it as root, e.g. `sudo $(which chaos) {what.split()[-1]} ...`")
+def require_root(what: str, backend: str | None = None) -> None:
+    """Refuse `what` without root, unless it runs on `backend` and that one needs none."""
+    from harness.cluster.backends import backends_with, traits_of
+    if os.geteuid() == 0 or (backend is not None and not traits_of(backend).needs_root):
+        return
+    on = f" on the {backend} backend" if backend else ""
+    raise UsageError(f"{what} needs root{on} (network namespaces, netlink): run it as root, e.g. "
+                     f"`sudo $(which chaos) {what.split()[-1]} ...`, or with --backend "
+                     f"{' or '.join(backends_with('needs_root', False))} (ranks as your own processes on "
+                     "loopback: kill, pause and gpu_hang, no link faults)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -71,9 +78,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--policy {repeated[0]} given more than once: each policy runs once per "
                          f"run (its trial folder and checkpoints are named after it); give it once")
     if args.dry_run:
-        print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names()))
+        print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names(scenario.cluster.backend)))
         return 0
-    require_root("chaos run")
+    require_root("chaos run", scenario.cluster.backend)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -109,14 +116,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _mechanism_names() -> Callable[[object], str]:
-    """Which mechanism each fault kind gets here: from the last probe on this boot if there
-    was one (so a dry run answers at once), else from a probe now (root only)."""
-    if os.geteuid() != 0:
+def _mechanism_names(backend: str) -> Callable[[object], str]:
+    """Which mechanism each fault kind gets here: on a backend without links the process
+    kinds' own; else from the last probe on this boot if there was one (so a dry run
+    answers at once), else from a probe now (root only)."""
+    from chaos.inject import choose_mechanisms, process_mechanisms
+    from harness.cluster.backends import traits_of
+    if not traits_of(backend).network_faults:
+        mechanisms = process_mechanisms()
+    elif os.geteuid() != 0:
         return lambda fault: "the mechanism the probe picks at run time (`chaos doctor` as root shows it)"
-    from chaos.inject import choose_mechanisms
-    from chaos.probe import capabilities, last_probe
-    mechanisms = choose_mechanisms(last_probe() or capabilities())
+    else:
+        from chaos.probe import capabilities, last_probe
+        mechanisms = choose_mechanisms(last_probe() or capabilities())
     return lambda fault: mechanisms[fault.kind].name  # type: ignore[attr-defined]
 
 
@@ -133,21 +145,43 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_heal(args: argparse.Namespace) -> int:
-    require_root("chaos heal")
+    # no root needed: a user's heal takes back that user's runs (their ledgers are in the
+    # user's state folder, chaos.ledger.state_dir)
     from chaos.heal import heal_command
     from harness.cluster.backends import undo_table
     return heal_command(args, undo_table())  # every backend's undos and sweeps
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    require_root("chaos doctor")  # the probe builds scratch namespaces and loads qdiscs
+    """What this machine and user can run: the probe's capabilities and fault mechanisms
+    (root: it builds a scratch namespace), the backends, the devices."""
+    from chaos.inject import process_mechanisms
+    from chaos.mechanism import Unavailable
     from chaos.probe import doctor_command
+    from harness.cluster.backends import BACKEND_NAMES, backend_class
     from harness.job.device import describe_host
     from harness.run import machine
     from harness.run.scenario import ClusterConfig
-    code = doctor_command(args)
+    code = 0
+    if os.geteuid() == 0:
+        code = doctor_command(args)
+    else:
+        print(f"capabilities: not probed (the probe builds a scratch namespace as root; you are uid {os.geteuid()})")
+        print("fault kinds on hosts without links of their own (--backend local):")
+        mechanisms = process_mechanisms()
+        for kind, mechanism in mechanisms.items():
+            if not isinstance(mechanism, Unavailable):
+                print(f"  {kind:10} {mechanism.name}")
+        print(f"  {'the others':10} ({', '.join(k for k, m in mechanisms.items() if isinstance(m, Unavailable))}) "
+              "act on a rank's link: they need a backend with links, as root")
+    print(f"backends (as uid {os.geteuid()}):")
+    for name in BACKEND_NAMES:
+        backend = backend_class(name)
+        why = backend.why_not_here()
+        faults = "every fault kind" if backend.traits.network_faults else "kill, pause, gpu_hang; no link faults"
+        print(f"  {name:7} {'no   (' + why + ')' if why else 'yes'}: {backend.traits.summary}; {faults}")
     print(describe_host(ClusterConfig().ranks))
-    # beside the README's and docs/scale.md's figures, how this machine compares
+    # beside docs/performance.md's figures, how this machine compares
     print(machine.line_now())
     return code
 
@@ -195,7 +229,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks; past 8 per core the "
                      "step period, timeouts, hang cap and expected bounds stretch with it: docs/scale.md)")
     run.add_argument("--seed", type=int, help="seed (overrides the scenario's)")
-    run.add_argument("--backend", choices=["netns", "docker"], help="host backend (default: the scenario's, netns)")
+    run.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's, netns)")
     run.add_argument("--out", default="runs", help="folder for run folders (default: ./runs)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument("--dry-run", action="store_true",

@@ -7,7 +7,7 @@
 A thin layer over `harness.run.check.check_policy`: options (the `chaos` group), the fixture
 `chaos_check` (run one policy of a scenario file; usable from Python tests too; the
 session's checks share one rank launcher, `chaos_launchers`), markers
-(chaos_scenario, slow and requires_root always; requires_docker for the docker backend,
+(chaos_scenario and slow always; requires_root for a backend that needs it, requires_docker for docker,
 requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
 the tail of each rank's log on a failing test, and a runtime table at the end.
@@ -20,7 +20,6 @@ path) and stops the session.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pytest
 
 from chaos.errors import ChaosError
+from harness.cluster.backends import BACKEND_NAMES, backend_class, traits_of
 
 if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
@@ -42,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaos", "chaos scenarios (scenarios/*.yaml)")
     group.addoption("--chaos-out", metavar="DIR",
                     help="folder for the run folders (default: a pytest temporary folder)")
-    group.addoption("--backend", choices=["netns", "docker"],
+    group.addoption("--backend", choices=BACKEND_NAMES,
                     help="run every scenario on this host backend (overrides cluster.backend)")
     group.addoption("--chaos-seed", type=int, metavar="N", help="override every scenario's seed")
     group.addoption("--chaos-ranks", type=int, metavar="N", help="override every scenario's cluster.ranks")
@@ -89,13 +89,26 @@ class ScenarioFile(pytest.File):
     def collect(self) -> list[pytest.Item]:
         from chaos.errors import UsageError
         from harness.run.scenario import load_scenario
+        overrides = scenario_overrides(self.config)
+        skip = None
         try:
-            scenario = load_scenario(self.path, scenario_overrides(self.config))
+            scenario = load_scenario(self.path, overrides)
         except UsageError as exc:
-            raise self.CollectError(str(exc)) from None
+            # --backend asked for one that cannot run a good file (link faults on local): a
+            # skip that says why
+            try:
+                if "cluster.backend" not in overrides:
+                    raise
+                scenario = load_scenario(self.path, {k: v for k, v in overrides.items() if k != "cluster.backend"})
+            except UsageError:
+                raise self.CollectError(str(exc)) from None
+            skip = f"--backend {overrides['cluster.backend']}: {str(exc).splitlines()[0]}"
         wanted = self.config.getoption("chaos_policy", None)
-        return [ScenarioTest.from_parent(self, name=policy, callobj=_scenario_test, scenario=scenario)
-                for policy in scenario.trial_names() if not wanted or policy in wanted]
+        tests = [ScenarioTest.from_parent(self, name=policy, callobj=_scenario_test, scenario=scenario)
+                 for policy in scenario.trial_names() if not wanted or policy in wanted]
+        for test in tests if skip else ():
+            test.add_marker(pytest.mark.skip(reason=skip))
+        return tests
 
 
 class ScenarioTest(pytest.Function):
@@ -106,15 +119,16 @@ class ScenarioTest(pytest.Function):
         super().__init__(**kwargs)
         self.scenario = scenario
         self.add_marker("chaos_scenario")
-        self.add_marker("requires_root")
+        if traits_of(scenario.cluster.backend).needs_root:
+            self.add_marker("requires_root")
         self.add_marker("slow")
         if scenario.cluster.backend == "docker":
             self.add_marker("requires_docker")
         if any(isinstance(event.fault, (Duplicate, Corrupt, Reorder)) for event in scenario.faults):
             self.add_marker("requires_netem")
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, self.name
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, self.name  # a line (the file's first): pytest places a skip there
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ChaosError):  # the harness could not run the trial
@@ -133,14 +147,14 @@ def _scenario_test(chaos_check: Callable[[Path, str], PolicyCheck], request: pyt
 
 def _skip_reason(scenario: Scenario) -> str | None:
     """Why this machine cannot run the scenario, in `chaos doctor`'s words, or None."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, netlink)"
-    from chaos.inject import default_mechanisms  # the capability probe; needs root
+    from chaos.inject import default_mechanisms, process_mechanisms
     from chaos.mechanism import Unavailable
-    from chaos.probe import capabilities
-    if scenario.cluster.backend == "docker" and not capabilities().docker:
-        return f"needs a Docker engine: {capabilities().why_not('docker')}"
-    mechanisms = default_mechanisms()
+    backend = backend_class(scenario.cluster.backend)
+    why = backend.why_not_here()
+    if why:
+        return f"the {backend.name} backend cannot run here: {why}"
+    # the capability probe needs root, and a backend without links needs no probe
+    mechanisms = default_mechanisms() if backend.traits.network_faults else process_mechanisms()
     for event in scenario.faults:
         mechanism = mechanisms.get(event.fault.kind)  # type: ignore[attr-defined]
         if isinstance(mechanism, Unavailable):

@@ -3,15 +3,17 @@
 Spec / instance / result are separate types (as in TorchElastic): a `ClusterSpec` says
 what to build, a `Backend` builds it and returns a `Cluster` (the live instance: hosts,
 control-plane address, rank processes), and a `RankExit` is what a rank left when it
-ended. `harness.cluster.netns` is the default backend (one Linux network namespace per rank);
-others (docker) implement the same interface.
+ended. What a backend can do is declared by the backend (`Traits`); the registry of their
+names is `harness.cluster.backends`. `harness.cluster.netns` is the default backend (one
+Linux network namespace per rank); others (docker, local) implement the same interface.
 """
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from chaos import linkstats
 from chaos.api import Host
@@ -23,6 +25,19 @@ if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
 
 STORE_PORT = 29400
+JOB_MASTER_PORT = 29500  # a user job's rank 0 (MASTER_PORT; torchrun's default)
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a backend can do, declared by the backend itself: the scenario loader refuses
+    what it cannot (with the backend that can), `chaos doctor` lists them."""
+
+    summary: str              # where a rank runs, in a few words
+    needs_root: bool          # it makes namespaces, links or containers of the initial namespace
+    network_faults: bool      # every host has a link of its own that link faults can act on
+    link_counters: bool       # per-rank link byte counts (the traffic proof, harness.run.traffic)
+    host_sysctls: bool        # each host's own net.* settings (cluster.sysctls)
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class Cluster(abc.ABC):
     hosts: tuple[Host, ...]  # index = rank
     store_address: str       # the control plane (rendezvous store), reachable from every host
     store_port: int
+    job_port: int = JOB_MASTER_PORT  # a user job's MASTER_PORT on rank 0's host
 
     @abc.abstractmethod
     def start_rank(self, rank: int, config: dict) -> int:
@@ -101,7 +117,15 @@ class Backend(abc.ABC):
     """Builds clusters of one kind (network namespaces, containers)."""
 
     name: str
-    start_timeout_s: float = 60.0  # from bring-up until every rank steps (warm-up steps' own time on top)
+    traits: ClassVar[Traits]
+    start_timeout_s: float = 60.0
+
+    @classmethod
+    def why_not_here(cls) -> str | None:
+        """Why this backend cannot run on this machine for this user, or None."""
+        if cls.traits.needs_root and os.geteuid() != 0:
+            return "needs root: it makes network namespaces and links"
+        return None  # from bring-up until every rank steps (warm-up steps' own time on top)
 
     @abc.abstractmethod
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> Cluster:

@@ -1,11 +1,46 @@
-"""Backends by name (the scenario's `cluster.backend`, or `--backend`), and the undo table
-that takes back what any of them made."""
+"""The registry of backends: the one place their names are written (the scenario's
+`cluster.backend`, `--backend`, the nightly plan), each name with the class that builds
+its clusters; what each can do is declared by the class (`Traits`). A new backend is one
+module and one line here. Also the undo table that takes back what any of them made."""
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from chaos.errors import UsageError
-from chaos.inject import UNDOS
-from chaos.mechanism import UndoTable
-from harness.cluster.api import Backend
+
+if TYPE_CHECKING:  # this module stays light: the command line takes its names at start
+    from chaos.mechanism import UndoTable
+    from harness.cluster.api import Backend, Traits
+
+# name -> "module:class"; the first is the default
+BACKENDS = {
+    "netns": "harness.cluster.netns:NetnsBackend",
+    "docker": "harness.cluster.docker.cluster:DockerBackend",
+    "local": "harness.cluster.local:LocalBackend",
+}
+BACKEND_NAMES = tuple(BACKENDS)
+DEFAULT_BACKEND = BACKEND_NAMES[0]
+
+
+def backend_class(name: str) -> type[Backend]:
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def traits_of(name: str) -> Traits:
+    return backend_class(name).traits
+
+
+def backend_named(name: str) -> Backend:
+    return backend_class(name)()
+
+
+def backends_with(trait: str, value: bool = True) -> list[str]:
+    """The backends whose `trait` (a `Traits` field) is `value`, for a refusal's fix."""
+    return [name for name in BACKEND_NAMES if getattr(traits_of(name), trait) is value]
 
 
 def _backend_undos() -> dict[str, UndoTable]:
@@ -22,14 +57,6 @@ def undo_table() -> UndoTable:
     """The fault library's undos and sweeps with every available backend's, for a heal, a
     revert and a teardown that must take back whatever a run made; an op or sweep defined
     twice is refused."""
+    from chaos.inject import UNDOS
+    from chaos.mechanism import UndoTable
     return UndoTable.combine({"chaos": UNDOS, **_backend_undos()})
-
-
-def backend_named(name: str) -> Backend:
-    if name == "netns":
-        from harness.cluster.netns import NetnsBackend
-        return NetnsBackend()
-    if name == "docker":
-        from harness.cluster.docker.cluster import DockerBackend
-        return DockerBackend()
-    raise UsageError(f"unknown backend {name!r}; expected netns or docker")

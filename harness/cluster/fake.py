@@ -26,7 +26,7 @@ from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.faults import FaultBase
 from chaos.inject import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
-from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
+from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
 from harness.cluster.launcher import LauncherPool
 from harness.job.config import RankConfig
 from runfolder import events as kinds
@@ -193,6 +193,8 @@ class FakeInjector(Injector):
 
 class FakeBackend(Backend):
     name = "fake"
+    traits = Traits("scripted ranks on a fake clock (tests of the orchestrator's logic)", needs_root=False,
+                    network_faults=True, link_counters=True, host_sysctls=True)
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock

@@ -70,9 +70,10 @@ class Launcher:
         assert self._proc.stdin is not None
         self._proc.stdin.write((json.dumps(cmd) + "\n").encode())
 
-    def spawn(self, ledger: Ledger, name: str, entry: str, ns_path: str, log: str,
+    def spawn(self, ledger: Ledger, name: str, entry: str, ns_path: str | None, log: str,
               config: dict[str, Any]) -> int:
-        """Fork `name` into the namespace at `ns_path`; its pid is recorded in `ledger`."""
+        """Fork `name` into the namespace at `ns_path` (None: the launcher's own); its pid is
+        recorded in `ledger`."""
         self.wait_ready()
         self._send({"op": "spawn", "name": name, "entry": entry, "ns_path": ns_path, "log": log,
                     "config": config})

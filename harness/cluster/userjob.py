@@ -31,6 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from chaos import topology
 from chaos.faults import Seconds
+from harness.cluster.api import JOB_MASTER_PORT
 from harness.cluster.classify import classify_line
 from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
@@ -39,7 +40,6 @@ from runfolder import events as kinds
 from runfolder.events import EventRecorder
 from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR
 
-JOB_MASTER_PORT = 29500            # torchrun's default; the harness's store uses 29400
 HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
 REPO_ROOT = Path(runfolder.__file__).resolve().parent.parent  # for the hook's recorder
 TRIAL_DIR_FIELD = "{trial_dir}"
@@ -126,13 +126,16 @@ def _python_first(search_path: str) -> str:
 
 def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: str, events_path: str,
                      ifname: str = "eth0", base: dict[str, str] | None = None,
-                     device: dict[str, str] | None = None) -> dict[str, str]:
+                     device: dict[str, str] | None = None,
+                     master: tuple[str, int] | None = None) -> dict[str, str]:
     """The environment of `rank`'s process: `base` (default: the harness's), the hook first
     on PYTHONPATH, the harness's Python first on PATH, the sockets on the host's link; for
     the `direct` launcher the torchrun contract for one process per host (under `torchrun`
     the agent sets it for its worker); the host's GPU and NCCL transport (`device`:
     harness.job.device.job_device_env); then the job's own env (the user's settings win, as
-    they would over torchrun's defaults)."""
+    they would over torchrun's defaults). `master`: rank 0's host and port (default: rank
+    0's address on the switch, JOB_MASTER_PORT)."""
+    master_addr, master_port = master or (topology.host_address(0), JOB_MASTER_PORT)
     env = dict(os.environ if base is None else base)
     python_path = [str(HOOK_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env.update({
@@ -146,7 +149,7 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
             "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": "1",
             "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(world), "ROLE_RANK": str(rank),
             "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default",
-            "MASTER_ADDR": topology.host_address(0), "MASTER_PORT": str(JOB_MASTER_PORT),
+            "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
             "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         })
@@ -155,7 +158,8 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
     return env
 
 
-def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str) -> list[str]:
+def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str,
+                 local_addr: str | None = None) -> list[str]:
     """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
     that runs it as its `nproc_per_host` workers (`--no-python`: the command is run as written), in a c10d
     rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
@@ -166,7 +170,7 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
         return list(job.command)
     return ["torchrun", f"--nnodes={world}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
-            f"--local-addr={topology.host_address(rank)}",
+            f"--local-addr={local_addr or topology.host_address(rank)}",
             f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
             "--no-python", *job.command]
 

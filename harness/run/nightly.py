@@ -5,7 +5,7 @@ A plan file (YAML, validated once into frozen values; errors name file:line: fie
 
     seed: 1              # base seed: repeat r of a scenario runs with seed_for(seed, name, r)
     repeat: 3            # repeats of every entry (`--repeat` overrides)
-    backend: netns       # netns | docker (`--backend` overrides)
+    backend: netns       # netns | docker | local (`--backend` overrides)
     device: cpu          # what the ranks train on
     runs:
       - scenario: ../scenarios/loss_20pct.yaml   # a file or a glob, relative to the plan file
@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from chaos.errors import UsageError
+from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND
 from harness.run import machine
 from harness.run.progress import Progress
 from harness.signals import Terminated
@@ -78,7 +79,7 @@ class PlanEntry(_Frozen):
 class NightPlan(_Frozen):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 1
     repeat: Annotated[int, Field(ge=1, le=1000)] = 3
-    backend: Literal["netns", "docker"] = "netns"
+    backend: Literal[BACKEND_NAMES] = DEFAULT_BACKEND  # type: ignore[valid-type]  (harness.cluster.backends)
     device: str = "cpu"
     runs: tuple[PlanEntry, ...]
 
@@ -411,7 +412,7 @@ def add_nightly_arguments(parser: argparse.ArgumentParser) -> None:
                                                "the source document's table row by row)")
     parser.add_argument("--quick", action="store_true",
                         help=f"the small plan for CI ({QUICK_PLAN.relative_to(REPO)}): a few minutes on CPU")
-    parser.add_argument("--backend", choices=["netns", "docker"], help="host backend (overrides the plan's)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (overrides the plan's)")
     parser.add_argument("--repeat", type=int, help="repeats of every scenario (overrides the plan's)")
     parser.add_argument("--out", default="nights", help="folder of night folders (default: ./nights)")
     parser.add_argument("--history", help="history database (default: OUT/history.sqlite)")
@@ -437,7 +438,7 @@ def _real_cell_runner(backend_name: str, launchers: LauncherPool) -> CellRunner:
     return run
 
 
-def nightly_command(args: argparse.Namespace, require_root: Callable[[str], None]) -> int:
+def nightly_command(args: argparse.Namespace, require_root: Callable[[str, str], None]) -> int:
     if args.quick and args.plan:
         raise UsageError("give a plan file or --quick, not both")
     if args.repeat is not None and args.repeat < 1:
@@ -445,7 +446,7 @@ def nightly_command(args: argparse.Namespace, require_root: Callable[[str], None
     plan_file = Path(args.plan) if args.plan else QUICK_PLAN if args.quick else DEFAULT_PLAN
     plan = load_night_plan(plan_file, args.repeat, args.backend)
     cells = expand(plan, plan_file)
-    require_root("chaos nightly")
+    require_root("chaos nightly", plan.backend)
     out = Path(args.out)
     history_db = Path(args.history) if args.history else out / "history.sqlite"
     try:

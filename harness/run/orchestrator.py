@@ -147,9 +147,11 @@ class Trial:
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
+        # a backend without links gets no probe (it needs root): its cluster's own mechanisms
         self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
-            ledger, {**default_mechanisms(), "gpu_hang": CommandFile(commands_dir(trial_dir)),
-                     **cluster.mechanisms()}, hosts=cluster.hosts, undos=undo_table()))
+            ledger, {**(default_mechanisms() if backend.traits.network_faults else {}),
+                     "gpu_hang": CommandFile(commands_dir(trial_dir)), **cluster.mechanisms()},
+            hosts=cluster.hosts, undos=undo_table()))
         self.clock = clock
         self.sleep = sleep
         self.state_dir = state_dir
@@ -167,7 +169,8 @@ class Trial:
             events_path=str(self.events_path), checkpoint_dir=str(self.trial_dir / CHECKPOINT_DIR),
             policy=self.plan.policy_spec, workload=self.plan.workload,
             device=self.placement.device, comm=self.placement.comm,
-            env=rank_env(self.placement, rank, self.plan.policy_spec["base"], RankConfig.model_fields["ifname"].default),
+            ifname=cluster.hosts[rank].ifname,
+            env=rank_env(self.placement, rank, self.plan.policy_spec["base"], cluster.hosts[rank].ifname),
         )).model_dump(mode="json")
 
     def _start(self, cluster: Cluster, rank: int) -> int:
@@ -175,10 +178,12 @@ class Trial:
         if self.plan.job is None:
             return cluster.start_rank(rank, self._rank_config(cluster, rank))
         job = JobSpec.model_validate(self.plan.job)
-        ifname = cluster.hosts[rank].ifname
+        host = cluster.hosts[rank]
         env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy, str(self.events_path),
-                               ifname, device=job_device_env(self.placement, rank, ifname))
-        argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}")
+                               host.ifname, device=job_device_env(self.placement, rank, host.ifname),
+                               master=(cluster.hosts[0].address, cluster.job_port))
+        argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}",
+                            local_addr=host.address)
         return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir))
 
     def run(self) -> TrialResult:

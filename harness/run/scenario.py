@@ -55,6 +55,7 @@ from chaos import sysctl, units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from chaos.topology import host_index, host_name
+from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
 from harness.cluster.userjob import JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
@@ -106,7 +107,7 @@ def _setting_text(value: Any) -> Any:
 
 class ClusterConfig(Frozen):
     ranks: Annotated[int, Field(ge=2)] = 16
-    backend: Literal["netns", "docker"] = "netns"
+    backend: Literal[BACKEND_NAMES] = DEFAULT_BACKEND  # type: ignore[valid-type]  (harness.cluster.backends)
     # harness.job.device.choose picks from these and the host's GPUs when the run starts
     device: Literal["cpu", "cuda", "auto"] = "auto"
     comm: Literal["gloo", "nccl", "auto"] = "auto"
@@ -301,6 +302,7 @@ class Scenario(Frozen):
         for i, event in enumerate(self.faults):
             self._check_target(i, event)
         _check_overlaps(self)
+        self._check_backend()
         for name in self.policies:
             try:
                 policy_spec(name, self.policies[name])
@@ -325,6 +327,20 @@ class Scenario(Frozen):
                 raise ValueError(f"expect.{name}: no such {'variant' if self.job else 'policy'} "
                                  f"({', '.join(self.trial_names())})")
         return self
+
+    def _check_backend(self) -> None:
+        """What the backend cannot do, refused with the backends that can."""
+        backend = self.cluster.backend
+        traits = traits_of(backend)
+        for i, event in enumerate(self.faults):
+            if event.fault.acts_on != "process" and not traits.network_faults:
+                raise ValueError(
+                    f"faults.{i}.kind: {event.fault.kind} acts on a rank's link, and the {backend} backend's "
+                    f"hosts have none ({traits.summary}); run it with --backend "
+                    f"{' or '.join(backends_with('network_faults'))}, or keep to kill, pause and gpu_hang")
+        if self.cluster.sysctls and not traits.host_sysctls:
+            raise ValueError(f"cluster.sysctls: the {backend} backend's ranks share this machine's network "
+                             f"settings; remove them, or run with --backend {' or '.join(backends_with('host_sysctls'))}")
 
     def _check_target(self, i: int, event: FaultEvent) -> None:
         where, target, world = f"faults.{i}.target", event.target, self.cluster.ranks

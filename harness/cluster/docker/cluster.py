@@ -26,7 +26,7 @@ from chaos.errors import ChaosError, HarnessError
 from chaos.inject import undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
-from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit
+from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
 from harness.cluster.backends import undo_table
 from harness.cluster.docker.engine import (
     LABEL_OWNER,
@@ -44,7 +44,7 @@ from harness.cluster.docker.image import IMAGE_ENV, resolve_image
 from harness.cluster.docker.mechanisms import EngineKill, EnginePause
 from harness.cluster.docker.template import COMPOSE_FILE, RankTemplate
 from harness.cluster.launcher import Launcher, LauncherPool
-from harness.cluster.netns import start_control
+from harness.cluster.control_plane import start_control
 from harness.job import lease
 
 EXIT_WAIT_S = 10.0
@@ -169,7 +169,8 @@ class DockerCluster(Cluster):
 
     def start_control(self) -> None:
         self._launcher = self._launchers.take()
-        start_control(self._launcher, self._ledger, self.switch_ns, self.spec.run_dir, self.store_port)
+        start_control(self._launcher, self._ledger, topology.namespace_path(self.switch_ns), self.spec.run_dir,
+                      self.store_port)
 
     # ranks
     def _config_path(self, rank: int) -> str:
@@ -355,10 +356,17 @@ class DockerBackend(Backend):
     """
 
     name = "docker"
+    traits = Traits("a Docker container per rank on the harness's own switch", needs_root=True,
+                    network_faults=True, link_counters=True, host_sysctls=True)
     # From the first `start_rank` to the first step on every rank: each container imports
     # torch on its own (16 on 2 shared cores: 25-45 s measured); the netns backend forks
     # loaded ranks in well under a second. An orchestrator's warm-up deadline should allow it.
     start_timeout_s = 180.0
+
+    @classmethod
+    def why_not_here(cls) -> str | None:
+        from chaos.probe import capabilities
+        return super().why_not_here() or (None if capabilities().docker else capabilities().why_not("docker"))
 
     def __init__(self, compose_file: Path | str = COMPOSE_FILE, image: str | None = None,
                  gpus: bool | None = None) -> None:
