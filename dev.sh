@@ -5,7 +5,7 @@
 #                                       16-rank job, under the four policies, with the table
 #   ./dev.sh test [pytest options]      venv + a Docker engine + ruff + the whole test suite
 #
-# The venv (.venv) pins torch 2.13.0 (the CPU wheel) and is reused when it is current.
+# The venv (.venv) keeps torch 2.13.0 (the CPU wheel; constraints.txt) and is reused when it is current.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,10 +28,10 @@ setup() {
         "$(python_for_all)" -m venv .venv
     fi
     # Reinstall only when the dependency list changed since the last install.
-    stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+    stamp=.venv/.installed-$(cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
     if [ ! -e "$stamp" ]; then
         echo "dev.sh: installing dependencies into .venv (torch 2.13.0 CPU, pyroute2, pandas, ...)" >&2
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,docker]'
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,docker]'
         rm -f .venv/.installed-*
         touch "$stamp"
     fi

@@ -29,7 +29,7 @@ from chaos.faults import Loss
 from chaos.ledger import Ledger, state_dir
 
 DOCKER_SOCKET = "/var/run/docker.sock"
-CHECKS = ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay",
+CHECKS = ("netns", "netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay",
           "bridge_netfilter", "docker", "gpu")
 
 
@@ -37,6 +37,7 @@ CHECKS = ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_dela
 class Capabilities:
     """Per check, whether it works; `reasons` says why a failed check failed."""
 
+    netns: bool = False  # a network namespace with a veth pair could be made (root, a full kernel)
     netem: bool = False
     tbf: bool = False
     blackhole: bool = False
@@ -164,8 +165,10 @@ def probe() -> Capabilities:
     found: dict[str, object] = {}
     try:
         with _scratch_namespace() as (ns, dev):
+            found["netns"] = True
             _probe_kernel(ns, dev, found, reasons)
-    except ChaosError as exc:  # not root, or no namespaces: every kernel mechanism is out
+    except ChaosError as exc:  # not root, or no namespaces (gVisor): every kernel mechanism is out
+        reasons["netns"] = f"making a network namespace with a veth pair failed: {exc}"
         for check in ("netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay"):
             reasons[check] = f"cannot probe the kernel: {exc}"
     found["docker"] = _try(reasons, "docker", f"pinging the Docker engine at {DOCKER_SOCKET}", _docker_engine)

@@ -37,6 +37,11 @@ class NetnsBackend(Backend):
     traits = Traits("a Linux network namespace per rank on one bridge", needs_root=True, network_faults=True,
                     link_counters=True, host_sysctls=True)
 
+    @classmethod
+    def why_not_here(cls) -> str | None:
+        from chaos.probe import capabilities
+        return super().why_not_here() or (None if capabilities().netns else capabilities().why_not("netns"))
+
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> NetnsCluster:
         cluster = NetnsCluster(spec, ledger, launchers)  # refuses more ranks than the network holds
         cluster.bring_up()
