@@ -4,16 +4,30 @@ project's other dependencies, the carried wheels only (no index), as root and as
 The same rehearsal with torch 2.11.0+cu130 (the GPU machine's) is in docs/gpu-check.md."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
 
 
+@pytest.fixture
+def out():
+    """A folder uid 65534 can reach (pytest's temporary folders are root's, mode 700)."""
+    folder = Path(tempfile.mkdtemp(prefix="chaos-rehearsal-"))
+    os.chmod(folder, 0o755)
+    try:
+        yield folder / "rehearsal"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.requires_root  # to become uid 65534 for the second run
-def test_the_gpu_check_installs_beside_a_foreign_torch_and_runs_as_root_and_as_a_user(tmp_path):
-    out = tmp_path / "rehearsal"
+def test_the_gpu_check_installs_beside_a_foreign_torch_and_runs_as_root_and_as_a_user(out):
     done = subprocess.run(["bash", "bench/gpu_check_rehearsal.sh", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
