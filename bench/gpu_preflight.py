@@ -72,7 +72,7 @@ def harness_items() -> None:
         backend = backend_class(name)
         why = backend.why_not_here()
         item(f"backend {name}", why is None, why or backend.traits.summary)
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # root, or root of a user namespace of its own
         from chaos.probe import CHECKS, capabilities
         caps = capabilities()
         for check in CHECKS:
@@ -88,10 +88,17 @@ def harness_items() -> None:
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
     out.mkdir(parents=True, exist_ok=True)
+    from chaos import userns
+    from chaos.errors import UsageError
+    from harness.cluster.backends import require_privileges
+    try:  # an ordinary user: as root of a user namespace of its own where allowed, as `chaos run` would be
+        require_privileges("gpu_check preflight")
+    except UsageError:
+        pass
     print("gpu_check preflight:")
     item("python", True, f"{platform.python_version()} at {sys.executable}")
     item("kernel", True, f"{platform.release()} ({'gVisor' if platform.release() == '4.4.0' else 'Linux'})")
-    item("user", True, f"uid {os.geteuid()}{' (root)' if os.geteuid() == 0 else ''}")
+    item("user", True, userns.who())
     torch_items()
     nvml_items()
     harness_items()

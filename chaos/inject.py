@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any, Sequence
 
-from chaos import cmdfile, netlink, nft, probe, proc, tc
+from chaos import cmdfile, netlink, nft, probe, proc, tc, userns
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill
@@ -39,7 +39,10 @@ def _undo_owner(args: dict[str, Any]) -> None:
 
 
 def _undo_netns(args: dict[str, Any]) -> None:
-    netlink.remove_namespace(args["name"])
+    # by its pin ("path": a user namespace's run pins in the user's folder); older ledgers: the name
+    netlink.remove_namespace(args.get("path", args["name"]))
+    if "path" in args:
+        userns.remove_pin_folder(args["path"])
 
 
 def _undo_link_down(args: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from chaos import proc
+from chaos import proc, userns
 from chaos.errors import ALREADY_GONE, InjectionError
 
 T = TypeVar("T")
@@ -58,8 +58,7 @@ def socket_in(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
     the namespace, creates the socket and ends. pyroute2 forks a process for it instead:
     0.05 s each with 16 busy ranks on 2 cores, 0.45 s with 64, so that applying a blackhole
     (six netlink sockets) took 0.23-0.35 s and 3.7-9.3 s (docs/scale.md)."""
-    path = ns if ns.startswith("/") else os.path.join("/var/run/netns", ns)
-    return _on_a_thread_of_its_own(_socket_here, path, family, kind, proto)
+    return _on_a_thread_of_its_own(_socket_here, namespace_path(ns), family, kind, proto)
 
 
 def _on_a_thread_of_its_own(work: Callable[..., T], *args: Any) -> T:
@@ -86,8 +85,13 @@ def route(ns: str | None) -> Iterator[IPRoute]:
         ipr.close()
 
 
+def namespace_path(ns: str) -> str:
+    """The pin of namespace `ns` (a name under chaos.userns.netns_dir(), or a path)."""
+    return ns if ns.startswith("/") else os.path.join(userns.netns_dir(), ns)
+
+
 def list_namespaces() -> list[str]:
-    return sorted(netns.listnetns())
+    return sorted(netns.listnetns(nspath=userns.netns_dir()))
 
 
 def create_namespace(name: str) -> float:
@@ -102,18 +106,18 @@ def create_namespace(name: str) -> float:
 
 def _create_here(name: str) -> None:
     proc.leave_netns()
-    netns.attach(name, "thread-self")  # the bind mount of this thread's namespace, as ip netns add
+    netns.attach(namespace_path(name), "thread-self")  # the bind mount of this thread's namespace, as ip netns add
 
 
 def attach_namespace(name: str, pid: int) -> None:
     """Name the network namespace of process `pid` (/run/netns/`name`, as `ip netns attach`)."""
     with translated(f"pin the namespace of pid {pid} as {name}"):
-        netns.attach(name, pid)
+        netns.attach(namespace_path(name), pid)
 
 
 def remove_namespace(name: str) -> None:
     with translated(f"remove namespace {name}", gone_ok=True):
-        netns.remove(name)
+        netns.remove(namespace_path(name))
 
 
 def link_index(ipr: IPRoute, ifname: str) -> int:
@@ -325,5 +329,5 @@ def namespace_inodes(names: Sequence[str]) -> set[int]:
     inodes = set()
     for name in names:
         with contextlib.suppress(FileNotFoundError):
-            inodes.add(os.stat(f"/run/netns/{name}").st_ino)
+            inodes.add(os.stat(namespace_path(name)).st_ino)
     return inodes

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import select
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from chaos import userns
 from chaos.errors import ALREADY_GONE, InjectionError
 
 CLONE_NEWNET = 0x40000000
@@ -28,6 +30,9 @@ def enter_netns(path: str) -> None:
     try:
         if _libc.setns(fd, CLONE_NEWNET) != 0:
             code = ctypes.get_errno()
+            if code == errno.EINVAL and not userns.is_pinned(path):
+                # the pin file of a namespace that ended with its user namespace's run
+                raise OSError(errno.ENOENT, f"setns {path}: the namespace is gone (an empty pin)")
             raise OSError(code, f"setns {path}: {os.strerror(code)}")
     finally:
         os.close(fd)

@@ -38,8 +38,10 @@ def namespace_name(run_id: str, part: str) -> str:
 
 
 def namespace_path(name: str) -> str:
-    """Where the named namespace is pinned (ip-netns(8)'s place)."""
-    return f"/run/netns/{name}"
+    """Where the named namespace is pinned (ip-netns(8)'s place; in a user namespace of the
+    run's own, the user's: chaos.userns)."""
+    from chaos import userns
+    return f"{userns.netns_dir()}/{name}"
 
 
 def switch_namespace(run_id: str) -> str:
@@ -63,7 +65,7 @@ def port_name(index: int) -> str:
 
 
 def host_at(run_id: str, index: int) -> Host:
-    """Host `index` of the run, its namespace at /run/netns/chaos-<run>-r<NNN>."""
+    """Host `index` of the run, its namespace pinned as chaos-<run>-r<NNN>."""
     return Host(name=host_name(index), address=host_address(index), switch_ns=switch_namespace(run_id),
                 port=port_name(index), ns_path=namespace_path(namespace_name(run_id, host_name(index))))
 
@@ -79,11 +81,12 @@ def make_namespace(ledger: Ledger, name: str, pid: int | None = None) -> None:
     """Record, then make namespace `name`; with `pid`, name that process's network namespace
     instead (as `ip netns attach` does), so that it outlives the process."""
     from chaos import netlink  # pyroute2: only where the layout is built, not where it is named
-    entry = ledger.record("netns", name=name)
+    path = namespace_path(name)  # the pin (a user's own folder in a user namespace: chaos.userns)
+    entry = ledger.record("netns", name=name, path=path)
     if pid is None:
-        netlink.create_namespace(name)
+        netlink.create_namespace(path)
     else:
-        netlink.attach_namespace(name, pid)
+        netlink.attach_namespace(path, pid)
     ledger.mark(entry, "done")
 
 

@@ -21,6 +21,7 @@ complete), 2 bad input (the message names the problem and the fix), 130 interrup
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Callable, Sequence
 
 from chaos.errors import ChaosError, UsageError
 from harness import signals
-from harness.cluster.backends import BACKEND_NAMES
+from harness.cluster.backends import BACKEND_NAMES, require_privileges
 from harness.signals import Terminated
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "link_down.yaml"
@@ -37,18 +38,6 @@ DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "link_
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors: one line, exit 2
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def require_root(what: str, backend: str | None = None) -> None:
-    """Refuse `what` without root, unless it runs on `backend` and that one needs none."""
-    from harness.cluster.backends import backends_with, traits_of
-    if os.geteuid() == 0 or (backend is not None and not traits_of(backend).needs_root):
-        return
-    on = f" on the {backend} backend" if backend else ""
-    raise UsageError(f"{what} needs root{on} (network namespaces, netlink): run it as root, e.g. "
-                     f"`sudo $(which chaos) {what.split()[-1]} ...`, or with --backend "
-                     f"{' or '.join(backends_with('needs_root', False))} (ranks as your own processes on "
-                     "loopback: kill, pause and gpu_hang, no link faults)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names(scenario.cluster.backend)))
         return 0
-    require_root("chaos run", scenario.cluster.backend)
+    require_privileges("chaos run", scenario.cluster.backend)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -155,6 +144,7 @@ def cmd_heal(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """What this machine and user can run: the probe's capabilities and fault mechanisms
     (root: it builds a scratch namespace), the backends, the devices."""
+    from chaos import userns
     from chaos.inject import process_mechanisms
     from chaos.mechanism import Unavailable
     from chaos.probe import doctor_command
@@ -163,6 +153,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from harness.run import machine
     from harness.run.scenario import ClusterConfig
     code = 0
+    with contextlib.suppress(UsageError):  # an ordinary user: as root of a user namespace, where allowed
+        require_privileges("chaos doctor")
     if os.geteuid() == 0:
         code = doctor_command(args)
     else:
@@ -174,7 +166,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 print(f"  {kind:10} {mechanism.name}")
         print(f"  {'the others':10} ({', '.join(k for k, m in mechanisms.items() if isinstance(m, Unavailable))}) "
               "act on a rank's link: they need a backend with links, as root")
-    print(f"backends (as uid {os.geteuid()}):")
+    print(f"backends (as {userns.who()}):")
     for name in BACKEND_NAMES:
         backend = backend_class(name)
         why = backend.why_not_here()
@@ -187,7 +179,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    require_root("chaos calibrate")
+    require_privileges("chaos calibrate")
     from chaos.calibrate import calibrate_command
     return calibrate_command(args)
 
@@ -209,7 +201,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     from harness.run.nightly import nightly_command
-    return nightly_command(args, require_root)
+    return nightly_command(args, require_privileges)
 
 
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:

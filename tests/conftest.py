@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,45 @@ def chaos_cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
     """Run the installed `chaos` command as a user would."""
     kwargs.setdefault("cwd", REPO)
     return subprocess.run([CHAOS, *args], capture_output=True, text=True, **kwargs)
+
+
+# -- an ordinary user (uid 65534), for the no-root paths ----------------------------------
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def user_dir():
+    """A folder of uid 65534's own (pytest's temporary folders are root's, mode 700)."""
+    folder = Path(tempfile.mkdtemp(prefix="chaos-local-test-"))
+    os.chown(folder, NOBODY, NOBODY)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_nobody(folder: Path, *args: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
+    """`chaos ARGS` as uid 65534, with its state folder (ledgers) in `folder`."""
+    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", CHAOS, *args]
+    env = {**os.environ, "HOME": str(folder), "CHAOS_STATE_DIR": str(folder / "state")}
+    if kwargs.pop("background", False):
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, **kwargs)
+
+
+def processes_of(uid: int, folder: Path) -> list[str]:
+    """The live processes of `uid` started for `folder` (their environment names it: an
+    `as_nobody` command's state folder), not zombies (a killed harness's child awaits its
+    reaper); other processes of that user (another test session, a daemon) are not ours."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid \
+                    and Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" \
+                    and str(folder).encode() in Path(f"/proc/{entry}/environ").read_bytes():
+                found.append(f"{entry} {Path(f'/proc/{entry}/cmdline').read_bytes()[:120]!r}")
+        except (OSError, IndexError):
+            continue
+    return found

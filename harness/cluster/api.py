@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from chaos import linkstats
+from chaos import linkstats, userns
 from chaos.api import Host
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
@@ -34,7 +34,8 @@ class Traits:
     what it cannot (with the backend that can), `chaos doctor` lists them."""
 
     summary: str              # where a rank runs, in a few words
-    needs_root: bool          # it makes namespaces, links or containers of the initial namespace
+    needs_root: bool          # it makes namespaces, links or containers
+    user_namespace: bool      # an ordinary user runs it as root of a user namespace of its own (chaos.userns)
     network_faults: bool      # every host has a link of its own that link faults can act on
     link_counters: bool       # per-rank link byte counts (the traffic proof, harness.run.traffic)
     host_sysctls: bool        # each host's own net.* settings (cluster.sysctls)
@@ -123,9 +124,12 @@ class Backend(abc.ABC):
     @classmethod
     def why_not_here(cls) -> str | None:
         """Why this backend cannot run on this machine for this user, or None."""
-        if cls.traits.needs_root and os.geteuid() != 0:
-            return "needs root: it makes network namespaces and links"
-        return None  # from bring-up until every rank steps (warm-up steps' own time on top)
+        if not cls.traits.needs_root or (os.geteuid() == 0 and not userns.entered()):
+            return None
+        if not cls.traits.user_namespace:
+            return "needs root"
+        why = None if userns.entered() else userns.why_not()
+        return None if why is None else f"needs root, or a user namespace: {why}"  # from bring-up until every rank steps (warm-up steps' own time on top)
 
     @abc.abstractmethod
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> Cluster:

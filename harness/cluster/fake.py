@@ -193,8 +193,9 @@ class FakeInjector(Injector):
 
 class FakeBackend(Backend):
     name = "fake"
-    traits = Traits("scripted ranks on a fake clock (tests of the orchestrator's logic)", needs_root=False,
-                    network_faults=True, link_counters=True, host_sysctls=True)
+    traits = Traits("scripted ranks on a fake clock (tests of the orchestrator's logic)",
+                    needs_root=False, user_namespace=False, network_faults=True,
+                    link_counters=True, host_sysctls=True)
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock

@@ -75,8 +75,9 @@ class LocalCluster(ForkedCluster):
 
 class LocalBackend(Backend):
     name = "local"
-    traits = Traits("a plain process per rank on this machine's loopback", needs_root=False,
-                    network_faults=False, link_counters=False, host_sysctls=False)
+    traits = Traits("a plain process per rank on this machine's loopback",
+                    needs_root=False, user_namespace=False, network_faults=False,
+                    link_counters=False, host_sysctls=False)
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> LocalCluster:
         cluster = LocalCluster(spec, ledger, launchers)

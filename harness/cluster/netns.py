@@ -8,6 +8,8 @@ control plane runs on the switch (`harness.cluster.control_plane`).
 """
 from __future__ import annotations
 
+import os
+
 from chaos import topology
 from chaos.ledger import Ledger
 from harness.cluster.api import STORE_PORT, Backend, ClusterSpec, Traits
@@ -34,13 +36,17 @@ class NetnsCluster(ForkedCluster):
 
 class NetnsBackend(Backend):
     name = "netns"
-    traits = Traits("a Linux network namespace per rank on one bridge", needs_root=True, network_faults=True,
+    traits = Traits("a Linux network namespace per rank on one bridge",
+                    needs_root=True, user_namespace=True, network_faults=True,
                     link_counters=True, host_sysctls=True)
 
     @classmethod
     def why_not_here(cls) -> str | None:
         from chaos.probe import capabilities
-        return super().why_not_here() or (None if capabilities().netns else capabilities().why_not("netns"))
+        why = super().why_not_here()
+        if why or os.geteuid() != 0:  # an ordinary user's probe cannot tell: the run's user namespace will
+            return why
+        return None if capabilities().netns else capabilities().why_not("netns")
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> NetnsCluster:
         cluster = NetnsCluster(spec, ledger, launchers)  # refuses more ranks than the network holds

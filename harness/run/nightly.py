@@ -438,7 +438,7 @@ def _real_cell_runner(backend_name: str, launchers: LauncherPool) -> CellRunner:
     return run
 
 
-def nightly_command(args: argparse.Namespace, require_root: Callable[[str, str], None]) -> int:
+def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
     if args.quick and args.plan:
         raise UsageError("give a plan file or --quick, not both")
     if args.repeat is not None and args.repeat < 1:
@@ -446,7 +446,7 @@ def nightly_command(args: argparse.Namespace, require_root: Callable[[str, str],
     plan_file = Path(args.plan) if args.plan else QUICK_PLAN if args.quick else DEFAULT_PLAN
     plan = load_night_plan(plan_file, args.repeat, args.backend)
     cells = expand(plan, plan_file)
-    require_root("chaos nightly", plan.backend)
+    require_privileges("chaos nightly", plan.backend)
     out = Path(args.out)
     history_db = Path(args.history) if args.history else out / "history.sqlite"
     try:

@@ -32,7 +32,7 @@ def test_the_gpu_check_installs_beside_a_foreign_torch_and_runs_as_root_and_as_a
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "rehearsal: root: exit 0" in done.stdout and "rehearsal: 65534: exit 0" in done.stdout, done.stdout
-    for who, uid in (("as-root", "uid 0 (root)"), ("as-user", "uid 65534")):
+    for who, uid in (("as-root", "uid 0 (root)"), ("as-user", "uid 65534 as root of a user namespace of its own")):
         log = (out / who / "out" / "gpu_check.log").read_text()
         assert "from bench/wheels into" in log and "(no index)" in log  # installed beside, not from an index
         assert f"  user             yes  {uid}" in log
@@ -42,4 +42,4 @@ def test_the_gpu_check_installs_beside_a_foreign_torch_and_runs_as_root_and_as_a
         assert "done in" in log
         assert (out / who / "out" / "cpu_kill.csv").exists()
         assert not (out / "tree" / ".venv").exists()
-    assert "  backend netns    no   needs root" in (out / "as-user" / "out" / "gpu_check.log").read_text()
+    assert "  clsact_bpf       no " in (out / "as-user" / "out" / "gpu_check.log").read_text()  # BPF: root only

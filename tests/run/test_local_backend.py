@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,9 +23,8 @@ from chaos.inject import LinkStateDown, NetlinkInjector
 from chaos.ledger import Ledger
 from harness.cluster.backends import BACKEND_NAMES, backend_class
 from harness.run.scenario import json_schema
-from tests.conftest import CHAOS, REPO, chaos_cli
+from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli, processes_of
 
-NOBODY = 65534
 KILL = REPO / "scenarios" / "kill_rank.yaml"
 PAUSE = REPO / "scenarios" / "pause_rank.yaml"
 
@@ -62,41 +59,9 @@ def test_the_injector_refuses_a_link_fault_on_hosts_without_a_link(tmp_path):
     assert not Ledger("nolink", tmp_path).entries()  # refused before anything was recorded
 
 
-@pytest.fixture
-def user_dir():
-    """A folder of uid 65534's own (pytest's temporary folders are root's, mode 700)."""
-    folder = Path(tempfile.mkdtemp(prefix="chaos-local-test-"))
-    os.chown(folder, NOBODY, NOBODY)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def as_nobody(folder: Path, *args: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
-    """`chaos ARGS` as uid 65534, with its state folder (ledgers) in `folder`."""
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", CHAOS, *args]
-    env = {**os.environ, "HOME": str(folder), "CHAOS_STATE_DIR": str(folder / "state")}
-    if kwargs.pop("background", False):
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, **kwargs)
-
-
-def processes_of(uid: int) -> list[str]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
-                found.append(f"{entry} {Path(f'/proc/{entry}/cmdline').read_bytes()[:120]!r}")
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.requires_root  # to become another user; the runs themselves have no privilege
 def test_an_ordinary_user_runs_a_kill_on_the_local_backend_and_doctor_says_so(user_dir):
-    assert not processes_of(NOBODY)
+    assert not processes_of(NOBODY, user_dir)
     done = as_nobody(user_dir, "run", str(KILL), "--backend", "local", "--policy", "timeout",
                      "--out", str(user_dir / "runs"), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -106,10 +71,10 @@ def test_an_ordinary_user_runs_a_kill_on_the_local_backend_and_doctor_says_so(us
     assert json.loads((run_dir / "trials" / "timeout" / "trial.json").read_text())["backend"] == "local"
     doctor = as_nobody(user_dir, "doctor", timeout=120)
     assert doctor.returncode == 0, doctor.stderr
-    assert "  local   yes:" in doctor.stdout and "  netns   no   (needs root" in doctor.stdout
+    assert "  local   yes:" in doctor.stdout and "  docker  no   (needs root)" in doctor.stdout
     assert "  kill       signal to the rank's process" in doctor.stdout
     assert not list((user_dir / "state").glob("*.jsonl")), "a ledger was left"
-    assert not processes_of(NOBODY)
+    assert not processes_of(NOBODY, user_dir)
 
 
 @pytest.mark.requires_root
@@ -121,7 +86,7 @@ def test_a_harness_killed_while_a_rank_is_paused_leaves_nothing_after_that_users
         while not any('"fault_applied"' in p.read_text() for p in (user_dir / "runs").rglob("events.jsonl")):
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.stderr else ""
             time.sleep(0.2)
-        stopped = [p for p in processes_of(NOBODY) if Path(f"/proc/{p.split()[0]}/stat").read_text()
+        stopped = [p for p in processes_of(NOBODY, user_dir) if Path(f"/proc/{p.split()[0]}/stat").read_text()
                    .rsplit(")", 1)[1].split()[0] == "T"]
         assert stopped, "the pause fault stopped no process"
     finally:
@@ -131,9 +96,9 @@ def test_a_harness_killed_while_a_rank_is_paused_leaves_nothing_after_that_users
     healed = as_nobody(user_dir, "heal", timeout=60)
     assert healed.returncode == 0, healed.stderr
     deadline = time.monotonic() + 10
-    while processes_of(NOBODY) and time.monotonic() < deadline:
+    while processes_of(NOBODY, user_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not processes_of(NOBODY)
+    assert not processes_of(NOBODY, user_dir)
     assert not list((user_dir / "state").glob("*.jsonl"))
 
 

@@ -356,8 +356,9 @@ class DockerBackend(Backend):
     """
 
     name = "docker"
-    traits = Traits("a Docker container per rank on the harness's own switch", needs_root=True,
-                    network_faults=True, link_counters=True, host_sysctls=True)
+    traits = Traits("a Docker container per rank on the harness's own switch",
+                    needs_root=True, user_namespace=False, network_faults=True,
+                    link_counters=True, host_sysctls=True)
     # From the first `start_rank` to the first step on every rank: each container imports
     # torch on its own (16 on 2 shared cores: 25-45 s measured); the netns backend forks
     # loaded ranks in well under a second. An orchestrator's warm-up deadline should allow it.
