@@ -106,7 +106,7 @@ def udp_stream(sender: Host, receiver: Host, port: int = PORT) -> Iterator[Calla
     `sender` to `receiver`, paced, collected by a thread until 0.5 s after the last."""
     rx = host_socket(receiver, socket.SOCK_DGRAM)
     tx = host_socket(sender, socket.SOCK_DGRAM)
-    rx.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 32 << 20)
+    netlink.set_buffer(rx, 32 << 20)
     rx.setsockopt(socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS, 1)
     rx.bind((receiver.address, port))
     rx.settimeout(0.5)
@@ -204,7 +204,7 @@ def udp_cap(sender: Host, receiver: Host, rate_bits: float, seconds: float, port
     rx = host_socket(receiver, socket.SOCK_DGRAM)
     tx = host_socket(sender, socket.SOCK_DGRAM)
     try:
-        rx.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 64 << 20)
+        netlink.set_buffer(rx, 64 << 20)
         rx.setsockopt(socket.SOL_SOCKET, netlink.SO_TIMESTAMPNS, 1)
         rx.bind((receiver.address, port))
         rx.settimeout(0.5)
@@ -294,6 +294,9 @@ def _measure(injector: NetlinkInjector, hosts: Sequence[Host], spec: dict) -> Fi
     a, b = hosts[0], hosts[1]
     fault: FaultBase = parse_fault(spec)
     mechanism = injector.mechanism(fault)
+    reason = injector.mechanisms[fault.kind].conflict(fault, a)  # type: ignore[attr-defined]
+    if reason:  # this machine's mechanism cannot give it (a fallback's limit): said, not measured
+        return Figure(fault.describe(), mechanism, "-", f"not measured: {reason}", True)
     if spec["kind"] == "loss":
         count = loss_sample_size(fault)  # type: ignore[arg-type]
         injection = injector.apply(fault, [a])

@@ -25,7 +25,7 @@ from chaos.faults import FAULT_KINDS, FaultBase, Kill
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
 from chaos.nfq import NfqueueDelay
-from chaos.nft import NftPartition
+from chaos.nft import NftDrop, NftPartition
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 
 __all__ = ["UNDOS", "NetlinkInjector", "record_owner", "record_process", "undo_outstanding"]
@@ -127,17 +127,19 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
     else a refusal that says what is missing."""
     no_netem = "the kernel has no sch_netem qdisc"
     netem = NetemQdisc() if caps.netem else None
-    drop = BpfDrop() if caps.clsact_bpf else None
+    # without BPF (an ordinary user's user namespace) nftables drops: independent loss only
+    drop = BpfDrop() if caps.clsact_bpf else NftDrop() if caps.nft_bridge else None
     delay = NfqueueDelay() if caps.nfqueue_delay else None
     return {
         "link_down": LinkStateDown(),
-        "loss": netem or drop or Unavailable(f"{no_netem}, and {caps.why_not('clsact_bpf')}"),
+        "loss": netem or drop or Unavailable(f"{no_netem}, {caps.why_not('clsact_bpf')}, and "
+                                             f"{caps.why_not('nft_bridge')}"),
         "delay": netem or delay or Unavailable(f"{no_netem}, and {caps.why_not('nfqueue_delay')}"),
         "bandwidth": TbfBandwidth() if caps.tbf else Unavailable(caps.why_not("tbf")),
         "duplicate": netem or Unavailable(f"{no_netem}; duplication has no faithful fallback"),
         "corrupt": netem or Unavailable(f"{no_netem}; corruption has no faithful fallback"),
         "reorder": netem or Unavailable(f"{no_netem}; reordering has no faithful fallback"),
-        "blackhole": drop or Unavailable(caps.why_not("clsact_bpf")),
+        "blackhole": drop or Unavailable(f"{caps.why_not('clsact_bpf')}, and {caps.why_not('nft_bridge')}"),
         "partition": NftPartition() if caps.nft_bridge else Unavailable(caps.why_not("nft_bridge")),
         "kill": SignalKill(),
         "pause": SignalStop(),

@@ -160,6 +160,17 @@ NLM_F_CREATE = 0x400
 NLA_F_NESTED = 0x8000
 _NLMSG_HEADER = struct.Struct("=IHHII")
 SO_SNDBUFFORCE, SO_RCVBUFFORCE, SO_TIMESTAMPNS = 32, 33, 35  # <asm-generic/socket.h>; the socket module lacks them
+
+
+def set_buffer(sock: socket.socket, size: int, receive: bool = True) -> None:
+    """A socket buffer of `size` bytes: past net.core.[rw]mem_max where the process may
+    (CAP_NET_ADMIN of the initial namespace), else as large as that cap allows (an ordinary
+    user's user namespace)."""
+    force, plain = (SO_RCVBUFFORCE, socket.SO_RCVBUF) if receive else (SO_SNDBUFFORCE, socket.SO_SNDBUF)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, plain, size)
 SOCKET_BUFFER = 1 << 16     # what a netlink socket's default buffers surely hold
 ACK_BYTES = 1024            # what one acknowledgement costs the receive buffer (its skb, not its 36 bytes)
 
@@ -231,8 +242,8 @@ def send_acked(ns: str | None, protocol: int, messages: Sequence[bytes], what: s
             # One datagram (an nftables batch is one transaction): a 64-rank partition's
             # thousands of rules pass the default socket buffers, which root may raise.
             if len(payload) > SOCKET_BUFFER:
-                sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, len(payload) + SOCKET_BUFFER)
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, len(seqs) * ACK_BYTES + SOCKET_BUFFER)
+                set_buffer(sock, len(payload) + SOCKET_BUFFER, receive=False)
+                set_buffer(sock, len(seqs) * ACK_BYTES + SOCKET_BUFFER)
             sock.sendall(payload)
             error = 0
             while seqs:

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(BRIDGE_NF_CALL_IPTABLES, "w") as knob:  # bridged packets see ip-family hooks
         knob.write("1")
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_NETFILTER)
-    sock.setsockopt(socket.SOL_SOCKET, netlink.SO_RCVBUFFORCE, 64 << 20)  # bursts of packet messages
+    netlink.set_buffer(sock, 64 << 20)  # bursts of packet messages
     sock.bind((0, 0))
     bind_queue(sock, args.queue)
     # A socket asking for receive stamps makes the kernel stamp every packet as it arrives

@@ -2,8 +2,9 @@
 
 pyroute2's nftables helper encodes only part of the expression set (its numgen attribute
 names are wrong), so the few expressions used here are encoded by hand: `meta` (which
-bridge port a frame came in on or goes out of), `cmp`, an immediate verdict, and the
-xtables-compat `target` (this kernel has the NFQUEUE target but not nft's own `queue`).
+bridge port a frame came in on or goes out of), `cmp`, `numgen` and `byteorder` (a random
+draw per frame, as `nft ... numgen random mod N < K` compiles it), an immediate verdict,
+and the xtables-compat `target` (this kernel has the NFQUEUE target but not nft's own `queue`).
 Every fault owns one table, named after its ledger entry, so removing the fault is
 removing its table, and faults never edit each other's rules.
 """
@@ -17,9 +18,9 @@ from typing import Any, Sequence
 from chaos import netlink
 from chaos.api import Host
 from chaos.errors import UnsupportedFault, UsageError
-from chaos.faults import FaultBase, Partition
+from chaos.faults import Blackhole, FaultBase, Loss, Partition
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import ClusterMechanism, UndoTable
+from chaos.mechanism import ClusterMechanism, Mechanism, UndoTable
 
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN = 0x10
@@ -36,7 +37,10 @@ IP_LOCAL_IN, IP_FORWARD = 1, 2
 XT_PHYSDEV_OP_IN, XT_PHYSDEV_OP_OUT = 0x01, 0x02
 NFT_META_IIFNAME, NFT_META_OIFNAME = 6, 7
 NFT_REG_VERDICT, NFT_REG_1 = 0, 1
-NFT_CMP_EQ = 0
+NFT_CMP_EQ, NFT_CMP_LT = 0, 2
+NFT_NG_RANDOM = 1
+NFT_BYTEORDER_HTON = 1
+DRAW_MODULUS = 1_000_000  # a random drop's resolution: one in a million
 NF_DROP = 0
 NFQ_FLAG_BYPASS = 0x01  # no listener on the queue: accept instead of drop
 IFNAMSIZ = 16
@@ -78,6 +82,18 @@ def physdev_is(port: str, outgoing: bool) -> list[bytes]:
     op = XT_PHYSDEV_OP_OUT if outgoing else XT_PHYSDEV_OP_IN
     info = (b"".join(fields) + struct.pack("=BB", 0, op)).ljust(72, b"\0")  # XT_ALIGN'd
     return [_expr("match", netlink.nla(1, b"physdev\0"), netlink.nla(2, _be32(0)), netlink.nla(3, info))]
+
+
+def chance(p: float) -> list[bytes]:
+    """Match a frame with probability `p`, drawn afresh for each frame: numgen random mod M,
+    to network order, less than p * M."""
+    below = round(p * DRAW_MODULUS)
+    return [_expr("numgen", netlink.nla(1, _be32(NFT_REG_1)), netlink.nla(2, _be32(DRAW_MODULUS)),
+                  netlink.nla(3, _be32(NFT_NG_RANDOM))),
+            _expr("byteorder", netlink.nla(1, _be32(NFT_REG_1)), netlink.nla(2, _be32(NFT_REG_1)),
+                  netlink.nla(3, _be32(NFT_BYTEORDER_HTON)), netlink.nla(4, _be32(4)), netlink.nla(5, _be32(4))),
+            _expr("cmp", netlink.nla(1, _be32(NFT_REG_1)), netlink.nla(2, _be32(NFT_CMP_LT)),
+                  netlink.nested(3, netlink.nla(1, _be32(below))))]
 
 
 def drop() -> list[bytes]:
@@ -210,5 +226,34 @@ class NftPartition(ClusterMechanism):
         table = free_table_name(switch, "chaos_partition_", NFPROTO_BRIDGE)
         entry = ledger.record("nft_table", ns=switch, table=table, family=NFPROTO_BRIDGE)
         add_table(switch, table, [Chain("forward", BRIDGE_FORWARD, 0, tuple(rules))])
+        ledger.mark(entry, "done")
+        return [entry]
+
+
+class NftDrop(Mechanism):
+    """Loss or a blackhole without BPF (an ordinary user's user namespace cannot load a
+    program): bridge-family rules at the host's switch port drop frames entering from it
+    (prerouting) and leaving to it (postrouting), for a loss each with the fault's
+    probability drawn per frame. Independent loss only: no correlation, no bursts."""
+
+    name = "nftables drop at the switch port (bridge prerouting/postrouting; a loss draws per frame)"
+
+    def conflict(self, fault: FaultBase, host: Host) -> str | None:
+        if isinstance(fault, Loss) and (fault.correlation or fault.burst is not None):
+            return ("correlated or bursty loss needs the BPF drop program (root); this fallback draws "
+                    "each frame independently: drop correlation and burst, or run as root")
+        return None
+
+    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+        assert isinstance(fault, (Loss, Blackhole)) and host.switch_ns and host.port
+        match = chance(fault.percent) if isinstance(fault, Loss) else []
+        chains = []
+        if fault.direction in ("both", "from_host"):
+            chains.append(Chain("from_host", BRIDGE_PREROUTING, 0, (tuple(port_is(host.port, False) + match + drop()),)))
+        if fault.direction in ("both", "to_host"):
+            chains.append(Chain("to_host", BRIDGE_POSTROUTING, 0, (tuple(port_is(host.port, True) + match + drop()),)))
+        table = free_table_name(host.switch_ns, f"chaos_drop_{host.port}_", NFPROTO_BRIDGE)
+        entry = ledger.record("nft_table", ns=host.switch_ns, table=table, family=NFPROTO_BRIDGE)
+        add_table(host.switch_ns, table, chains)
         ledger.mark(entry, "done")
         return [entry]

@@ -74,8 +74,14 @@ def test_mechanisms_prefer_netem_and_fall_back_without_it():
     assert "tbf" in here["bandwidth"].name and "nftables" in here["partition"].name
     for kind in ("duplicate", "corrupt", "reorder"):
         assert here[kind].name.startswith("unavailable: the kernel has no sch_netem")
-    bare = choose_mechanisms(_caps(clsact_bpf=False))
-    assert bare["loss"].name == "unavailable: the kernel has no sch_netem qdisc, and no bpf here"
+    no_bpf = choose_mechanisms(_caps(clsact_bpf=False))  # an ordinary user's user namespace
+    assert no_bpf["loss"].name.startswith("nftables drop") and no_bpf["blackhole"] is no_bpf["loss"]
+    correlated = Loss(percent="20%", correlation="50%")
+    assert "needs the BPF drop program" in no_bpf["loss"].conflict(correlated, None)
+    assert no_bpf["loss"].conflict(Loss(percent="20%"), None) is None
+    bare = choose_mechanisms(_caps(clsact_bpf=False, nft_bridge=False))
+    assert bare["loss"].name == ("unavailable: the kernel has no sch_netem qdisc, no bpf here, and "
+                                 "nft_bridge is not available")
 
 
 def test_delayer_draws_keep_the_latency_at_the_median():

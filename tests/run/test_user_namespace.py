@@ -81,3 +81,15 @@ def test_refused_user_namespaces_are_named_with_the_setting_and_the_fix(tmp_path
                                 "sysctl -w user.max_user_namespaces=15000")
     off.write_text("15000\n")
     assert userns.why_not() is None
+
+
+def test_calibrate_as_an_ordinary_user_measures_each_fallback_against_its_setting(user_dir):
+    done = as_nobody(user_dir, "calibrate", timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    figures = done.stdout.split("\nok   ")
+    loss = next(f for f in figures if "percent=0.2," in f)
+    assert "via nftables drop at the switch port" in loss  # no BPF in a user namespace
+    assert "not measured: correlated or bursty loss needs the BPF drop program" in done.stdout
+    assert "MISS" not in done.stdout
+    assert "via NFQUEUE delay line" in done.stdout and "via tbf qdisc" in done.stdout
+    assert not _left(user_dir / "state")
