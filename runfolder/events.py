@@ -51,6 +51,10 @@ RANK_START = _kind("rank_start", RANK, ("policy", "world"),
                    "the rank process began (local_rank: which of its host's processes, from a "
                    "user's job; flight: true when it dumps its flight recorder on SIGUSR2, "
                    "harness.job.flight)", optional=("local_rank", "flight"))
+FLIGHT_READY = _kind("flight_ready", RANK, (),
+                     "a user's job's process (the startup hook, at its first optimizer step) dumps "
+                     "its flight recorder on SIGUSR2 from now on, also while it waits inside a "
+                     "collective (harness.job.flight.serve)")
 RENDEZVOUS = _kind("rendezvous", RANK, ("gen", "arrived", "world"),
                    "still waiting for the others to join generation gen (every 5 s)")
 GROUP_READY = _kind("group_ready", RANK, ("gen", "world", "group_rank", "secs"),

@@ -22,6 +22,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   5   a trial's events gain `state`: fingerprints of every rank's training state (a version
       1-4 trial reads as one whose state was not observed), and `stacks_captured` with the
       trial's stacks/ folder: where every live process was at the hang cap (none before)
+  6   a user's job's events gain `flight_ready`: its process dumps its flight recorder when
+      asked (a version 1-5 user job's trial reads as one that did not)
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -10,7 +10,9 @@ cap, after stacks: harness.run.orchestrator), and the handler writes the entries
 ``flight/rNNN.json`` in the trial (atomically). Python runs the handler in the main thread
 between bytecodes: a rank waiting in the harness's collective wait (slices of sleep)
 answers within milliseconds; one blocked inside a C++ call answers when it returns, or
-not before the harness stops waiting. reports.stuck reads the files.
+not before the harness stops waiting. A user's job (the startup hook) is asked the same
+way once it says `flight_ready`, and answers from a thread of its own (`serve`), also while
+its main thread waits inside DDP's collective. reports.stuck reads the files.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 import os
 import pickle
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +48,46 @@ def entries() -> dict[str, Any]:
             "pg_status": trace.get("pg_status", {})}
 
 
+def dump(trial_dir: Path, rank: int) -> None:
+    """Write the recorder to the trial's flight/rNNN.json (atomically: a reader sees all or nothing)."""
+    path = flight_file(trial_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(entries()))
+    os.replace(partial, path)
+
+
 def install(trial_dir: Path, rank: int) -> bool:
-    """Dump the recorder into the trial on SIGUSR2; False (nothing installed) without one."""
+    """Dump the recorder into the trial on SIGUSR2, in the main thread (the harness's own
+    rank waits in Python); False (nothing installed) without one."""
     if not available():
         return False
-    path = flight_file(trial_dir, rank)
+    signal.signal(DUMP_FLIGHT_RECORDER, lambda signum, frame: dump(trial_dir, rank))
+    return True
 
-    def dump(signum: int, frame: Any) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(json.dumps(entries()))
-        os.replace(partial, path)
 
-    signal.signal(DUMP_FLIGHT_RECORDER, dump)
+def serve(trial_dir: Path, rank: int) -> bool:
+    """Dump the recorder on SIGUSR2 from a thread of its own, for a user's job whose main
+    thread waits inside a C++ collective (DDP's backward) and would run a Python handler
+    only once it returns: the signal's C handler writes its number to a wakeup pipe that
+    the thread reads. Call it from the main thread. False without a recorder, or where the
+    job already has a wakeup fd of its own (an asyncio loop): nothing is taken from it."""
+    if not available():
+        return False
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    theirs = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if theirs != -1:
+        signal.set_wakeup_fd(theirs)  # put back
+        os.close(read_end)
+        os.close(write_end)
+        return False
+    signal.signal(DUMP_FLIGHT_RECORDER, lambda signum, frame: None)  # the thread dumps
+
+    def answer() -> None:
+        while chunk := os.read(read_end, 64):
+            if DUMP_FLIGHT_RECORDER in chunk:
+                dump(trial_dir, rank)
+
+    threading.Thread(target=answer, name="chaos-flight-recorder", daemon=True).start()
     return True

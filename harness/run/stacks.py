@@ -84,8 +84,10 @@ def processes(ranks: dict[int, int]) -> list[tuple[int, int, int | None]]:
 
 def recording_ranks(events: list[dict], ranks: dict[int, int]) -> dict[int, int]:
     """Of `ranks` (rank -> live pid), those whose process said it dumps its flight recorder
-    on SIGUSR2 (rank_start flight: true, from that same pid): no other process is sent it."""
-    said = {(e["rank"], e["pid"]) for e in events if e.get("kind") == "rank_start" and e.get("flight") is True}
+    on SIGUSR2 (rank_start flight: true, or a user job's flight_ready, from that same pid):
+    no other process is sent it."""
+    said = {(e["rank"], e["pid"]) for e in events
+            if (e.get("kind") == "rank_start" and e.get("flight") is True) or e.get("kind") == "flight_ready"}
     return {rank: pid for rank, pid in ranks.items() if (rank, pid) in said}
 
 

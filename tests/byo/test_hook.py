@@ -60,7 +60,7 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     by_rank = kinds_by_rank(events)
     for rank in (0, 1):
         own = by_rank[rank]
-        assert [e["kind"] for e in own] == ["rank_start", "state"] + ["step", "state"] * 5
+        assert [e["kind"] for e in own] == ["rank_start", "state", "flight_ready"] + ["step", "state"] * 5
         assert own[0]["world"] == 2 and own[0]["policy"] == "default"
         states = [e for e in own if e["kind"] == "state"]
         assert [(e["at"], e["step"]) for e in states] == [("start", 0)] + [("step", s) for s in range(1, 6)]

@@ -4,7 +4,8 @@
 optimizer step hooks to be registered once torch.optim.optimizer is imported (an import
 watcher: a script that never imports torch pays nothing). Before the process's first
 optimizer step the hook records the state it starts from (a `state` event at start: the
-weights it initialised or restored), and after every CHAOS_STATE_EVERY-th step the state
+weights it initialised or restored) and from then on answers the harness's SIGUSR2 with its
+flight recorder (`flight_ready`; harness.job.flight.serve), and after every CHAOS_STATE_EVERY-th step the state
 it reached: fingerprints of the optimizer's parameters and of its per-parameter state
 (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
 scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
@@ -87,6 +88,18 @@ def _before_step(optimizer: Any, *_: Any) -> None:
     _depth += 1
     if _depth == 1 and _steps == 0 and (recorder := _open()) is not None:
         _record_state(recorder, optimizer, "start")
+        _serve_flight(recorder)
+
+
+def _serve_flight(recorder: Any) -> None:
+    """Its process groups exist by its first step: from now on the process answers the
+    harness's SIGUSR2 with its flight recorder (where a main thread holds the step)."""
+    import threading
+    from pathlib import Path
+    from harness.job import flight
+    if threading.current_thread() is threading.main_thread() \
+            and flight.serve(Path(os.environ[EVENTS_ENV]).parent, int(os.environ[HOST_RANK_ENV])):
+        recorder.emit("flight_ready")
 
 
 def _after_step(optimizer: Any, *args: Any) -> None:

@@ -1,0 +1,68 @@
+"""A user's DDP job's flight recorders, through the startup hook: 3 real ranks on loopback
+with the harness's environment; rank 2 stops before its 4th step (in Python), ranks 0 and 1
+wait for it inside DDP's all-reduce (in C++, where a Python signal handler would not run).
+Asked with SIGUSR2, every rank answers, and the report names rank 2 as the one that did not
+enter the newest collective."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from harness.cluster.userjob import JobSpec, rank_environment
+from harness.run.stacks import ask_flight_recorders, recording_ranks
+from reports.stuck import flight_text, read_flight
+from runfolder.events import read_events, schema_problems
+from tests.byo.test_hook import free_port
+
+JOB = """
+import os, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DistributedDataParallel(torch.nn.Linear(8, 8))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 100):
+    if rank == 2 and step == 4:
+        print("stopping", flush=True)
+        while True:
+            time.sleep(0.05)
+    model(torch.ones(4, 8)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step == 3:
+        print("stepped", flush=True)
+"""
+
+
+def test_every_rank_of_a_hung_ddp_job_answers_and_the_missing_one_is_named(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    events = tmp_path / "events.jsonl"
+    port = str(free_port())
+    procs = []
+    for rank in range(3):
+        env = rank_environment(JobSpec(command=(sys.executable, str(script))), rank, 3, "flighttest", "default",
+                               str(events), "lo")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    try:
+        lines = [p.stdout.readline().strip() for p in procs]
+        assert lines == ["stepped"] * 3, lines
+        assert procs[2].stdout.readline().strip() == "stopping"
+        time.sleep(1.0)  # ranks 0 and 1 are inside their 4th step's all-reduce by now
+        recorded = read_events(events)[0]
+        assert all(schema_problems(e) == [] for e in recorded)
+        pids = {rank: p.pid for rank, p in enumerate(procs)}
+        assert recording_ranks(recorded, pids) == pids  # each said flight_ready
+        assert ask_flight_recorders(pids, tmp_path, deadline_s=10.0) == [0, 1, 2]
+        assert all(p.poll() is None for p in procs)  # asked, not stopped
+        text = flight_text(read_flight(tmp_path), pids)
+        assert "entered by ranks 0,1" in text and "rank 2 did not enter it" in text, text
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
