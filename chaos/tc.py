@@ -1,6 +1,6 @@
 """Traffic-control mechanisms: netem and tbf qdiscs, cls_bpf drop filters.
 
-Where each acts (wire semantics, see DESIGN.md 6): a link's "to_host" way is the egress of
+Where each acts (wire semantics): a link's "to_host" way is the egress of
 its switch-side port; its "from_host" way is the ingress of that port for filters (clsact),
 and, for qdiscs that only exist on egress (netem, tbf), the egress of the host's own eth0,
 the sender's side of the wire as on a real slower NIC.

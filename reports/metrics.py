@@ -2,7 +2,7 @@
 
 All times are seconds on the run's one clock (monotonic, shared by every process of the
 trial); reported times are relative to the first fault's start unless a name says otherwise.
-Definitions (DESIGN.md section 4, made precise here and repeated in every report):
+Definitions (the one definition of each; every report repeats them):
 
   fault start / end   t of fault_applied / fault_reverted of the first fault (index order);
                       end is NaN for a fault that did not heal while the harness watched

@@ -1,4 +1,4 @@
-"""The policies a job runs under, as values (see DESIGN.md section 5).
+"""The policies a job runs under, as values.
 
     baseline   the document's "original code": a huge process-group timeout, no retry; an
                error propagates and the process crashes
