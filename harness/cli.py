@@ -91,8 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress = Progress(quiet=args.quiet, scope=scenario.name)
         run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
                                   launchers=launchers, machine=speed)
-    written = reports.write_reports(run_dir)
-    table = reports.analyze_run(run_dir)
+    table, written = reports.report_run(run_dir)
     print(reports.format_table(table))
     print(f"\nrun folder: {run_dir}\nreport:     {written['report.md']}")
     failures = reports.expectation_failures(table)

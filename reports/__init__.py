@@ -23,8 +23,8 @@ from reports.cli import report_main
 from reports.expect import check_expectations, expectation_failures, trial_failures
 from reports.metrics import trial_metrics
 from reports.tables import format_table
-from reports.writer import compare_runs, write_reports
+from reports.writer import compare_runs, report_run, write_reports
 from runfolder.info import RunFolderError
 
 __all__ = ["RunFolderError", "analyze_run", "check_expectations", "compare_runs", "expectation_failures",
-           "format_table", "report_main", "trial_failures", "trial_metrics", "write_reports"]
+           "format_table", "report_main", "report_run", "trial_failures", "trial_metrics", "write_reports"]

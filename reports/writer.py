@@ -175,14 +175,21 @@ def write_run_reports(run: RunRecord, df: pd.DataFrame, out_dir: Path) -> dict[s
     return written
 
 
+def report_run(run_dir: Path, out_dir: Path | None = None) -> tuple[pd.DataFrame, dict[str, Path]]:
+    """Analyze a stored run once and write its reports from that analysis: the table (one
+    row per trial, as `analyze_run` gives it) and the written paths (as `write_reports`)."""
+    run = load_run(Path(run_dir))
+    out = Path(out_dir) if out_dir is not None else run.path
+    out.mkdir(parents=True, exist_ok=True)
+    frame = run_frame(run)
+    return frame, write_run_reports(run, frame, out)
+
+
 def write_reports(run_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
     """Write metrics.csv, report.md, report.html and plots/timeline-<trial>.png for a stored
     run, into `out_dir` (default: the run folder). Returns the written paths, keyed by their
     path relative to `out_dir` ("report.md", "plots/timeline-retry.png", ...)."""
-    run = load_run(Path(run_dir))
-    out = Path(out_dir) if out_dir is not None else run.path
-    out.mkdir(parents=True, exist_ok=True)
-    return write_run_reports(run, run_frame(run), out)
+    return report_run(run_dir, out_dir)[1]
 
 
 def compare_markdown(runs: list[tuple[RunRecord, pd.DataFrame]]) -> str:

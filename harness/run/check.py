@@ -4,7 +4,7 @@
     result.failures        # [] when the trial met the scenario's expectations
     result.failure_text()  # which expectation broke, the measured value, how to reproduce
 
-Plain functions over the harness API (`run_scenario`) and the reports (`analyze_run`, whose
+Plain functions over the harness API (`run_scenario`) and the reports (`report_run`, whose
 row carries the one verdict on the expectation the trial's plan stored), so they work and
 are tested without pytest.
 """
@@ -115,7 +115,6 @@ def check_policy(scenario_file: Path, policy: str, out: Path, overrides: dict[st
     command = reproduce_command(scenario_file, policy, scenario.seed, overrides)
     run_dir, _ = run_scenario(scenario, scenario_file, [policy], out, backend_named(scenario.cluster.backend),
                               progress or Progress(scope=scenario.name), command=command, launchers=launchers)
-    reports.write_reports(run_dir)
-    metrics = reports.analyze_run(run_dir).iloc[0].to_dict()
+    metrics = reports.report_run(run_dir)[0].iloc[0].to_dict()
     return PolicyCheck(scenario, scenario_file, policy, run_dir, metrics, tuple(reports.trial_failures(metrics)),
                        time.monotonic() - started, command)
