@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.inject import record_owner
+from chaos.undo import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
 from harness.cluster.launcher import LauncherPool

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from chaos import netlink
-from chaos.inject import record_owner
+from chaos.undo import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
 from harness.cluster.launcher import LauncherPool

@@ -232,7 +232,7 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
     """One torchrun job, one SIGKILL, written as a run folder at `out` (returned); prints
     the phases of the restart."""
     from chaos import netlink
-    from chaos.inject import record_owner
+    from chaos.undo import record_owner
     from chaos.ledger import Ledger
     from chaos.mechanism import record_process
     from harness.cluster.api import ClusterSpec

@@ -36,7 +36,8 @@ from chaos.bpf import DropChain
 from chaos.api import Host, Injection
 from chaos.errors import ChaosError
 from chaos.faults import FaultBase, Loss, parse_fault
-from chaos.inject import UNDOS, NetlinkInjector, record_owner, undo_outstanding
+from chaos.inject import NetlinkInjector
+from chaos.undo import UNDOS, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 
 PORT = 47000

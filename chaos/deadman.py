@@ -7,7 +7,7 @@ or partition, this process in its own session:
 
 It sleeps until T on the machine's monotonic clock (S seconds after the apply), then
 undoes those ledger entries that are still outstanding, last first, through the same undo
-table a revert or a heal runs: the fault library's own (`chaos.inject.UNDOS`; the injector
+table a revert or a heal runs: the fault library's own (`chaos.undo.UNDOS`; the injector
 arms it only for entries of that table). A normal revert kills it first (its own ledger
 entry is the fault's last), so it only acts when nobody else did.
 """
@@ -19,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from chaos.inject import DEAD_MAN_READY, UNDOS
 from chaos.ledger import Ledger
+from chaos.undo import UNDOS
+
+DEAD_MAN_READY = "dead-man switch armed"  # printed once armed; the injector waits for it
 
 
 def fire(ledger: Ledger, entry_ids: set[int]) -> int:

@@ -8,7 +8,7 @@ owner process is still alive is left alone unless named explicitly. An undo that
 carries on: one stale ledger never blocks the rest, nor a run of another backend.
 Idempotent: healing twice is the same as healing once. A heal runs the undo table it is given (`chaos.mechanism.UndoTable`):
 its ops undo the ledgers, its sweeps find what only a backend can see. This package knows
-only its own table (`chaos.inject.UNDOS`); whoever runs backends passes theirs with it.
+only its own table (`chaos.undo.UNDOS`); whoever runs backends passes theirs with it.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Iterator
 
 from chaos import netlink, proc
 from chaos.errors import ChaosError
-from chaos.inject import STOP_GRACE_S, UNDOS
+from chaos.undo import STOP_GRACE_S, UNDOS
 from chaos.ledger import Ledger, ledger_run_ids
 from chaos.mechanism import UndoTable
 from chaos.topology import NAMESPACE_PREFIX, namespace_name

@@ -1,11 +1,10 @@
-"""The injector, the process-level mechanisms, and the undo operations heal replays.
+"""The injector and the process-level mechanisms.
 
 Every mechanism writes a ledger entry *before* acting; the entry's `op` names an undo in
-`UNDOS`, the fault library's undo table (see `chaos.mechanism.UndoTable`), and its `args`
-carry all that undo needs, so a revert from the live harness, the dead-man switch and a
-`chaos heal` after a SIGKILL run the same code. Undos tolerate only "already gone". A
-backend whose mechanisms record ops of their own hands its table to the injector and heal
-(combined with this one); the dead-man switch, a process of its own, runs this one only.
+`chaos.undo.UNDOS`, the fault library's undo table, so a revert from the live harness, the
+dead-man switch and a `chaos heal` after a SIGKILL run the same code. A backend whose
+mechanisms record ops of their own hands its table to the injector and heal (combined
+with this one); the dead-man switch, a process of its own, runs this one only.
 
 Which mechanism each kind uses on this machine comes from the capability probe
 (`chaos.probe.choose_mechanisms`): netem first where the kernel has it, else the
@@ -13,66 +12,24 @@ fallbacks in `chaos.tc`, `chaos.nfq`, `chaos.nft`, else a refusal with the reaso
 """
 from __future__ import annotations
 
-import os
 import signal
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
-from chaos import cmdfile, netlink, nft, probe, proc, tc, userns
+from chaos import cmdfile, netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
 from chaos.nfq import NfqueueDelay
+from chaos.deadman import DEAD_MAN_READY
 from chaos.nft import NftDrop, NftPartition
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
+from chaos.undo import UNDOS
 
-__all__ = ["UNDOS", "NetlinkInjector", "record_owner", "record_process", "undo_outstanding"]
-STOP_GRACE_S = 2.0
+__all__ = ["NetlinkInjector", "choose_mechanisms", "default_mechanisms", "process_mechanisms"]
 HELPER_READY_S = 10.0
-DEAD_MAN_READY = "dead-man switch armed"  # printed by `python -m chaos.deadman`
-
-
-def _undo_owner(args: dict[str, Any]) -> None:
-    """The entry naming the process that owns a run; nothing to undo."""
-
-
-def _undo_netns(args: dict[str, Any]) -> None:
-    # by its pin ("path": a user namespace's run pins in the user's folder); older ledgers: the name
-    netlink.remove_namespace(args.get("path", args["name"]))
-    if "path" in args:
-        userns.remove_pin_folder(args["path"])
-
-
-def _undo_link_down(args: dict[str, Any]) -> None:
-    netlink.set_link_state(args["ns"], args["ifname"], up=True, gone_ok=True)
-
-
-def _undo_pause(args: dict[str, Any]) -> None:
-    proc.send_signal(args["pid"], signal.SIGCONT, args["started"], gone_ok=True)
-
-
-def _undo_process(args: dict[str, Any]) -> None:
-    """A process the harness started (rank, launcher, control plane, dead-man switch)."""
-    proc.send_signal(args["pid"], signal.SIGKILL, args["started"], gone_ok=True)
-    proc.reap(args["pid"], proc.KILLED_WITHIN_S)
-
-
-def _undo_stop_process(args: dict[str, Any]) -> None:
-    """A helper that must finish its work on the way out (a delayer releases what it holds)."""
-    proc.stop(args["pid"], args["started"], STOP_GRACE_S)
-
-
-# The fault library's undo table: the ops of this module and of its mechanisms' modules.
-UNDOS = UndoTable.combine({
-    "chaos.inject": UndoTable({"owner": _undo_owner, "netns": _undo_netns, "link_up": _undo_link_down,
-                               "sigcont": _undo_pause, "sigkill": _undo_process,
-                               "stop_process": _undo_stop_process}),
-    "chaos.tc": tc.UNDOS,
-    "chaos.nft": nft.UNDOS,
-    "chaos.cmdfile": cmdfile.UNDOS,
-})
 
 
 class LinkStateDown(Mechanism):
@@ -243,24 +200,9 @@ def arm_dead_man(ledger: Ledger, entries: Sequence[Entry], at: float) -> Entry:
     foreign = sorted({e.op for e in entries} - set(UNDOS.ops))
     if foreign:
         raise UnsupportedFault(f"the dead-man switch cannot undo {', '.join(foreign)}: "
-                               "only the fault library's own ops (chaos.inject.UNDOS)")
+                               "only the fault library's own ops (chaos.undo.UNDOS)")
     ids = ",".join(str(e.id) for e in entries)
     helper = proc.spawn_helper("chaos.deadman", "--run-id", ledger.run_id, "--state-dir",
                                str(ledger.path.parent), "--at", repr(at), "--entries", ids)
     proc.wait_ready(helper, DEAD_MAN_READY, HELPER_READY_S)
     return record_process(ledger, helper.pid)
-
-
-def undo_outstanding(ledger: Ledger, undos: UndoTable) -> list[Entry]:
-    """Undo every entry of `ledger` not yet undone, last in first out; returns them."""
-    done = []
-    for entry in ledger.outstanding():
-        undos.revert(entry, ledger)
-        done.append(entry)
-    return done
-
-
-def record_owner(ledger: Ledger) -> None:
-    """Name the live process that owns the run: heal leaves a run alone while it lives."""
-    pid = os.getpid()
-    ledger.mark(ledger.record("owner", pid=pid, started=proc.start_time(pid)), "done")

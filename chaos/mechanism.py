@@ -4,7 +4,7 @@ A mechanism writes a ledger entry *before* each side effect; the entry's `op` na
 undo in an `UndoTable` and its `args` carry all the undo needs, so a revert from the live
 harness, the dead-man switch and `chaos heal` after a SIGKILL all run the same code. Undos
 tolerate only "already gone". Tables are plain values that their owners define (the fault
-library's is `chaos.inject.UNDOS`, a backend defines its own) and that are combined
+library's is `chaos.undo.UNDOS`, a backend defines its own) and that are combined
 explicitly, refusing an op defined twice; nothing is registered as a side effect of an import.
 """
 from __future__ import annotations

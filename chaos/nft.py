@@ -172,7 +172,7 @@ def _undo_nft_table(args: dict[str, Any]) -> None:
     remove_table(args["ns"], args["table"], args["family"])
 
 
-UNDOS = UndoTable({"nft_table": _undo_nft_table})  # part of `chaos.inject.UNDOS`
+UNDOS = UndoTable({"nft_table": _undo_nft_table})  # part of `chaos.undo.UNDOS`
 
 
 def free_table_name(ns: str, prefix: str, family: int) -> str:

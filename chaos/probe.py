@@ -10,7 +10,6 @@ kind, the mechanism it will use or why the kind is refused.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
@@ -18,7 +17,6 @@ import glob
 import json
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -27,6 +25,7 @@ from chaos import bpf, netem, netlink, nfq, nft, tc, topology
 from chaos.errors import ChaosError
 from chaos.faults import Loss
 from chaos.ledger import Ledger, state_dir
+from chaos.undo import UNDOS, record_owner, undo_outstanding
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 CHECKS = ("netns", "netem", "tbf", "blackhole", "clsact_bpf", "nft_bridge", "nfqueue_delay",
@@ -58,7 +57,6 @@ class Capabilities:
 @contextlib.contextmanager
 def _scratch_namespace() -> Iterator[tuple[str, str]]:
     """A namespace with an up veth pair; yields (namespace, device)."""
-    from chaos.inject import UNDOS, record_owner, undo_outstanding  # inject builds on this module
     run_id = f"probe{os.getpid()}"
     name = topology.namespace_name(run_id, "x")
     try:
@@ -211,27 +209,3 @@ def last_probe() -> Capabilities | None:
         return Capabilities(**{**found, "nft_families": tuple(found["nft_families"])})
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def doctor_command(args: argparse.Namespace) -> int:
-    """`chaos doctor`: print what this machine can do and which mechanism each fault kind uses."""
-    from chaos.inject import choose_mechanisms  # inject builds on this module
-    caps = capabilities()
-    print(f"capabilities (probed in {caps.seconds * 1000:.0f} ms):")
-    for check in CHECKS:
-        ok = getattr(caps, check)
-        print(f"  {check:17} {'yes' if ok else 'no  (' + caps.why_not(check) + ')'}")
-    print(f"  {'nft families':17} {', '.join(caps.nft_families) or 'none'}")
-    print("fault kinds:")
-    for kind, mech in choose_mechanisms(caps).items():
-        print(f"  {kind:10} {mech.name}")
-    return 0
-
-
-def doctor_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="chaos doctor", description=doctor_command.__doc__)
-    return doctor_command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(doctor_main())

@@ -142,7 +142,7 @@ def _undo_bpf_filter(args: dict[str, Any]) -> None:
     netlink.remove_filter(args["ns"], args["ifname"], args["hook"], args["prio"])
 
 
-# The ledger ops of this module's mechanisms (part of `chaos.inject.UNDOS`).
+# The ledger ops of this module's mechanisms (part of `chaos.undo.UNDOS`).
 UNDOS = UndoTable({"root_qdisc": _undo_root_qdisc, "clsact": _undo_clsact, "bpf_filter": _undo_bpf_filter})
 
 

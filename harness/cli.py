@@ -146,7 +146,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from chaos import userns
     from chaos.inject import process_mechanisms
     from chaos.mechanism import Unavailable
-    from chaos.probe import doctor_command
+    from chaos.doctor import doctor_command
     from harness.cluster.backends import BACKEND_NAMES, backend_class
     from harness.job.device import describe_host
     from harness.run import machine

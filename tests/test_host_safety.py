@@ -17,7 +17,7 @@ from chaos import netlink, proc, topology
 from chaos.calibrate import scratch_cluster
 from chaos.errors import HarnessError
 from chaos.heal import heal
-from chaos.inject import UNDOS
+from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 from harness.cluster import host
 from harness.cluster.backends import undo_table

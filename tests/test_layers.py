@@ -42,16 +42,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) for every import; `from harness import signals` counts as
     harness.signals, `from harness.run.plan import TrialPlan` as harness.run.plan."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if "." in node.module:
-                found.append((node.lineno, node.module))
-            else:
-                found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-    return found
+    return [found for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for found in _imports_of(node)]
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -95,6 +87,55 @@ def test_runfolder_uses_the_standard_library_only():
             if top not in sys.stdlib_module_names and top not in ("runfolder", "__future__"):
                 outside.append(f"{path.relative_to(REPO)}:{line}: {imported}")
     assert outside == []
+
+
+def import_circles(package: str, repo: Path = REPO) -> list[list[str]]:
+    """The circles among `package`'s modules (imports under `if TYPE_CHECKING:` left out:
+    they never run), each as the modules in order with the first repeated."""
+    graph = {}
+    for path in sorted((repo / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for sub in ast.walk(node)}
+        graph[_module_name(path, repo)] = {
+            m for node in ast.walk(tree) if id(node) not in typing_only and isinstance(node, (ast.Import, ast.ImportFrom))
+            for _, m in _imports_of(node)}
+    circles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph.get(module, ())):
+            if imported in path:
+                circles.append(path[path.index(imported):] + [imported])
+            elif imported in graph and imported not in done:
+                visit(imported, path + [imported])
+        done.add(module)
+
+    for module in graph:
+        if module not in done:
+            visit(module, [module])
+    return circles
+
+
+def _imports_of(node: ast.Import | ast.ImportFrom) -> list[tuple[int, str]]:
+    if isinstance(node, ast.Import):
+        return [(node.lineno, alias.name) for alias in node.names]
+    if node.level or not node.module:
+        return []
+    if "." in node.module:
+        return [(node.lineno, node.module)]
+    return [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+
+
+def test_the_fault_library_has_no_import_circle():
+    assert import_circles("chaos") == []
+
+
+def test_an_import_circle_is_found(tmp_path):
+    (tmp_path / "chaos").mkdir()
+    (tmp_path / "chaos" / "a.py").write_text("from chaos import b\n")
+    (tmp_path / "chaos" / "b.py").write_text("def f():\n    from chaos.a import x\n")
+    (tmp_path / "chaos" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from chaos import a\n")
+    assert import_circles("chaos", tmp_path) == [["chaos.a", "chaos.b", "chaos.a"]]
 
 
 def test_the_rule_catches_a_violation(tmp_path):

@@ -78,6 +78,6 @@ def undo_table() -> UndoTable:
     """The fault library's undos and sweeps with every available backend's, for a heal, a
     revert and a teardown that must take back whatever a run made; an op or sweep defined
     twice is refused."""
-    from chaos.inject import UNDOS
+    from chaos.undo import UNDOS
     from chaos.mechanism import UndoTable
     return UndoTable.combine({"chaos": UNDOS, **_backend_undos()})

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.faults import FaultBase
-from chaos.inject import UNDOS, undo_outstanding
+from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
 from harness.cluster.launcher import LauncherPool

@@ -7,7 +7,7 @@ import time
 
 from chaos import topology
 from chaos.errors import HarnessError
-from chaos.inject import UNDOS, undo_outstanding
+from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import Cluster, ClusterSpec, RankExit
 from harness.cluster.launcher import Launcher, LauncherPool, exit_of

@@ -14,7 +14,8 @@ from typing import Any
 
 from chaos import proc
 from chaos.errors import DeadlineExceeded, HarnessError
-from chaos.inject import UNDOS, record_owner, record_process, undo_outstanding
+from chaos.mechanism import record_process
+from chaos.undo import UNDOS, record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import RankExit
 

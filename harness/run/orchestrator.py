@@ -33,7 +33,8 @@ from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, UsageError
 from chaos.heal import heal
 from chaos.cmdfile import CommandFile
-from chaos.inject import NetlinkInjector, default_mechanisms, record_owner, undo_outstanding
+from chaos.inject import NetlinkInjector, default_mechanisms
+from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from harness import signals
 from harness.cluster.api import Backend, Cluster, ClusterSpec

@@ -15,7 +15,7 @@ import pytest
 from chaos import netlink, proc, topology
 from chaos.api import Host
 from chaos.heal import HealReport, heal_run
-from chaos.inject import UNDOS
+from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 
 _RUNS = itertools.count()

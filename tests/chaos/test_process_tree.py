@@ -13,7 +13,9 @@ from chaos import proc, topology
 from chaos.api import Host
 from chaos.faults import parse_fault
 from chaos.heal import HealReport, heal_run
-from chaos.inject import UNDOS, SignalKill, SignalStop, record_process, undo_outstanding
+from chaos.mechanism import record_process
+from chaos.inject import SignalKill, SignalStop
+from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 
 from .conftest import new_run_id, run_leftovers

@@ -11,7 +11,7 @@ import pytest
 from chaos import sysctl, topology
 from chaos.errors import UsageError
 from chaos.heal import HealReport, heal_run
-from chaos.inject import UNDOS
+from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 
 from .conftest import new_run_id, run_leftovers

@@ -11,7 +11,8 @@ from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import FaultBase, LinkDown
 from chaos.heal import HealReport, heal
-from chaos.inject import UNDOS, NetlinkInjector, undo_outstanding
+from chaos.inject import NetlinkInjector
+from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, UndoTable
 

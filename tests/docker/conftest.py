@@ -46,7 +46,7 @@ def run_id() -> str:
 def ledger(run_id: str) -> Iterator[Ledger]:
     """The run's ledger in the default state directory, owned by this process: a heal run by
     anyone else meanwhile leaves the test's containers and namespace alone."""
-    from chaos.inject import record_owner
+    from chaos.undo import record_owner
     led = Ledger(run_id)
     record_owner(led)
     yield led

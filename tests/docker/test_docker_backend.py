@@ -176,7 +176,7 @@ _HARNESS = textwrap.dedent("""
     from pathlib import Path
     from harness import signals
     signals.install()  # as the `chaos` command does: SIGINT works whatever the parent ignored
-    from chaos.inject import record_owner
+    from chaos.undo import record_owner
     from chaos.ledger import Ledger
     from harness.cluster.api import ClusterSpec
     from harness.cluster.docker.cluster import DockerBackend

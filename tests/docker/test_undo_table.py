@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.inject import UNDOS
+from chaos.undo import UNDOS
 from harness.cluster.backends import undo_table
 from tests.chaos.test_undos import recorded_ops
 

@@ -19,7 +19,7 @@ from chaos.cmdfile import CommandFile, command_path
 from chaos.errors import InvalidFault, UnsupportedFault
 from chaos.faults import GpuHang, parse_fault
 from chaos.heal import heal
-from chaos.inject import UNDOS
+from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 from harness.cluster.docker.template import RankTemplate
 from harness.job.device import choose

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chaos import proc
-from chaos.inject import record_owner
+from chaos.undo import record_owner
 from chaos.ledger import Ledger
 from harness.cluster.api import ClusterSpec
 from harness.cluster.launcher import LauncherPool

@@ -23,7 +23,7 @@ from typing import Any
 from chaos import netlink, proc, topology
 from chaos.api import Host
 from chaos.errors import ChaosError, HarnessError
-from chaos.inject import undo_outstanding
+from chaos.undo import undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
