@@ -20,6 +20,7 @@ path) and stops the session.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -153,6 +154,10 @@ def _skip_reason(scenario: Scenario) -> str | None:
     why = backend.why_not_here()
     if why:
         return f"the {backend.name} backend cannot run here: {why}"
+    if backend.traits.needs_root and os.geteuid() != 0:
+        # `chaos run` would become root of a user namespace of its own; a test session does not
+        return (f"the {backend.name} backend needs root in a test session; as an ordinary user, "
+                "`chaos run` on this file enters a user namespace of its own, or run pytest with --backend local")
     # the capability probe needs root, and a backend without links needs no probe
     mechanisms = default_mechanisms() if backend.traits.network_faults else process_mechanisms()
     for event in scenario.faults:

@@ -171,9 +171,11 @@ def user_dir():
 
 
 def as_nobody(folder: Path, *args: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
-    """`chaos ARGS` as uid 65534, with its state folder (ledgers) in `folder`."""
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", CHAOS, *args]
-    env = {**os.environ, "HOME": str(folder), "CHAOS_STATE_DIR": str(folder / "state")}
+    """`chaos ARGS` (with python=True: `python ARGS`) as uid 65534, with its state folder
+    (ledgers) in `folder`."""
+    program = str(Path(sys.executable).parent / "python") if kwargs.pop("python", False) else CHAOS
+    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", program, *args]
+    env = {**os.environ, "HOME": str(folder), "USER": "nobody", "CHAOS_STATE_DIR": str(folder / "state")}
     if kwargs.pop("background", False):
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)

@@ -93,3 +93,11 @@ def test_calibrate_as_an_ordinary_user_measures_each_fallback_against_its_settin
     assert "MISS" not in done.stdout
     assert "via NFQUEUE delay line" in done.stdout and "via tbf qdisc" in done.stdout
     assert not _left(user_dir / "state")
+
+
+def test_pytest_as_an_ordinary_user_skips_netns_scenarios_with_the_ways_that_run_them(user_dir):
+    done = as_nobody(user_dir, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "scenarios/kill_rank.yaml",
+                     "--basetemp", str(user_dir / "pytest"), python=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "3 skipped" in done.stdout
+    assert "the netns backend needs root in a test session" in done.stdout and "--backend local" in done.stdout
