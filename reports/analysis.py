@@ -15,6 +15,7 @@ from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_js
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
 from reports.stuck import read_flight, read_stacks, stuck_summary
+from reports.trajectory import check_trajectory, read_reference
 
 
 def run_label(run: RunRecord) -> str:
@@ -24,8 +25,11 @@ def run_label(run: RunRecord) -> str:
 def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics = trial_metrics(trial.events, trial.info)
     t0 = metrics["fault_start_t"] if not math.isnan(metrics["fault_start_t"]) else 0.0
-    metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), trial.events.to_dict("records"),
-                                        trial.info.plan.ranks, t0, read_flight(trial.path))
+    records = trial.events.to_dict("records")
+    metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), records, trial.info.plan.ranks, t0,
+                                        read_flight(trial.path))
+    trajectory = check_trajectory(records, read_reference(run.path) if trial.info.plan.job is None else None)
+    metrics["trajectory"], metrics["trajectory_detail"] = trajectory.verdict, trajectory.detail
     expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None
     failures = check_expectations(metrics, expect)
     return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,

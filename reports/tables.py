@@ -128,8 +128,11 @@ def state_text(row: Mapping[str, Any]) -> str:
 
 def what_happened(row: Mapping[str, Any]) -> str:
     """The measured story of a trial in the document's style: fault -> detection -> outcome,
-    led by the state verdict when the job came back wrong."""
+    led by the state verdict when the job came back wrong, and by the trajectory when it
+    went on otherwise than without the fault."""
     lead = f"{row.get('state_detail')} | " if row.get("state") == "diverged" else ""
+    if row.get("trajectory") == "differs":  # reports.trajectory: it went on, not as without the fault
+        lead += f"trajectory: {row.get('trajectory_detail')} | "
     stuck = f" | stuck in: {row.get('stuck_in')}" if row.get("stuck_in") else ""
     return lead + _story(row) + stuck
 

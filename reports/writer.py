@@ -27,6 +27,8 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome_reason", "why"),
     ("state", "state (reports.state)"),
     ("state_detail", "state: what it rests on"),
+    ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),
+    ("trajectory_detail", "trajectory: what it rests on"),
     ("stuck_in", "stuck in, at the hang cap (reports.stuck)"),
     ("ttd_s", "time to detect, first rank (s)"),
     ("detect_first_rank", "first rank to detect"),

@@ -24,6 +24,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       trial's stacks/ folder: where every live process was at the hang cap (none before)
   6   a user's job's events gain `flight_ready`: its process dumps its flight recorder when
       asked (a version 1-5 user job's trial reads as one that did not)
+  7   a run of the built-in workload gains reference.json, its fault-free trajectory (a
+      version 1-6 run reads as one whose trajectory was not observed)
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -2,6 +2,9 @@
 
     RUN_DIR/run.json                          RunInfo (runfolder.info)
     RUN_DIR/scenario.yaml                     a copy of the scenario file
+    RUN_DIR/reference.json                    the built-in workload's fault-free loss of every
+                                              rank at every step (harness.job.reference;
+                                              reports.trajectory holds the trials against it)
     RUN_DIR/trials/<policy>/trial.json        TrialInfo, with the trial's plan (runfolder.plan)
     RUN_DIR/trials/<policy>/events.jsonl      one JSON event per line (runfolder.events)
     RUN_DIR/trials/<policy>/logs/rNNN.log     each rank's stdout and stderr
@@ -22,6 +25,8 @@ from pathlib import Path
 
 RUN_FILE = "run.json"
 SCENARIO_FILE = "scenario.yaml"
+REFERENCE_FILE = "reference.json"
+REFERENCE_LOG = "reference.log"  # what computing it printed
 TRIALS_DIR = "trials"
 TRIAL_FILE = "trial.json"  # beside it: runfolder.events.EVENTS_FILE
 LOGS_DIR = "logs"

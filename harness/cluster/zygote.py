@@ -4,7 +4,7 @@ Started by a cluster backend as ``python -m harness.cluster.zygote`` in a sessio
 a Ctrl-C at the terminal reaches only the harness). It reads commands as JSON lines on
 stdin and answers on stdout:
 
-    {"op": "spawn", "name": "r005", "entry": "rank"|"control"|"exec", "ns_path": ..., "log": ...,
+    {"op": "spawn", "name": "r005", "entry": "rank"|"control"|"exec"|"reference", "ns_path": ..., "log": ...,
      "config": {...}}            -> {"ev": "spawned", "name", "pid", "t"}
     (a child ends)               -> {"ev": "exited", "name", "pid", "exitcode", "signal", "t"}
     {"op": "release"}            -> {"ev": "released", "t"}: every child SIGKILLed and reaped
@@ -13,6 +13,7 @@ A released launcher forks the next trial's ranks from the same warm interpreter
 (`harness.cluster.launcher.LauncherPool`); its own state never changes between trials, so
 every trial's children start alike.
 
+"reference" computes a run's fault-free trajectory (harness.job.reference) after its trials.
 "exec" runs a user's job (harness.cluster.userjob; config: its launch, with "rank"): the
 child execs the command, its output goes through a pipe to a second child, the tap
 ("tap-r005"), which writes the log and the job's output events.
@@ -72,6 +73,8 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         signals.install()
         if cmd["entry"] == "rank":
             from harness.job.rank import main as entry
+        elif cmd["entry"] == "reference":
+            from harness.job.reference import main as entry
         else:
             from harness.job.control import main as entry
         code = entry(cmd["config"])
@@ -127,6 +130,7 @@ def main() -> None:
     import torch.distributed  # noqa: F401
     import harness.job.rank  # noqa: F401
     import harness.job.control  # noqa: F401
+    import harness.job.reference  # noqa: F401
     from harness.job.workload import Workload, WorkloadSpec
     torch.set_num_threads(1)
     Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd, once for all forks

@@ -45,24 +45,30 @@ class Workload:
 
     def train_step(self, all_reduce: AllReduce, world_size: int) -> float:
         """One data-parallel step: local gradients, one all-reduce of all of them, update."""
+        loss, flat = self.local_gradients()
+        all_reduce(flat)
+        flat /= world_size
+        self.apply(flat)
+        return loss
+
+    def local_gradients(self) -> tuple[float, torch.Tensor]:
+        """This rank's loss on its batch of the current step, and its gradients, flat."""
         x, y = self._batch()
         self.model.zero_grad(set_to_none=False)
         loss = torch.nn.functional.cross_entropy(self.model(x), y)
         loss.backward()
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        all_reduce(flat)
-        flat /= world_size
+        return float(loss.detach()), torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])
+
+    def apply(self, flat: torch.Tensor) -> None:
+        """The update with the averaged gradients `flat`; the step is done."""
         offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
         with torch.no_grad():
             for p, v in zip(self.model.parameters(), self.velocity, strict=True):
-                v.mul_(self.spec.momentum).add_(p.grad)
+                g = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                v.mul_(self.spec.momentum).add_(g)
                 p.sub_(v, alpha=self.spec.lr)
         self.step += 1
-        return float(loss.detach())
 
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "model": self.model.state_dict(),

@@ -53,8 +53,9 @@ from harness.run.scenario import Scenario
 from harness.run.traffic import Sample, TrafficWatch
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
-from runfolder.info import MachineSpeed, RunInfo, TrialInfo, write_run_info, write_trial_info
-from runfolder.layout import CHECKPOINT_DIR, LOGS_DIR, SCENARIO_FILE, TRIALS_DIR, trial_dir
+from runfolder.info import MachineSpeed, RunInfo, TrialInfo, read_trial_info, write_run_info, write_trial_info
+from runfolder.layout import (CHECKPOINT_DIR, LOGS_DIR, REFERENCE_FILE, REFERENCE_LOG, SCENARIO_FILE, TRIALS_DIR,
+                              trial_dir)
 from runfolder.plan import APPLY, REVERT, Action
 
 POLL_S = 0.05
@@ -491,5 +492,41 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
             trial = Trial(build_plan(scenario, policy), trial_dir(run_dir, policy), backend, progress,
                           placement=placement, launchers=pool)
             results.append(trial.run())
+        if scenario.job is None and placement.device == "cpu":
+            write_reference(run_dir, [r.trial_dir for r in results], pool, progress)
     return run_dir, results
+
+
+REFERENCE_TIMEOUT_S = 60.0  # 16 ranks x 60 steps take ~2 s on one core
+
+
+def write_reference(run_dir: Path, trial_dirs: list[Path], launchers: LauncherPool, progress: Progress) -> None:
+    """The run's fault-free trajectory (harness.job.reference), as far as its trials
+    stepped, computed by a fork of the rank launcher (torch is loaded there) after every
+    trial, so that it takes no CPU from a trial; a failure is said and the run goes on
+    (the trajectory then reads as not observed)."""
+    steps = 1 + max((e["step"] for d in trial_dirs if (d / EVENTS_FILE).exists()
+                     for e in read_events(d / EVENTS_FILE)[0] if e.get("kind") == kinds.STEP), default=-1)
+    if steps <= 0:
+        return
+    plan = read_trial_info(trial_dirs[0]).plan  # every trial of a run has the same workload, seed and world
+    config = {"workload": plan.workload, "seed": plan.seed, "world": plan.ranks, "steps": steps,
+              "out": str(run_dir / REFERENCE_FILE)}
+    ledger = Ledger(secrets.token_hex(3))
+    record_owner(ledger)
+    launcher = launchers.take()
+    try:
+        launcher.spawn(ledger, "reference", "reference", None, str(run_dir / REFERENCE_LOG), config)
+        deadline = time.monotonic() + REFERENCE_TIMEOUT_S
+        while not any(m["name"] == "reference" for m in launcher.exits(0.05)):
+            if time.monotonic() > deadline:
+                progress.phase("reference", f"the fault-free trajectory took over {REFERENCE_TIMEOUT_S:g} s; "
+                                            "trajectories not observed")
+                break
+    finally:
+        launchers.give_back(launcher)  # SIGKILLs what is left of it
+        undo_outstanding(ledger, undo_table())
+        ledger.close_if_clean()
+    if not (run_dir / REFERENCE_FILE).exists():
+        progress.phase("reference", f"no fault-free trajectory ({run_dir / REFERENCE_LOG})")
 

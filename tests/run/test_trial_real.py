@@ -31,3 +31,12 @@ def test_a_real_trial_writes_the_contract(tmp_path: Path, leaves_nothing) -> Non
     kinds = {e["kind"] for e in events}
     assert {"rank_start", "group_ready", "step", "collective_error", "exit", "fault_applied", "trial_end"} <= kinds
     assert sorted({p for e in events for p in schema_problems(e)}) == []
+    # the run's fault-free trajectory, computed after its trial, and the trial held against it
+    import reports
+    from reports.trajectory import MATCHES, read_reference
+    reference = read_reference(run_dir)
+    assert reference is not None and reference.world == 16
+    steps = max(e["step"] for e in events if e["kind"] == "step")
+    assert all(len(losses) == steps + 1 for losses in reference.losses)
+    row = reports.analyze_run(run_dir).iloc[0]
+    assert row["trajectory"] == MATCHES, row["trajectory_detail"]
