@@ -287,7 +287,9 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
         last_step[(s.pid, s.gen, s.local_rank)] = step
         reached[s.replica] = max(step, top if top is not None else step)
 
-    violations.sort(key=lambda v: v.t)
+    # at one instant, the cause before its symptom: a rank that did not restore (restore is
+    # real) before the replicas that then disagree with it
+    violations.sort(key=lambda v: (v.t, (RESTORE_IS_REAL, PROGRESS_IS_HONEST, REPLICAS_AGREE).index(v.invariant)))
     verdict = DIVERGED if violations else CONSISTENT
     return StateVerdict(verdict, tuple(violations), len(states), len(labels), compared, checked, unchecked,
                         rolled_back, repeated, _context(events, violations[0]) if violations else "")

@@ -210,3 +210,18 @@ def test_shards_are_not_compared_across_ranks_but_each_restores_its_own():
     zero.state(0, 4, 0, "w4", optim="m0.4", sharded="optim")
     zero.state(1, 4, 0, "x4", optim="m1.4", sharded="optim")
     assert check_state(zero.events).first.ranks in (("0",), ("1",))
+
+
+def test_at_one_instant_the_rank_that_did_not_restore_comes_before_the_replicas_it_splits():
+    """rank 3 is the last to record its start of generation 1, with the weights but not
+    the optimizer's state: both invariants fail at that one event, and the cause leads."""
+    h = History()
+    for rank in range(4):
+        h.state(rank, 0, 0, "w0", at="start", optim=None)
+    h.steps(range(4), 1, 13, 0)
+    for rank in range(4):
+        h.emit("rank_start", rank, policy="job", world=4, incarnation=1)
+        h.state(rank, 0, 1, "w10", at="start", optim=None if rank == 3 else "m10", incarnation=1)
+    verdict = check_state(h.events)
+    assert {v.invariant for v in verdict.violations} >= {RESTORE_IS_REAL, REPLICAS_AGREE}
+    assert verdict.first.invariant == RESTORE_IS_REAL and verdict.first.ranks == ("3",)
