@@ -116,9 +116,11 @@ def test_a_step_counter_going_back_without_a_resume_is_not_honest_progress():
     assert {v.invariant for v in verdict.violations} == {PROGRESS_IS_HONEST}
 
 
-def user_job(reinit_rank: int | None = None, resume_at: int = 10) -> History:
+def user_job(reinit_rank: int | None = None, resume_at: int = 10, steps_after: int = 3,
+             weights_only_rank: int | None = None) -> History:
     """torchrun: 4 workers, gen 0 steps 1-13 (counted by the hook), restart, gen 1 workers
-    start from the checkpoint of step `resume_at` and count their steps from 1 again."""
+    start from the checkpoint of step `resume_at` (`weights_only_rank` without its optimizer
+    state) and count their steps from 1 again, `steps_after` of them."""
     h = History()
     for rank in range(4):
         h.state(rank, 0, 0, "w0", at="start", optim=None)
@@ -126,8 +128,8 @@ def user_job(reinit_rank: int | None = None, resume_at: int = 10) -> History:
     for rank in range(4):
         h.emit("rank_start", rank, policy="job", world=4, incarnation=1)
         fp, optim = ("w0", None) if rank == reinit_rank else (f"w{resume_at}", f"m{resume_at}")
-        h.state(rank, 0, 1, fp, at="start", optim=optim, incarnation=1)
-    for step in range(1, 4):
+        h.state(rank, 0, 1, fp, at="start", optim=None if rank == weights_only_rank else optim, incarnation=1)
+    for step in range(1, 1 + steps_after):
         for rank in range(4):
             fp = f"r{step}" if rank == reinit_rank else f"w{resume_at + step}"
             h.state(rank, step, 1, fp, optim=f"m{resume_at + step}", incarnation=1)
@@ -215,13 +217,6 @@ def test_shards_are_not_compared_across_ranks_but_each_restores_its_own():
 def test_at_one_instant_the_rank_that_did_not_restore_comes_before_the_replicas_it_splits():
     """rank 3 is the last to record its start of generation 1, with the weights but not
     the optimizer's state: both invariants fail at that one event, and the cause leads."""
-    h = History()
-    for rank in range(4):
-        h.state(rank, 0, 0, "w0", at="start", optim=None)
-    h.steps(range(4), 1, 13, 0)
-    for rank in range(4):
-        h.emit("rank_start", rank, policy="job", world=4, incarnation=1)
-        h.state(rank, 0, 1, "w10", at="start", optim=None if rank == 3 else "m10", incarnation=1)
-    verdict = check_state(h.events)
+    verdict = check_state(user_job(steps_after=0, weights_only_rank=3).events)
     assert {v.invariant for v in verdict.violations} >= {RESTORE_IS_REAL, REPLICAS_AGREE}
     assert verdict.first.invariant == RESTORE_IS_REAL and verdict.first.ranks == ("3",)
