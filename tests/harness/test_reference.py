@@ -11,7 +11,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from harness.job.config import WorkloadSpec
-from harness.job.reference import fault_free_losses
+from harness.job.reference import fault_free_losses, order_spread
 from reports.trajectory import TOLERANCE
 from tests.conftest import REPO
 
@@ -50,3 +50,6 @@ def test_the_reference_is_what_real_gloo_ranks_record():
     assert max(gaps) <= TOLERANCE, max(gaps)
     assert recorded[0] != recorded[1]  # each rank's own batch: a check that could not pass by accident
     assert fault_free_losses(WorkloadSpec(), seed=8, world=4, steps=12)[0] != reference[0]
+    # two summation orders agree to 5 decimals early on: the spread starts at 0
+    assert order_spread(reference, fault_free_losses(WorkloadSpec(), seed=7, world=4, steps=12, descending=True))[:4] \
+        == [0.0] * 4

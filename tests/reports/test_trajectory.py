@@ -47,3 +47,11 @@ def test_without_a_reference_or_a_loss_nothing_is_judged(tmp_path):
     assert read_reference(tmp_path) is None  # a run folder before format 7
     (tmp_path / REFERENCE_FILE).write_text(json.dumps({"world": 2, "losses": [list(r) for r in REF.losses]}))
     assert read_reference(tmp_path) == REF
+
+
+def test_the_tolerance_grows_with_what_rounding_alone_has_moved_by_that_step():
+    late = Reference(world=1, losses=((2.0, 1.0, 0.5),), spread=(0.0, 0.0, 0.001))
+    assert late.tolerance(0) == TOLERANCE and late.tolerance(2) == TOLERANCE + 0.004
+    # the same gap (0.002) is a divergence at step 1, where two orders agree, and rounding at step 2
+    assert check_trajectory([step(0.1, 0, 1, 1.002)], late).verdict == DIFFERS
+    assert check_trajectory([step(0.1, 0, 2, 0.502)], late).verdict == MATCHES
