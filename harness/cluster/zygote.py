@@ -109,12 +109,29 @@ def _run_tap(cmd: dict[str, Any], fd: int, launcher_pid: int) -> None:
         os._exit(code)
 
 
+TAP_DRAIN_S = 2.0  # a tap still writing what its job printed (it imports the classifier first)
+
+
 def _kill_all(names: dict[int, str]) -> None:
-    """SIGKILL every child and reap it; their exits are not reported (the trial is over)."""
+    """SIGKILL every child and reap it; their exits are not reported (the trial is over).
+    A user job's tap goes last: it ends by itself once its job's output is in the log (a
+    job that failed at once may have printed before the tap began reading), or is killed
+    at TAP_DRAIN_S."""
+    taps = [pid for pid, name in names.items() if name.startswith("tap-")]
     for pid in names:
-        os.kill(pid, signal.SIGKILL)  # a child is only reaped here, so its pid is still ours
-    for pid in list(names):
+        if pid not in taps:
+            os.kill(pid, signal.SIGKILL)  # a child is only reaped here, so its pid is still ours
+    for pid in [pid for pid in names if pid not in taps]:
         os.waitpid(pid, 0)  # SIGKILL ends even a stopped process at once
+        del names[pid]
+    deadline = time.monotonic() + TAP_DRAIN_S
+    while taps and time.monotonic() < deadline:
+        taps = [pid for pid in taps if os.waitpid(pid, os.WNOHANG)[0] == 0]
+        time.sleep(0.01)
+    for pid in taps:
+        os.kill(pid, signal.SIGKILL)  # a job's descendant still holds the pipe: the log has what came
+        os.waitpid(pid, 0)
+    for pid in [pid for pid in names if names[pid].startswith("tap-")]:
         del names[pid]
 
 
