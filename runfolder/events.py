@@ -69,7 +69,9 @@ RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
                  optional=("peer", "bytes"))
 STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
              "a training step completed (a user's job: loss null, dur null for its first; "
-             "local_rank: which of its host's processes, from the hook)", optional=("local_rank",))
+             "local_rank: which of its host's processes, from the hook; cpu_s with a process's "
+             "first step: the CPU seconds it had used since it started, its imports included)",
+             optional=("local_rank", "cpu_s"))
 STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "a fingerprint of the rank's training state (harness.job.fingerprint): fingerprint "
               "of the model's parameters, optim of the optimizer's state (null: none); at: step "

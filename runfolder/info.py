@@ -26,6 +26,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       asked (a version 1-5 user job's trial reads as one that did not)
   7   a run of the built-in workload gains reference.json, its fault-free trajectory (a
       version 1-6 run reads as one whose trajectory was not observed)
+  8   a user's job in the plan gains `start` and `preload` (harness.cluster.preload; a version
+      1-7 job was exec'd), and a process's first `step` gains `cpu_s`, the CPU seconds it used
+      to get there (a version 1-7 step reads as one where they were not counted)
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -51,6 +51,9 @@ class ClusterSpec:
     job_dir: Path | None = None  # a user's job's workdir, which every host must see at its path
     gpus: tuple[int | None, ...] = ()  # each rank's host GPU (harness.job.device.Placement.gpu_of); () none
     sysctls: tuple[tuple[str, str], ...] = ()  # every host's own net.* settings (chaos.sysctl)
+    # a user's job started preloaded: what its rank launcher imports for it while the hosts
+    # are built (harness.cluster.preload); None: no preloaded job
+    preload: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

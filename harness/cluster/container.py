@@ -18,8 +18,8 @@ rank gets a config file; under `docker compose up` the `control` service hosts t
 
 A user's job: PID 1 waits for eth0 and for every rank's container (`--barrier`: a job with
 a short timeout of its own would give up on peers whose containers start seconds later),
-then forks what the netns rank launcher forks (the tap and the exec child,
-`harness.cluster.userjob`), forwards SIGTERM and SIGINT to the job, reaps every process of
+then forks what the netns rank launcher forks (the tap and the job's child, preloaded with
+torch by this process or exec'd: `harness.cluster.userjob`), forwards SIGTERM and SIGINT to the job, reaps every process of
 the container (it is their init), and exits with the job's code, or 128 + the signal that
 ended it (the engine's convention, read back as a signal). A `docker kill` or `docker
 pause` reaches the job with the whole container.
@@ -119,7 +119,9 @@ def _exit_code(status: int) -> int:
 
 def _run_job(launch: dict, options: argparse.Namespace) -> int:
     """PID 1 of a user's job's container: see the module's docstring."""
-    from harness.cluster.userjob import exec_job, run_tap
+    from harness.cluster import preload
+    preload.remember_launcher()  # before torch's import
+    from harness.cluster.userjob import run_tap, start_job
     from harness.job import lease
     from harness.job.rank import start_barrier, wait_for_link
 
@@ -129,6 +131,9 @@ def _run_job(launch: dict, options: argparse.Namespace) -> int:
         os.dup2(log, fd)
     os.close(log)
     wait_for_link(launch["ifname"], options.link_timeout)
+    if launch["start"] == "preloaded" and (problem := preload.import_all(launch["preload"])):
+        print(f"chaos: {problem}; this rank's job starts by exec", flush=True)
+        launch = {**launch, "start": "exec"}
     if options.barrier is not None:  # every container up before any job starts, as the netns forks
         start_barrier(os.path.dirname(os.path.abspath(options.config)), launch["rank"], launch["world"],
                       options.barrier)
@@ -156,7 +161,7 @@ def _run_job(launch: dict, options: argparse.Namespace) -> int:
         os.dup2(devnull, 0)
         os.dup2(write_end, 1)
         os.dup2(write_end, 2)
-        os._exit(exec_job(launch))
+        os._exit(start_job(launch))
     job.append(pid)
     os.close(read_end)
     os.close(write_end)

@@ -10,7 +10,7 @@ from chaos.errors import HarnessError
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import Cluster, ClusterSpec, RankExit
-from harness.cluster.launcher import Launcher, LauncherPool, exit_of
+from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of
 
 
 class ForkedCluster(Cluster):
@@ -31,6 +31,8 @@ class ForkedCluster(Cluster):
         try:
             started = time.monotonic()
             self._launcher = self._launchers.take()
+            if self.spec.preload is not None:  # imported while the hosts are built
+                self._launcher.request_preload(list(self.spec.preload))
             self.build()
             built = time.monotonic()
             self.launcher.wait_ready()
@@ -60,6 +62,8 @@ class ForkedCluster(Cluster):
         return self._spawn(rank, "rank", config)
 
     def start_job(self, rank: int, launch: dict) -> int:
+        if launch["start"] == "preloaded":
+            self.launcher.preload(launch["preload"], PRELOAD_TIMEOUT_S)
         return self._spawn(rank, "exec", {**launch, "rank": rank})
 
     def _spawn(self, rank: int, entry: str, config: dict) -> int:

@@ -21,6 +21,10 @@ from harness.cluster.api import RankExit
 
 LAUNCHER_READY_TIMEOUT_S = 60.0
 RELEASE_TIMEOUT_S = 5.0
+# A preloaded job's command line is written over the launcher's own (harness.cluster.preload
+# .set_title), as much of it as fits: blanks the launcher ignores leave the room.
+TITLE_ROOM = " " * 1024
+PRELOAD_TIMEOUT_S = 300.0  # torch's DDP and what a job's preload adds, on a busy host
 
 
 class Launcher:
@@ -30,13 +34,15 @@ class Launcher:
 
     def __init__(self, ledger: Ledger) -> None:
         self._proc = subprocess.Popen(
-            proc.python_module("harness.cluster.zygote"), stdin=subprocess.PIPE,
+            proc.python_module("harness.cluster.zygote", TITLE_ROOM), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
         record_process(ledger, self._proc.pid)
         self._buf = b""
         self._exits: list[dict[str, Any]] = []
+        self._answers: list[dict[str, Any]] = []  # read, not yet expected
         self.pids: dict[str, int] = {}
         self._ready = False
+        self._preloads: dict[frozenset[str], str | None] = {}  # asked for: None until answered, then its problem
 
     def wait_ready(self) -> None:
         """Wait until the launcher has imported torch (about a second; overlap other work)."""
@@ -58,13 +64,17 @@ class Launcher:
         return [json.loads(line) for line in lines.split(b"\n") if line]
 
     def _expect(self, ev: str, name: str | None, timeout: float) -> dict[str, Any]:
+        """The launcher's answer `ev` (for `name`); what came with it in the same read is kept
+        for the next caller (an answer to a command sent ahead, a child's exit)."""
         deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
+        while True:
+            for i, msg in enumerate(self._answers):
+                if msg["ev"] == ev and msg.get("name") == name:
+                    return self._answers.pop(i)
+            if (left := deadline - time.monotonic()) <= 0:
+                break
             for msg in self._read(left):
-                if msg["ev"] == "exited":
-                    self._exits.append(msg)
-                elif msg["ev"] == ev and msg.get("name") == name:
-                    return msg
+                (self._exits if msg["ev"] == "exited" else self._answers).append(msg)
         raise DeadlineExceeded(f"rank launcher did not answer {ev} {name or ''} within {timeout:.0f}s")
 
     def _send(self, cmd: dict[str, Any]) -> None:
@@ -83,11 +93,29 @@ class Launcher:
         self.pids[name] = pid
         return pid
 
+    def request_preload(self, modules: list[str]) -> None:
+        """Ask the launcher to import what user jobs import (harness.cluster.preload) and go
+        on: it does so while the caller builds the hosts. Once per set of modules."""
+        wanted = frozenset(modules)
+        if wanted not in self._preloads:
+            self._send({"op": "preload", "modules": sorted(wanted)})
+            self._preloads[wanted] = None
+
+    def preload(self, modules: list[str], timeout: float) -> None:
+        """`request_preload`, and wait until the launcher has those modules."""
+        self.wait_ready()
+        self.request_preload(modules)
+        wanted = frozenset(modules)
+        if self._preloads[wanted] is None:
+            answer = self._expect("preloaded", None, timeout)
+            self._preloads[wanted] = answer["problem"] or ""
+        if self._preloads[wanted]:
+            raise HarnessError(self._preloads[wanted])
+
     def exits(self, timeout: float = 0.0) -> list[dict[str, Any]]:
         """Children that ended since the last call."""
         for msg in self._read(timeout):
-            if msg["ev"] == "exited":
-                self._exits.append(msg)
+            (self._exits if msg["ev"] == "exited" else self._answers).append(msg)
         done, self._exits = self._exits, []
         for msg in done:
             if self.pids.get(msg["name"]) == msg["pid"]:

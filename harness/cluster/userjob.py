@@ -1,9 +1,11 @@
 """The user's own training job: what to run (`JobSpec`), its environment, and its two
 processes on a rank host, both forked by the rank launcher (`harness.cluster.zygote`).
 
-    exec child   becomes the user's command (execvpe in the host's namespace, so the pid the
-                 harness knows, kills and pauses is the job's own); stdout and stderr go into
-                 a pipe
+    job child    becomes the user's command in the host's namespace, so the pid the harness
+                 knows, kills and pauses is the job's own: in the forked interpreter, which
+                 imported torch once for every rank (`job.start: preloaded`,
+                 harness.cluster.preload), or by execvpe (`exec`, and any command a preloaded
+                 start cannot give); stdout and stderr go into a pipe
     tap          reads that pipe: every line into the host's log, and, timestamped on
                  arrival, each error line `harness.cluster.classify` recognises as a
                  `job_output` event and each line matching `step_pattern` as a `step`
@@ -33,6 +35,7 @@ from chaos import topology
 from chaos.faults import Seconds
 from harness.cluster.api import JOB_MASTER_PORT
 from harness.cluster.classify import classify_line
+from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
 import runfolder
@@ -70,6 +73,11 @@ class JobSpec(BaseModel):
     start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
     step_pattern: str | None = Field(
         default=None, description="a regular expression; each output line it matches counts as a step")
+    start: Literal["preloaded", "exec"] = Field(
+        default="preloaded", description="preloaded: each rank forks from an interpreter that imported torch "
+                                         "once (harness.cluster.preload); exec: a new interpreter per rank")
+    preload: tuple[str, ...] = Field(
+        default=(), description="modules imported once for every rank besides torch's (a preloaded start)")
     state_every: Annotated[int, Field(ge=1)] = Field(
         default=1, description="the step hook records a fingerprint of the model's and the optimizer's "
                                "state every this many optimizer steps (reports.state checks them)")
@@ -153,6 +161,8 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
             "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         })
+    if job.launcher == "torchrun" and job.start == "preloaded":
+        env[SERVER_ENV] = server_name(run_id, rank)
     env.update(device or {})
     env.update(job.env)
     return env
@@ -165,14 +175,16 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
     rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
     the host's own address (the hostname is the machine's, the same on every host). Its log
     folder (workers' error files) is in the trial's logs: by default torchrun makes one under
-    /tmp per agent and never removes it."""
+    /tmp per agent and never removes it. A preloaded job's workers are run through the
+    stub that forks them warm (harness.cluster.workers)."""
     if job.launcher == "direct":
         return list(job.command)
+    workers = stub_command(job.command) if job.start == "preloaded" else list(job.command)
     return ["torchrun", f"--nnodes={world}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
             f"--local-addr={local_addr or topology.host_address(rank)}",
             f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
-            "--no-python", *job.command]
+            "--no-python", *workers]
 
 
 def command_problem(job: JobSpec) -> str | None:
@@ -197,10 +209,24 @@ def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir
         return text.replace(TRIAL_DIR_FIELD, str(trial_dir))
     return {"argv": [expand(a) for a in argv], "cwd": job.workdir,
             "env": {k: expand(v) for k, v in env.items()},
-            "step_pattern": job.step_pattern}
+            "step_pattern": job.step_pattern, "start": job.start, "preload": list(job.preload),
+            "serve_workers": SERVER_ENV in env}
 
 
 # -- in the forked children of the rank launcher ------------------------------------------
+
+def start_job(launch: dict[str, Any]) -> int:
+    """Become the user's command: in this interpreter where the launch asks for a preloaded
+    start and the command allows it (harness.cluster.preload), else by exec; returns the
+    job's exit code (or exec's failure)."""
+    if launch["start"] == "preloaded":
+        from harness.cluster import preload
+        start = preload.how_to_start(launch)
+        if isinstance(start, preload.Start):
+            return preload.run(start, launch)
+        print(f"chaos: job.start preloaded: exec instead, as {start}", file=sys.stderr, flush=True)
+    return exec_job(launch)
+
 
 def exec_job(launch: dict[str, Any]) -> int:
     """Become the user's command; returns only when exec failed (the code to exit with)."""

@@ -8,6 +8,8 @@ stdin and answers on stdout:
      "config": {...}}            -> {"ev": "spawned", "name", "pid", "t"}
     (a child ends)               -> {"ev": "exited", "name", "pid", "exitcode", "signal", "t"}
     {"op": "release"}            -> {"ev": "released", "t"}: every child SIGKILLed and reaped
+    {"op": "preload", "modules"} -> {"ev": "preloaded", "problem", "secs"}: imported here for the
+                                    user jobs it will fork (harness.cluster.preload)
 
 A released launcher forks the next trial's ranks from the same warm interpreter
 (`harness.cluster.launcher.LauncherPool`); its own state never changes between trials, so
@@ -15,7 +17,7 @@ every trial's children start alike.
 
 "reference" computes a run's fault-free trajectory (harness.job.reference) after its trials.
 "exec" runs a user's job (harness.cluster.userjob; config: its launch, with "rank"): the
-child execs the command, its output goes through a pipe to a second child, the tap
+child becomes the command (preloaded or exec'd), its output goes through a pipe to a second child, the tap
 ("tap-r005"), which writes the log and the job's output events.
 
 A child joins its network namespace with setns(2) before any socket exists (where it has
@@ -66,8 +68,8 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         if cmd["ns_path"] is not None:  # None: the launcher's own (the local backend)
             proc.enter_netns(cmd["ns_path"])
         if cmd["entry"] == "exec":
-            from harness.cluster.userjob import exec_job
-            code = exec_job(cmd["config"])  # returns only when the exec failed
+            from harness.cluster.userjob import start_job
+            code = start_job(cmd["config"])
             return
         from harness import signals
         signals.install()
@@ -142,13 +144,17 @@ def _reply(out: Any, **msg: Any) -> None:
 
 def main() -> None:
     die_with_parent()
+    from harness.cluster import preload
+    preload.remember_launcher()
     # Import once here so that every fork shares the pages; nothing may start a thread.
     import torch
     import torch.distributed  # noqa: F401
     import harness.job.rank  # noqa: F401
     import harness.job.control  # noqa: F401
     import harness.job.reference  # noqa: F401
+    import harness.cluster.userjob  # noqa: F401 - a user job's child and tap: ~0.1 s each otherwise
     from harness.job.workload import Workload, WorkloadSpec
+    preload.remember_default_threads(torch.get_num_threads())
     torch.set_num_threads(1)
     Workload(WorkloadSpec(), seed=0, rank=0)  # first use of nn and autograd, once for all forks
     import threading
@@ -177,6 +183,11 @@ def main() -> None:
                 if cmd["op"] == "release":
                     _kill_all(names)
                     _reply(out, ev="released", t=time.monotonic())
+                    continue
+                if cmd["op"] == "preload":
+                    began = time.monotonic()
+                    problem = preload.import_all(cmd["modules"])
+                    _reply(out, ev="preloaded", problem=problem, secs=round(time.monotonic() - began, 3))
                     continue
                 if cmd["entry"] == "exec":  # a user's job: its output goes through a tap
                     tap_fd, cmd["out_fd"] = os.pipe()

@@ -125,6 +125,7 @@ class FaultTolerantRunner:
         self._breaker_reason = ""
         self._breaker_opened = 0.0
         self._move_on = False  # rejoin: every member moves to the next generation after this step
+        self._stepped = False  # the process's first step carries the CPU seconds its start took
         self._handlers: dict[State, Callable[[], State]] = {
             State.STEPPING: self._stepping, State.BACKOFF: self._backoff,
             State.HEALTH_CHECK: self._checking_health, State.REGROUP: self._regrouping,
@@ -182,8 +183,10 @@ class FaultTolerantRunner:
             if not self.policy.catch_errors:
                 raise
             return failure
+        first = {} if self._stepped else {"cpu_s": round(time.process_time(), 3)}
+        self._stepped = True
         self.recorder.emit(kinds.STEP, step=step, gen=gen, loss=round(loss, 5),
-                           dur=round(self.clock() - started, 4))
+                           dur=round(self.clock() - started, 4), **first)
         if self.workload.step % self.workload.spec.state_every == 0:
             self._record_state("step")
         if self.group.rank == 0 and self.workload.step % self.workload.spec.checkpoint_every == 0:

@@ -214,7 +214,8 @@ class Trial:
             cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
                                                   Path(plan.job["workdir"]) if plan.job else None,
                                                   tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),
-                                                  tuple((plan.sysctls or {}).items())), ledger, launchers)
+                                                  tuple((plan.sysctls or {}).items()), _preload(plan.job)),
+                                      ledger, launchers)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
@@ -428,6 +429,11 @@ class Trial:
                       targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
+
+
+def _preload(job: dict | None) -> tuple[str, ...] | None:
+    """What the rank launcher imports ahead for the trial's user job (None: nothing)."""
+    return tuple(job["preload"]) if job is not None and job["start"] == "preloaded" else None
 
 
 def on_phase_s(apply: Action, later: list[Action]) -> float | None:

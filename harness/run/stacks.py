@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos import proc
+from harness.cluster.workers import SERVER_TITLE
 from harness.signals import DUMP_FLIGHT_RECORDER
 from runfolder.layout import STACKS_DIR, STACKS_INDEX, flight_file
 
@@ -78,7 +79,8 @@ def processes(ranks: dict[int, int]) -> list[tuple[int, int, int | None]]:
     found = []
     for rank, pid in sorted(ranks.items()):
         found.append((rank, pid, None))
-        found += [(rank, child, pid) for child, _ in proc.descendants(pid)]
+        found += [(rank, child, pid) for child, _ in proc.descendants(pid)
+                  if not _command(child).startswith(SERVER_TITLE)]  # the harness's, not the job's
     return found
 
 

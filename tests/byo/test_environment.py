@@ -10,6 +10,7 @@ import pytest
 from chaos import topology
 from harness.cluster.userjob import (HOOK_DIR, JOB_MASTER_PORT, REPO_ROOT, JobSpec, JobVariant, launch_command,
                                      rank_command, rank_environment)
+from harness.cluster.workers import SERVER_ENV, STUB
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, TRIAL_ENV
 
 JOB = JobSpec(command=("python", "train.py"))
@@ -83,13 +84,19 @@ def test_torchrun_launcher_leaves_the_worker_contract_to_the_agent():
     assert env["OMP_NUM_THREADS"] == "1" and env[HOST_RANK_ENV] == "5"
 
 
-def test_torchrun_launcher_runs_one_agent_per_host_in_a_c10d_rendezvous_on_the_switch():
-    job = JobSpec(command=("python", "train.py", "--steps", "9"), launcher="torchrun", max_restarts=3)
+@pytest.mark.parametrize("start, workers", [
+    ("exec", ["python", "train.py", "--steps", "9"]),
+    ("preloaded", [sys.executable, "-I", "-S", STUB, "python", "train.py", "--steps", "9"]),
+])
+def test_torchrun_launcher_runs_one_agent_per_host_in_a_c10d_rendezvous_on_the_switch(start, workers):
+    job = JobSpec(command=("python", "train.py", "--steps", "9"), launcher="torchrun", max_restarts=3, start=start)
     argv = rank_command(job, 5, 16, "run42", f"{topology.SWITCH_ADDRESS}:29400")
     assert argv == ["torchrun", "--nnodes=16", "--nproc-per-node=1", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={topology.SWITCH_ADDRESS}:29400", "--rdzv-id=run42", "--max-restarts=3",
                     f"--local-addr={topology.host_address(5)}", "--log-dir={trial_dir}/logs/torchrun/r005",
-                    "--no-python", "python", "train.py", "--steps", "9"]
+                    "--no-python", *workers]
+    # the agent's workers find their host's worker server (harness.cluster.workers) by name
+    assert (SERVER_ENV in env_of(5, job)) == (start == "preloaded")
 
 
 def test_direct_launcher_runs_the_command_itself():

@@ -75,8 +75,9 @@ def step(state: Any = None, *_hook_args: Any) -> None:
         return
     now = time.monotonic()
     _steps += 1
+    first = {"cpu_s": round(time.process_time(), 3)} if _steps == 1 else {}  # its start's cost, imports included
     recorder.emit("step", t=now, step=_steps, gen=_generation(),
-                  loss=None, dur=None if _last is None else round(now - _last, 6), local_rank=_local_rank())
+                  loss=None, dur=None if _last is None else round(now - _last, 6), local_rank=_local_rank(), **first)
     _last = now
     if state is not None and _steps % int(os.environ.get(STATE_EVERY_ENV, "1")) == 0:
         _record_state(recorder, state, "step")
@@ -146,4 +147,7 @@ def install() -> None:
         return
     recorder.emit("rank_start", policy=os.environ.get(TRIAL_ENV, "job"),
                   world=int(os.environ.get("WORLD_SIZE", "1")), local_rank=_local_rank())
-    sys.meta_path.insert(0, _AfterImport(OPTIMIZER_MODULE, _register_optimizer_hook))
+    if OPTIMIZER_MODULE in sys.modules:  # a preloaded start (harness.cluster.preload): torch is in
+        _register_optimizer_hook(sys.modules[OPTIMIZER_MODULE])
+    else:
+        sys.meta_path.insert(0, _AfterImport(OPTIMIZER_MODULE, _register_optimizer_hook))

@@ -1,0 +1,1 @@
+WHERE = "the job's own reports module"
