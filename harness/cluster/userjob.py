@@ -117,9 +117,12 @@ class JobVariant(BaseModel):
     args: tuple[str, ...] = ()        # appended to the job's command
     launcher: Literal["direct", "torchrun"] | None = None
     max_restarts: Annotated[int, Field(ge=0)] | None = None
+    start: Literal["preloaded", "exec"] | None = None  # e.g. one side exec'd, to compare with
 
     def applied_to(self, job: JobSpec) -> JobSpec:
         changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args)}
+        if self.start is not None:
+            changes["start"] = self.start
         if self.launcher is not None:
             changes["launcher"] = self.launcher
         if self.max_restarts is not None:

@@ -27,7 +27,7 @@ Instead of the harness's runner and its policies, a scenario may run the user's 
 (harness.cluster.userjob; docs/own-job.md), one trial per variant:
 
     job: {command: [python, train.py], workdir: ., env: {}, launcher: direct, max_restarts: 0,
-          step_pattern: null, start_timeout: 300s}
+          step_pattern: null, start_timeout: 300s, start: preloaded, preload: []}
     variants: {default: {}, timeout_60s: {args: [--timeout, "60"], env: {...}}}
 
 A target is exactly one of: `rank: 5`, `ranks: [1, 2]`, `group: left`, `count: 2` or

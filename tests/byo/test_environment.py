@@ -66,6 +66,7 @@ def test_a_variant_adds_env_and_args_and_sets_the_launcher_and_max_restarts():
     assert varied.command == ("python", "train.py", "--timeout", "60")
     assert varied.env == {"A": "1", "B": "2"} and varied.max_restarts == 3 and varied.launcher == "torchrun"
     assert "--max-restarts=3" in rank_command(varied, 0, 2, "r", "10.77.0.1:29400")
+    assert varied.start == "preloaded" and JobVariant(start="exec").applied_to(job).start == "exec"
 
 
 def test_trial_dir_placeholder_is_expanded_in_args_and_env(tmp_path):

@@ -78,7 +78,8 @@ def test_a_preloaded_job_sees_what_an_execd_one_sees(launcher, tmp_path):
     (fresh, fresh_code, _, fresh_out), (forked, forked_code, log, forked_out) = runs["exec"], runs["preloaded"]
     assert "exec instead" not in log
     assert fresh_code == forked_code == 0
-    changing = {"argv", "random", "torch_random", "cmdline"}  # the out file's folder, and the seeds
+    assert forked["warm"] and not fresh["warm"]
+    changing = {"argv", "random", "torch_random", "cmdline", "warm"}  # the out file's folder, the seeds
     assert {k: v for k, v in forked.items() if k not in changing} == \
            {k: v for k, v in fresh.items() if k not in changing}
     assert forked["argv"][0] == fresh["argv"][0] == "start_probe.py"

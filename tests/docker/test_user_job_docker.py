@@ -50,3 +50,41 @@ settle_steps: 3
     assert said, "no surviving rank printed a classified error line after rank 1 was killed"
     assert "step 1 loss" in (trial.parent / "logs" / "r000.log").read_text()
     assert leftovers(out) == [] and containers_left(run_id) == []
+
+
+def test_a_preloaded_job_in_a_container_sees_what_an_execd_one_sees(tmp_path):
+    # the container's PID 1 preloads torch and forks the job (harness.cluster.container):
+    # the probe of tests/byo/test_preloaded_start.py, both ways, through `chaos run`
+    probe = Path(__file__).resolve().parents[1] / "byo" / "probe"
+    scenario = tmp_path / "probe.yaml"
+    scenario.write_text(f"""cluster: {{ranks: 2, backend: docker}}
+job:
+  command: [python, start_probe.py, "{{trial_dir}}/facts.json", steps]
+  workdir: {probe}
+  env: {{PROBE: x, TORCH_LOGS: "-dynamo"}}
+  start_timeout: 120s
+warmup_steps: 2
+faults: []
+hang_cap: 10s
+settle_steps: 1
+variants:
+  preloaded: {{}}
+  exec: {{start: exec}}
+""")
+    out = tmp_path / "out"
+    done = chaos_cli("run", str(scenario), "--out", str(out), timeout=300)
+    facts = {}
+    for start in ("preloaded", "exec"):
+        trials = list(out.glob(f"*/trials/{start}"))
+        assert trials, f"no {start} trial: {done.stdout[-800:]}\n{done.stderr[-800:]}"
+        trial = trials[0]
+        log = (trial / "logs" / "r000.log").read_text()
+        assert (trial / "facts.json").exists(), f"{start}: {done.stderr[-500:]}\n{log[-1500:]}"
+        assert "exec instead" not in log
+        facts[start] = json.loads((trial / "facts.json").read_text())
+    assert facts["preloaded"]["warm"] and not facts["exec"]["warm"]  # PID 1 preloaded torch for it
+    changing = {"argv", "random", "torch_random", "warm"}  # the trial's folder, the seeds
+    assert {k: v for k, v in facts["preloaded"].items() if k not in changing} == \
+           {k: v for k, v in facts["exec"].items() if k not in changing}
+    assert facts["preloaded"]["reports"] == "the job's own reports module" and facts["preloaded"]["hook"]
+    assert leftovers(out) == []

@@ -1,6 +1,7 @@
 """What a started process looks like from inside, as JSON in the file named by argv[1]:
 the equivalence tests of a preloaded start (tests/byo/test_preloaded_start.py) compare it
 with an exec'd one's."""
+import probe_warm  # first: whether torch._dynamo was there before this script imported anything
 import atexit
 import faulthandler
 import json
@@ -37,18 +38,27 @@ def probe() -> None:
         "random": random.random(), "torch_random": torch.rand(1).item(),
         "dont_write_bytecode": sys.dont_write_bytecode,
         "main_module": sys.modules["__main__"].__dict__.get("__file__"),
+        "warm": probe_warm.WARM,
         "cmdline": open("/proc/self/cmdline", "rb").read().split(b"\0")[0].decode(),
     }
-    if len(sys.argv) > 2 and sys.argv[2] == "loader":
+    if "loader" in sys.argv[2:]:
         for method in ("fork", "spawn"):
             loader = DataLoader(list(range(4)), batch_size=2, num_workers=1,
                                 multiprocessing_context=torch.multiprocessing.get_context(method))
             facts[f"loader_{method}"] = [batch.tolist() for batch in loader]
-    with open(sys.argv[1], "w") as f:
+    with open(f"{sys.argv[1]}.{os.getpid()}", "w") as f:  # whole, where two ranks write it
         json.dump(facts, f)
+    os.replace(f"{sys.argv[1]}.{os.getpid()}", sys.argv[1])
 
     atexit.register(lambda: open(sys.argv[1] + ".atexit", "w").write("ran"))
     threading.Thread(target=later).start()  # not a daemon: Python waits for it before atexit
+    if "steps" in sys.argv[2:]:  # for a run under the harness: optimizer steps its hook counts
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+            time.sleep(0.2)
 
 
 def later() -> None:
