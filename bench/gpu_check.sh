@@ -3,6 +3,8 @@
 # the repository root, as root or as an ordinary user:
 #
 #   bench/gpu_check.sh OUT_DIR
+#   GPU_CHECK_PARTS="tests gpu_hang" bench/gpu_check.sh OUT_DIR   # only these parts (a rerun):
+#       tests gpu_hang gpu_kill nccl gloo_cuda_link netem
 #
 # Its Python: this checkout's .venv when it has one; else $PYTHON or python3, the
 # machine's own with its CUDA torch. Then the project's other dependencies that Python
@@ -37,9 +39,9 @@ else
     PY=$(command -v "${PYTHON:-python3}")
     SITE=$OUT/site
     # what this Python lacks of the carried wheels (their names: the part before the version)
-    wanted=$(ls bench/wheels/*.whl 2>/dev/null | xargs -rn1 basename | cut -d- -f1 | sort -u)
+    carried=$(ls bench/wheels/*.whl 2>/dev/null | xargs -rn1 basename | cut -d- -f1 | sort -u)
     missing=()
-    for name in $wanted; do
+    for name in $carried; do
         "$PY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$name" 2>/dev/null \
             || missing+=("$name")
     done
@@ -55,6 +57,9 @@ export PYTHONUNBUFFERED=1
 CHAOS=("$PY" -m harness.cli)
 say "python $PY"
 "$PY" bench/gpu_preflight.py "$OUT" || say "the preflight exited $?"
+wanted() {  # GPU_CHECK_PARTS="tests gpu_hang ..." runs only those parts (a rerun); unset: every part
+    [ -z "${GPU_CHECK_PARTS:-}" ] || [[ " $GPU_CHECK_PARTS " == *" $1 "* ]]
+}
 ok() { "$PY" -c "import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))[sys.argv[2]]['ok'] else 1)" \
            "$OUT/preflight.json" "$1" 2>/dev/null; }
 GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
@@ -97,30 +102,48 @@ PYEOF
     grep -h "gpu_hang .*a kernel spins" "$run"/trials/*/logs/* 2>/dev/null | head -3
 }
 
+netem_tests() {  # the kernel's netem where it has one (this VM's has not): its tests, capped
+    wanted netem && ok netem || return 0
+    say "the tests marked requires_netem (at most 120 s)"
+    timeout --kill-after=10 120 "$PY" -m pytest -q -p no:cacheprovider -m requires_netem -rs tests/chaos \
+        || say "the requires_netem tests exited $?"
+}
+
 RETRY="  retry: {timeout: 5s, max_retries: 3, backoff_base: 1s, backoff_cap: 8s}"
 ISOLATION="  isolation: {timeout: 5s, max_retries: 1, backoff_base: 1s, backoff_cap: 2s}"
 if [ "$GPUS" = "0" ] || ! ok nvml; then
     say "no GPU visible to torch and NVML here: GPU behaviour NOT verified; the same machinery on the CPU instead"
     scenario cpu_kill local 4 cpu gloo "{kind: kill, target: {rank: 2}, start: 2s}" "  timeout: {timeout: 5s}"
     part cpu_kill 120
+    netem_tests
     say "done in $(( $(date +%s) - start )) s"
     exit 0
 fi
 
-timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/gpu || say "tests/gpu on the GPU exited $?"
-scenario gpu_hang local 16 cuda gloo "{kind: gpu_hang, target: {rank: 5}, start: 2s, duration: 10s}" \
+if wanted tests; then
+    say "the tests marked requires_gpu (at most 90 s)"
+    timeout 90 "$PY" -m pytest -q -p no:cacheprovider -m requires_gpu -rs \
+        tests/gpu tests/harness/test_fingerprint.py tests/harness/test_runner.py \
+        || say "the requires_gpu tests exited $?"
+fi
+wanted gpu_hang && scenario gpu_hang local 16 cuda gloo "{kind: gpu_hang, target: {rank: 5}, start: 2s, duration: 10s}" \
     "$RETRY
 $ISOLATION"
-part gpu_hang 125
-scenario gpu_kill local 16 cuda gloo "{kind: kill, target: {rank: 5}, start: 2s}" "  timeout: {timeout: 5s}"
-part gpu_kill 70
-if [ "$GPUS" -ge 2 ]; then
+wanted gpu_hang && part gpu_hang 125
+wanted gpu_kill && scenario gpu_kill local 16 cuda gloo "{kind: kill, target: {rank: 5}, start: 2s}" "  timeout: {timeout: 5s}"
+wanted gpu_kill && part gpu_kill 70
+if ! wanted nccl; then
+    :
+elif [ "$GPUS" -ge 2 ]; then
     scenario nccl local "$GPUS" cuda nccl "{kind: kill, target: {rank: 1}, start: 2s}" "  timeout: {timeout: 5s}"
     part nccl 80
 else
-    say "NCCL group skipped: $GPUS GPU; a group needs 2 ranks and NCCL refuses two ranks on one GPU"
+    say "NCCL group of two ranks skipped: 1 GPU; NCCL's own one-GPU checks instead (at most 150 s)"
+    timeout --kill-after=10 150 "$PY" bench/gpu_nccl_one.py "$OUT" || say "gpu_nccl_one exited $?"
 fi
-if ok "backend netns"; then
+if ! wanted gloo_cuda_link; then
+    :
+elif ok "backend netns"; then
     scenario gloo_cuda_link netns 16 cuda gloo "{kind: link_down, target: {rank: 5}, start: 2s, duration: 10s}" \
         "$RETRY
 $ISOLATION"
@@ -128,4 +151,5 @@ $ISOLATION"
 else
     say "link-down part skipped: the netns backend cannot run here ($(grep -o '"backend netns".*' "$OUT/preflight.json" | head -1))"
 fi
+netem_tests
 say "done in $(( $(date +%s) - start )) s"

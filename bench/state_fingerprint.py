@@ -1,6 +1,6 @@
 """What a state fingerprint (harness.job.fingerprint) costs a training step, side by side.
 
-    .venv/bin/python bench/state_fingerprint.py [--ranks 16] [--steps 100] [--out FILE.json]
+    .venv/bin/python bench/state_fingerprint.py [--ranks 16] [--steps 100] [--device cuda] [--out FILE.json]
 
 `--ranks` real ranks on loopback (default 16, as the harness's job), one gloo group, each
 step a real all-reduce. Per workload, interleaved
@@ -9,6 +9,8 @@ alike: the median over ranks and steps of a training step alone (off), of the st
 state event's fingerprints (on: parameters and optimizer state, as the runner and the step
 hook record them), of the fingerprints alone, and that as a share of the step without
 them. (The difference between on and off is within the noise of ranks sharing two cores.)
+`--device cuda`: models, batches and the fingerprints on the GPU (rank r on GPU r % count;
+gloo carries the CUDA tensors), each step synchronised before it is timed.
 
   builtin     harness.job.workload at its defaults (the MLP every scenario trains)
   train_ddp   examples/train_ddp.py's model under DistributedDataParallel with torch.optim.SGD
@@ -42,10 +44,16 @@ from harness.job.workload import Workload  # noqa: E402
 
 
 Pair = tuple[Callable[[], None], Callable[[], None]]  # (one training step, its fingerprints)
+DEVICE = torch.device("cpu")  # the rank's (rank_main)
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def builtin(rank: int, world: int) -> Pair:
-    workload = Workload(WorkloadSpec(), seed=1, rank=rank)
+    workload = Workload(WorkloadSpec(), seed=1, rank=rank, device=DEVICE)
 
     def reduce(flat: torch.Tensor) -> None:
         dist.all_reduce(flat)
@@ -59,24 +67,26 @@ def with_ddp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, features:
     data = torch.Generator().manual_seed(rank)
 
     def step() -> None:
-        x = torch.randn(batch, features, generator=data)
-        loss = torch.nn.functional.cross_entropy(ddp(x), torch.randint(0, classes, (batch,), generator=data))
+        x = torch.randn(batch, features, generator=data).to(DEVICE)
+        labels = torch.randint(0, classes, (batch,), generator=data).to(DEVICE)
+        loss = torch.nn.functional.cross_entropy(ddp(x), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        synchronize()
 
     return step, lambda: (fingerprint(tensors_of(optimizer)), fingerprint(optimizer_tensors(optimizer)))
 
 
 def train_ddp(rank: int, world: int) -> Pair:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(DEVICE)
     return with_ddp(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 64, 10, 32, rank)
 
 
 def large(rank: int, world: int) -> Pair:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024)).to(DEVICE)
     return with_ddp(model, torch.optim.Adam(model.parameters(), lr=1e-4), 1024, 1024, 32, rank)
 
 
@@ -107,8 +117,12 @@ def pairs(make: Callable[[int, int], Pair], rank: int, world: int, steps: int
     return plain, with_state, alone
 
 
-def rank_main(rank: int, world: int, port: int, steps: int) -> None:
+def rank_main(rank: int, world: int, port: int, steps: int, device: str) -> None:
     """One rank: every workload, one JSON line of its seconds on stdout."""
+    global DEVICE
+    if device == "cuda":
+        DEVICE = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)  # as a rank runs
     store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=120))
@@ -129,18 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=16, help="ranks on loopback (default 16)")
     parser.add_argument("--steps", type=int, default=100, help="step pairs per workload (default 100; large: a tenth)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where models, batches and fingerprints live (default cpu)")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank is not None:
-        rank_main(args.rank, args.ranks, args.port, args.steps)
+        rank_main(args.rank, args.ranks, args.port, args.steps, args.device)
         return 0
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, args.ranks, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=120))
     ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--ranks", str(args.ranks), "--port",
-                               str(port), "--steps", str(args.steps)], stdout=subprocess.PIPE, text=True)
+                               str(port), "--steps", str(args.steps), "--device", args.device], stdout=subprocess.PIPE, text=True)
              for r in range(args.ranks)]
     try:
         outputs = [json.loads(rank.communicate(timeout=1800)[0].strip().splitlines()[-1]) for rank in ranks]
@@ -160,11 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<10} {f['step_ms']:>8.2f}ms {f['step_with_state_ms']:>8.2f}ms {f['state_ms']:>7.3f}ms "
               f"{100 * f['share']:>9.2f}%  {n}")
     machine = f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    if args.device == "cuda":
+        machine += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     command = " ".join(["bench/state_fingerprint.py", *(sys.argv[1:] if argv is None else argv)])
-    print(f"{args.ranks} ranks on loopback, one thread each; medians over ranks and interleaved step pairs; "
+    print(f"{args.ranks} ranks on loopback, one thread each, on the {args.device}; medians over ranks and interleaved step pairs; "
           f"machine: {machine}")
     if args.out:
         args.out.write_text(json.dumps({"command": command, "machine": machine, "ranks": args.ranks,
+                                        "device": args.device,
                                         "date": time.strftime("%Y-%m-%d"), "figures": figures}, indent=1))
     return 0
 

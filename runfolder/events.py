@@ -128,7 +128,7 @@ EXIT = _kind("exit", RANK, ("reason", "code"),
              optional=("error",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (harness.cluster.classify; t: when it "
-                   "arrived); cause: watchdog | agent | timeout | reset | closed | nccl")
+                   "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
 # -- written by the harness ---------------------------------------------------------------
 TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backend", "hang_cap"),
                     "the trial began")

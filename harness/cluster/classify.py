@@ -7,7 +7,8 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
     timeout    a collective, a store or a rendezvous timed out (gloo, NCCL, TCPStore, c10d)
     reset      a connection reset by the peer, a broken pipe
     closed     a connection closed by the peer or refused, a peer process gone
-    nccl       any other NCCL error (a remote process exited or a network error)
+    nccl       any other NCCL error (a remote process exited, a network error, two ranks on one GPU)
+    cuda       a CUDA error (a device-side assert, out of memory) that no NCCL line explains
     agent      the torchrun agent saw a worker fail, restarts its worker group or gives up
 
 The order matters: a watchdog line also says "timeout"; the rules are tried top-down. A
@@ -27,7 +28,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
     ("reset", r"connection reset|broken pipe"),
     ("closed", r"connection closed|connection refused|failed to recv, got 0 bytes"
                r"|remote process exited|connection was likely closed"),
-    ("nccl", r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError"),
+    ("nccl", r"NCCL error|ncclSystemError|ncclRemoteError|ncclInternalError|ncclInvalidUsage"
+             r"|ncclUnhandledCudaError|Duplicate GPU detected"),
+    ("cuda", r"CUDA error:|CUDA out of memory|AcceleratorError"),
 ))
 
 

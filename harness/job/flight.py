@@ -22,7 +22,7 @@ import pickle
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -32,20 +32,30 @@ from runfolder.layout import flight_file
 FIELDS = ("pg_id", "collective_seq_id", "profiling_name", "input_sizes", "time_created_ns")
 
 
-def _dump_trace() -> Any:
-    return getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
+def _dump_traces() -> list[Callable[..., bytes]]:
+    """The dumps of this process's recorders: the CPU one (gloo) and, in a CUDA build,
+    NCCL's, which is a recorder of its own: on the first GPU run (torch 2.11.0+cu130) a
+    NCCL group's collectives were in NCCL's alone and the CPU one had none of them."""
+    c10d = torch._C._distributed_c10d
+    return [dump for dump in (getattr(c10d, name, None) for name in ("_dump_fr_trace", "_dump_nccl_trace"))
+            if dump is not None]
 
 
 def available() -> bool:
-    return _dump_trace() is not None
+    return bool(_dump_traces())
 
 
 def entries() -> dict[str, Any]:
-    """This process's flight recorder: its entries (the fields above) and each group's status."""
-    # without stack traces: symbolising them took ~1 s a dump (20 entries, torch 2.13)
-    trace = pickle.loads(_dump_trace()(includeCollectives=True, includeStackTraces=False))
-    return {"entries": [{k: e.get(k) for k in FIELDS} for e in trace.get("entries", [])],
-            "pg_status": trace.get("pg_status", {})}
+    """This process's flight recorders: their entries (the fields above) and each group's
+    status (group ids are the process's own, whichever recorder holds the group)."""
+    found: list[dict[str, Any]] = []
+    status: dict[str, Any] = {}
+    for dump_trace in _dump_traces():
+        # without stack traces: symbolising them took ~1 s a dump (20 entries, torch 2.13)
+        trace = pickle.loads(dump_trace(includeCollectives=True, includeStackTraces=False))
+        found += [{k: e.get(k) for k in FIELDS} for e in trace.get("entries", [])]
+        status.update(trace.get("pg_status", {}))
+    return {"entries": found, "pg_status": status}
 
 
 def dump(trial_dir: Path, rank: int) -> None:

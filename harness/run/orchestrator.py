@@ -36,6 +36,7 @@ from chaos.cmdfile import CommandFile
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
+from chaos.mechanism import Mechanism
 from harness import signals
 from harness.cluster.api import Backend, Cluster, ClusterSpec
 from harness.cluster.backends import undo_table
@@ -131,6 +132,16 @@ class TrialResult:
     seconds: float
 
 
+def trial_mechanisms(backend: Backend, cluster: Cluster, trial_dir: Path) -> dict[str, Mechanism]:
+    """Per fault kind, the mechanism a trial injects with: the probed defaults where the
+    backend has links (probing needs root), the cluster's own over them, and last the
+    trial's own delivery of gpu_hang (its command file in this trial's folder), which no
+    backend's default can know."""
+    return {**(default_mechanisms() if backend.traits.network_faults else {}), **cluster.mechanisms(),
+            "gpu_hang": CommandFile(commands_dir(trial_dir))}
+
+
+
 class Trial:
     """One scenario under one policy: executes its plan on a fresh cluster.
 
@@ -151,9 +162,7 @@ class Trial:
         self.progress = progress
         # a backend without links gets no probe (it needs root): its cluster's own mechanisms
         self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
-            ledger, {**(default_mechanisms() if backend.traits.network_faults else {}),
-                     "gpu_hang": CommandFile(commands_dir(trial_dir)), **cluster.mechanisms()},
-            hosts=cluster.hosts, undos=undo_table()))
+            ledger, trial_mechanisms(backend, cluster, trial_dir), hosts=cluster.hosts, undos=undo_table()))
         self.clock = clock
         self.sleep = sleep
         self.state_dir = state_dir

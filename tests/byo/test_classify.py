@@ -3,9 +3,12 @@
 tests/byo/recorded/*.log are the whole output of `torchrun --nproc-per-node 2` running
 recorded/collective_script.py with torch 2.13 (CPU, gloo): `timeout` (rank 1 sleeps past a
 3 s process-group timeout) and `exit` with --max-restarts 1 (rank 1 exits with code 3; the
-agent restarts the group, whose re-formation times out connecting). No NCCL output could be
-recorded on these machines (no GPU): the NCCL lines below are PyTorch's messages as its
-source writes them, marked as such. gloo_peer_killed_netns.log is rank 0's log of
+agent restarts the group, whose re-formation times out connecting). The NCCL lines of
+test_nccl_messages are PyTorch's messages as its source writes them, marked as such: a
+NCCL group's failures need two GPUs. nccl_duplicate_gpu_h200.log and
+cuda_device_assert_h200.log were recorded on the first GPU run (one H200, torch
+2.11.0+cu130, NCCL 2.28.9; bench/gpu_nccl_one.py): the lines of two NCCL ranks put on one
+GPU and of an out-of-range index on the GPU that name an error, NCCL or CUDA. gloo_peer_killed_netns.log is rank 0's log of
 examples/train_ddp.py on 2 namespace hosts when rank 1 was killed (tests/byo/test_user_job_netns.py);
 gloo_peer_reset_netns_16.log rank 6's of scenarios/byo_kill.yaml (16 hosts, rank 5 killed);
 torchrun_restarts_exhausted_netns_16.log rank 0's agent and worker under byo_link_down.yaml's
@@ -64,6 +67,18 @@ def test_torchrun_restarts_exhausted_recorded():
     assert causes[-1] == "agent" and found[-1][1].endswith("RendezvousClosedError")
     assert sum("failed (exitcode: 1) local_rank: 0" in line for _, line in found) == 2
     assert "closed" in causes  # restarted groups failing to connect
+
+
+def test_nccl_two_ranks_on_one_gpu_recorded():
+    # recorded on the first GPU run (H200, torch 2.11.0+cu130, NCCL 2.28.9): bench/gpu_nccl_one.py
+    found = classified("nccl_duplicate_gpu_h200.log")
+    assert [cause for cause, _ in found] == ["nccl"] * 4
+    assert "invalid usage" in found[1][1] and found[2][1].startswith("[rank0]: ncclInvalidUsage")
+
+
+def test_cuda_device_assert_recorded():
+    found = classified("cuda_device_assert_h200.log")
+    assert found == [("cuda", "torch.AcceleratorError: CUDA error: device-side assert triggered")]
 
 
 def test_ordinary_lines_are_not_errors():

@@ -23,7 +23,8 @@ from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 from harness.cluster.docker.template import RankTemplate
 from harness.job.device import choose
-from harness.job.gpufault import CALIBRATION_CYCLES, HangWatcher, command_file, commands_dir, spin_kernel
+from harness.job.gpufault import (CALIBRATION_CYCLES, HangWatcher, command_file, commands_dir, cycles_per_second,
+                                  spin_kernel)
 from harness.run.gpumem import GpuRelease
 from harness.run.plan import placement_problem
 from harness.run.scenario import load_scenario
@@ -113,6 +114,21 @@ def test_without_a_trial_folder_the_command_is_refused() -> None:
         CommandFile(None).apply(GpuHang(duration=1.0), HOST, Ledger("gh0003", Path("/nonexistent")))
 
 
+@pytest.mark.parametrize("backend", ["local", "netns"])
+def test_a_trial_delivers_gpu_hang_into_its_own_folder_on_every_backend(tmp_path: Path, backend: str) -> None:
+    # the local cluster's process mechanisms include a gpu_hang without a folder: the
+    # trial's own must win (on the first GPU run the local backend's gpu_hang was refused)
+    from harness.cluster.backends import backend_class
+    from harness.cluster.local import LocalCluster
+    from harness.run.orchestrator import trial_mechanisms
+
+    class Cluster:
+        mechanisms = LocalCluster.mechanisms if backend == "local" else lambda self: {}
+    chosen = trial_mechanisms(backend_class(backend), Cluster(), tmp_path / "trial")
+    chosen["gpu_hang"].apply(GpuHang(duration=2.0), HOST, Ledger("gh0004", tmp_path / "state"))
+    assert command_path(commands_dir(tmp_path / "trial"), HOST.name, "gpu_hang").exists()
+
+
 # -- the rank's watcher -----------------------------------------------------------------------
 
 def write_command(path: Path, id: str, until: float) -> None:
@@ -161,7 +177,9 @@ def test_the_watcher_thread_plays_a_command_written_while_it_runs(tmp_path: Path
 class FakeCuda:
     """torch.cuda as spin_kernel uses it: events time the calibration spin."""
 
-    def __init__(self, calibration_ms: float) -> None:
+    def __init__(self, calibration_ms: float | list[float]) -> None:
+        # one timing for every calibration spin, or one each in turn
+        self.timings = calibration_ms if isinstance(calibration_ms, list) else None
         self.calibration_ms = calibration_ms
         self.sleeps: list[tuple[object, int]] = []
         self.current: object = None
@@ -193,14 +211,22 @@ class FakeCuda:
         pass
 
     def elapsed_time(self, end: object) -> float:
-        return self.calibration_ms
+        return self.timings.pop(0) if self.timings is not None else self.calibration_ms
 
 
 def test_cycles_come_from_the_rate_measured_on_the_training_stream() -> None:
     cuda = FakeCuda(calibration_ms=CALIBRATION_CYCLES / 1.8e9 * 1e3)  # a GPU at 1.8 GHz under load
     spin = spin_kernel("training-stream", cuda)
     spin(2.5)
-    assert cuda.sleeps == [("training-stream", CALIBRATION_CYCLES), ("training-stream", round(2.5 * 1.8e9))]
+    assert cuda.sleeps == [("training-stream", CALIBRATION_CYCLES)] * 2 + [("training-stream", round(2.5 * 1.8e9))]
+
+
+def test_the_rate_is_the_one_the_clock_reaches_under_load() -> None:
+    # an idle GPU's clock rises while the first timings run (345 MHz idle, 1980 MHz under
+    # load on the first GPU run): a rate from the first timing made a 1.0 s spin last 0.73 s
+    cuda = FakeCuda(calibration_ms=[CALIBRATION_CYCLES / hz * 1e3 for hz in (0.4e9, 1.5e9, 1.98e9, 1.97e9)])
+    assert cycles_per_second("s", cuda) == pytest.approx(1.98e9)
+    assert len(cuda.sleeps) == 4  # stopped once two timings agreed
 
 
 @pytest.mark.requires_gpu

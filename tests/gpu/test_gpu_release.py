@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.job.device import gpu_memory_by_pid
+from harness.job.runner import free_accelerator_memory
 from harness.run.gpumem import RELEASE_BAR_BYTES, GpuRelease
 from reports.metrics import _gpu_release_columns
 
@@ -64,13 +65,13 @@ def test_the_report_takes_the_slowest_rank_and_judges_it_against_50_s() -> None:
 
 
 @pytest.mark.requires_gpu
-def test_nvml_sees_what_this_process_holds_and_that_empty_cache_gives_it_back() -> None:
+def test_nvml_sees_what_this_process_holds_and_that_the_release_gives_it_back() -> None:
     import os
     block = torch.empty(GB, dtype=torch.uint8, device="cuda")
     assert gpu_memory_by_pid()[os.getpid()] >= GB
     del block
-    torch.cuda.empty_cache()
-    assert torch.cuda.memory_reserved() == 0
+    free_accelerator_memory()  # cuBLAS's workspaces too, which earlier tests' matmuls took
+    assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() < 2 << 20  # live tensors' segments only
 
 
 def test_an_exit_by_sigabrt_is_a_crash_by_abort() -> None:

@@ -64,3 +64,23 @@ def test_a_rank_that_did_not_enter_the_collective_is_named(tmp_path):
             p.wait()
             p.stdout.close()
         del store
+
+
+def test_nccl_s_recorder_is_read_beside_the_cpu_one(monkeypatch):
+    # A CUDA build keeps NCCL's collectives in a recorder of its own (_dump_nccl_trace): on
+    # the first GPU run the CPU recorder held none of a NCCL group's. Its dump is faked here
+    # (a CPU build has none); the real one is read by bench/gpu_nccl_one.py on a GPU.
+    import pickle
+
+    import torch
+
+    from harness.job import flight
+    nccl = {"entries": [{"pg_id": 1, "collective_seq_id": 3, "profiling_name": "nccl:all_reduce",
+                         "input_sizes": [[8]], "time_created_ns": 5, "state": "completed"}],
+            "pg_status": {"1": {"last_enqueued_collective": 3}}}
+    monkeypatch.setattr(torch._C._distributed_c10d, "_dump_nccl_trace",
+                        lambda includeCollectives, includeStackTraces: pickle.dumps(nccl), raising=False)
+    got = flight.entries()
+    assert got["entries"][-1] == {"pg_id": 1, "collective_seq_id": 3, "profiling_name": "nccl:all_reduce",
+                                  "input_sizes": [[8]], "time_created_ns": 5}
+    assert got["pg_status"]["1"] == {"last_enqueued_collective": 3}
