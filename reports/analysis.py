@@ -14,7 +14,7 @@ import pandas as pd
 from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
-from reports.stuck import read_flight, read_stacks, stuck_summary
+from reports.stuck import detect_summary, read_flight, read_stacks, stuck_summary
 from reports.trajectory import check_trajectory, read_reference
 
 
@@ -28,6 +28,7 @@ def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     records = trial.events.to_dict("records")
     metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), records, trial.info.plan.ranks, t0,
                                         read_flight(trial.path))
+    metrics["at_detect"] = detect_summary(trial.path, records, trial.info.plan.ranks, t0)
     trajectory = check_trajectory(records, read_reference(run.path) if trial.info.plan.job is None else None)
     metrics["trajectory"], metrics["trajectory_detail"] = trajectory.verdict, trajectory.detail
     expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None

@@ -111,7 +111,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from runfolder.events import (JOB_OUTPUT, BREAKER_OPEN, CLUSTER_UP, COLLECTIVE_ERROR, EXCLUDE, EXIT, FAULT_APPLIED,
+from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
@@ -120,7 +120,6 @@ from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
 
 NAN = float("nan")
-DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 POLICY_EXIT_REASONS = ("failed-fast", "retries-exhausted", "isolated")
 GPU_RELEASE_BAR_S = 50.0
 # SIGABRT: NCCL's watchdog tore the process down (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from runfolder.layout import FLIGHT_DIR, STACKS_DIR, STACKS_INDEX
+from runfolder.events import AT_CAP
+from runfolder.layout import FLIGHT_DIR, STACKS_INDEX, stacks_dir
 
 INNERMOST = 2            # frames that say where a process waits
 # not the job's own code: the standard library, installed packages, and the harness's edge to
@@ -72,9 +73,10 @@ def _main_thread(threads: list[Mapping[str, Any]], pid: int) -> tuple[dict[str, 
     return tuple(threads[0].get("frames") or ()) if threads else ()
 
 
-def read_stacks(trial_dir: Path) -> list[Process] | None:
-    """The trial's dumped processes; None when it has no stacks/ (nothing was captured)."""
-    index_file = Path(trial_dir) / STACKS_DIR / STACKS_INDEX
+def read_stacks(trial_dir: Path, detect_of: int | None = None) -> list[Process] | None:
+    """The trial's dumped processes at the hang cap, or at fault `detect_of`'s first
+    detection; None when that capture was not taken."""
+    index_file = stacks_dir(trial_dir, detect_of) / STACKS_INDEX
     if not index_file.is_file():
         return None
     found = []
@@ -126,7 +128,7 @@ def gone_text(events: Iterable[Mapping[str, Any]], ranks: int, t0: float) -> lis
     """Ranks whose process ended before the capture, with what ended it (the fault's time
     after t0: the first fault's start)."""
     events = list(events)
-    captured = [float(e["t"]) for e in events if e.get("kind") == "stacks_captured"]
+    captured = [float(e["t"]) for e in events if e.get("kind") == "stacks_captured" and e.get("reason") in AT_CAP]
     until = captured[0] if captured else math.inf
     faults = [e for e in events if e.get("kind") == "fault_applied"]
     found = []
@@ -193,6 +195,28 @@ def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str,
     if processes is None:
         return ""
     events = list(events)
+    captured = next((e for e in events if e.get("kind") == "stacks_captured" and e.get("reason") in AT_CAP), {})
+    asked = [int(r) for r in captured.get("flight") or ()] if isinstance(captured.get("flight"), list) else []
+    recorded = flight_text(flight or {}, asked)
+    return "; ".join(_groups_text(processes, ranks) + gone_text(events, ranks, t0) + ([recorded] if recorded else []))
+
+
+def detect_summary(trial_dir: Path, events: Iterable[Mapping[str, Any]], ranks: int, t0: float = 0.0) -> str:
+    """Where the processes were at each fault's first detection (stacks/detect-<i>/), one
+    clause per fault: "at fault 0's first detection (+5.2 s): 15 ranks in ...". "" when
+    none was taken."""
+    parts = []
+    for e in sorted((e for e in events if e.get("kind") == "stacks_captured" and e.get("reason") == "detect"
+                     and e.get("fault") is not None and not _nan(e.get("fault"))), key=lambda e: int(e["fault"])):
+        processes = read_stacks(trial_dir, int(e["fault"]))
+        if processes:
+            read_at = float(e["t"]) - float(e.get("secs") or 0.0) - t0
+            parts.append(f"at fault {int(e['fault'])}'s first detection ({read_at:+.1f} s): "
+                         + "; ".join(_groups_text(processes, ranks)))
+    return " | ".join(parts)
+
+
+def _groups_text(processes: list[Process], ranks: int) -> list[str]:
     groups: dict[tuple[str, str], list[int]] = {}
     for process in processes:
         groups.setdefault((process.role, where(process, ranks)), []).append(process.rank)
@@ -202,7 +226,4 @@ def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str,
         noun = {"rank": "rank", "torchrun agent": "torchrun agent", "worker": "worker",
                 "process": "process"}[role] + ("" if count == 1 else ("es" if role == "process" else "s"))
         parts.append(f"{count} {noun} {place} (ranks {_ranks_text(members)})")
-    captured = next((e for e in events if e.get("kind") == "stacks_captured"), {})
-    asked = [int(r) for r in captured.get("flight") or ()] if isinstance(captured.get("flight"), list) else []
-    recorded = flight_text(flight or {}, asked)
-    return "; ".join(parts + gone_text(events, ranks, t0) + ([recorded] if recorded else []))
+    return parts

@@ -30,6 +30,7 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),
     ("trajectory_detail", "trajectory: what it rests on"),
     ("stuck_in", "stuck in, at the hang cap (reports.stuck)"),
+    ("at_detect", "where the processes were at each fault's first detection (reports.stuck)"),
     ("ttd_s", "time to detect, first rank (s)"),
     ("detect_first_rank", "first rank to detect"),
     ("ttd_median_s", "time to detect, median rank (s)"),

@@ -129,6 +129,8 @@ EXIT = _kind("exit", RANK, ("reason", "code"),
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (harness.cluster.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
+# what says a rank saw a fault: the time to detect counts from these (reports.metrics)
+DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 # -- written by the harness ---------------------------------------------------------------
 TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backend", "hang_cap"),
                     "the trial began")
@@ -181,9 +183,12 @@ MACHINE_STEAL = _kind("machine_steal", HARNESS, ("steal_s", "cpus", "secs"),
 STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dumped", "secs"),
                         "every process of every live rank host was dumped (py-spy) into the trial's "
                         "stacks/ folder: reason hung | cap (the hang cap, after everything measured "
-                        "was recorded); dumped of processes; secs it took; flight: the ranks asked for "
-                        "their flight recorder (harness.job.flight: those that answered wrote flight/rNNN.json)",
-                        optional=("flight",))
+                        "was recorded), or detect (at fault `fault`'s first detection, into "
+                        "stacks/detect-<fault>/, no process paused; t: when the dumps ended); dumped of "
+                        "processes; secs it took; flight (at the cap): the ranks asked for their flight "
+                        "recorder (harness.job.flight: those that answered wrote flight/rNNN.json)",
+                        optional=("flight", "fault"))
+AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "
                   "observed: ranks still running hang_cap after the last fault action)")

@@ -29,6 +29,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   8   a user's job in the plan gains `start` and `preload` (harness.cluster.preload; a version
       1-7 job was exec'd), and a process's first `step` gains `cpu_s`, the CPU seconds it used
       to get there (a version 1-7 step reads as one where they were not counted)
+  9   a trial's plan gains `stacks_at_detect`, and its stacks/detect-<i>/ where every live
+      process was at fault i's first detection (`stacks_captured` reason detect, with its
+      fault); a version 1-8 trial reads as one where none were taken
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

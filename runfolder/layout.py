@@ -33,7 +33,8 @@ LOGS_DIR = "logs"
 TORCHRUN_LOGS_DIR = "torchrun"  # under LOGS_DIR
 CHECKPOINT_DIR = "ckpt"
 STACKS_DIR = "stacks"
-STACKS_INDEX = "index.json"  # in STACKS_DIR
+STACKS_INDEX = "index.json"  # in every stacks folder
+STACKS_AT_DETECT = "detect-{index}"  # in STACKS_DIR: at fault `index`'s first detection
 FLIGHT_DIR = "flight"        # harness.job.flight writes rNNN.json there
 METRICS_FILE = "metrics.csv"
 REPORT_MARKDOWN = "report.md"
@@ -52,6 +53,13 @@ def trial_dirs(run_dir: Path) -> list[Path]:
     between the two) is a trial that never began, not a broken run."""
     trials = Path(run_dir) / TRIALS_DIR
     return sorted(p for p in trials.iterdir() if (p / TRIAL_FILE).is_file()) if trials.is_dir() else []
+
+
+def stacks_dir(trial_dir: Path, detect_of: int | None = None) -> Path:
+    """Where a trial's stacks are: at the hang cap (stacks/), or at the first detection of
+    fault `detect_of` (stacks/detect-<index>/)."""
+    folder = Path(trial_dir) / STACKS_DIR
+    return folder if detect_of is None else folder / STACKS_AT_DETECT.format(index=detect_of)
 
 
 def flight_file(trial_dir: Path, rank: int) -> Path:

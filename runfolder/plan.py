@@ -95,6 +95,9 @@ class TrialPlan:
     # Every host's own net.* settings (scenario cluster.sysctls, chaos.sysctl); absent from
     # trial.json written before it, and None: the kernel's defaults.
     sysctls: dict[str, str] | None = None
+    # Every live process's stacks at each fault's first detection (stacks/detect-<i>/);
+    # absent from trial.json written before it: False, none were taken.
+    stacks_at_detect: bool = False
 
     @property
     def last_action_s(self) -> float:

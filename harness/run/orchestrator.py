@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import secrets
 import shlex
@@ -60,6 +61,7 @@ from runfolder.layout import (CHECKPOINT_DIR, LOGS_DIR, REFERENCE_FILE, REFERENC
 from runfolder.plan import APPLY, REVERT, Action
 
 POLL_S = 0.05
+STACKS_AT_DETECT_DEADLINE_S = 30.0  # for the captures at detection still running when a trial ends
 STOP_DEADLINE_S = 3.0
 DEAD_MAN_MARGIN_S = 5.0
 
@@ -82,6 +84,7 @@ class Monitor:
     breakers: dict[int, float] = field(default_factory=dict)   # rank -> its breaker_open t
     errors: int = 0
     exited: set[int] = field(default_factory=set)
+    detections: list[float] = field(default_factory=list)  # t of every rank's detection event
 
     def poll(self) -> None:
         events, self.offset = read_events(self.path, self.offset)
@@ -99,6 +102,8 @@ class Monitor:
                 self.breakers.setdefault(rank, ev["t"])
             elif ev["kind"] == kinds.COLLECTIVE_ERROR:
                 self.errors += 1
+            if ev["kind"] in kinds.DETECTION_KINDS:
+                self.detections.append(ev["t"])
 
     def mark(self) -> None:
         self.steps_since = {}
@@ -227,6 +232,8 @@ class Trial:
                                       ledger, launchers)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
+            at_detection = stacks.AtDetection(self.trial_dir, functools.partial(self._captured, recorder, "detect"))
+            teardown.callback(at_detection.join, STACKS_AT_DETECT_DEADLINE_S)  # before the ranks stop
             up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
             teardown.callback(self._count_drops, cluster, recorder, cluster.backlog_drops(), up)
             teardown.callback(self._count_steal, recorder, machine_speed.steal_s(), up)
@@ -239,7 +246,8 @@ class Trial:
                               per_host=plan.job["nproc_per_host"] if plan.job else 1)
             steps_observed = self._warm_up(cluster, monitor, recorder, up)
             faults = teardown.enter_context(contextlib.ExitStack())
-            end[0] = self._observe(cluster, monitor, recorder, ledger, faults, steps_observed)
+            end[0] = self._observe(cluster, monitor, recorder, ledger, faults, steps_observed,
+                                   at_detection if plan.stacks_at_detect else None)
         seconds = self.clock() - started
         self._say(f"done: {end[0]} after {seconds:.1f} s")
         return TrialResult(plan.policy, self.trial_dir, end[0], seconds)
@@ -309,7 +317,8 @@ class Trial:
         return True
 
     def _observe(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
-                 ledger: Ledger, faults: contextlib.ExitStack, steps_observed: bool) -> str:
+                 ledger: Ledger, faults: contextlib.ExitStack, steps_observed: bool,
+                 at_detection: stacks.AtDetection | None) -> str:
         plan = self.plan
         injector = self.make_injector(ledger, cluster)
         t_warm = self.clock()
@@ -332,12 +341,16 @@ class Trial:
                                           on_phase_s(action, pending), traffic.applying(action))
                     if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                         gpu.killed(pids, applied.t_applied)
+                    if at_detection is not None:
+                        at_detection.armed(action.index, applied.t_applied)
                     traffic.applied(action)
                     faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
                 else:
                     self._revert(action.index, outstanding, recorder, traffic)
                 monitor.mark()
             monitor.poll()
+            if at_detection is not None:
+                at_detection.poll(monitor.detections, lambda: self._live_pids(cluster, monitor))
             for rank, breaker_t, held in gpu.poll(monitor.breakers, cluster.pid):
                 recorder.emit(kinds.GPU_MEMORY_RELEASED, rank=rank, breaker_t=breaker_t, held=held)
             for rank, pid, killed_t in gpu.freed():
@@ -374,19 +387,31 @@ class Trial:
             self.sleep(POLL_S)
             signals.check()
 
+    @staticmethod
+    def _live_pids(cluster: Cluster, monitor: Monitor) -> dict[int, int]:
+        return {rank: pid for rank in monitor.live if (pid := cluster.pid(rank)) is not None}
+
     def _capture_stacks(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, reason: str) -> None:
         """Where every live process is, now that every measured time is recorded."""
-        ranks = {rank: pid for rank in monitor.live if (pid := cluster.pid(rank)) is not None}
+        ranks = self._live_pids(cluster, monitor)
         index, secs = stacks.capture(ranks, self.trial_dir)
-        dumped = sum(entry.file is not None for entry in index)
         asked = stacks.recording_ranks(read_events(self.events_path)[0], ranks)
         answered = stacks.ask_flight_recorders(asked, self.trial_dir)
+        self._captured(recorder, reason, None, index, secs, asked=sorted(asked), answered=len(answered))
+
+    def _captured(self, recorder: EventRecorder, reason: str, fault: int | None, index: list[stacks.Dumped],
+                  secs: float, asked: list[int] | None = None, answered: int = 0) -> None:
+        """Record and say a capture: at the cap (fault None; the flight recorders `asked`),
+        or at fault `fault`'s first detection."""
+        dumped = sum(entry.file is not None for entry in index)
         recorder.emit(kinds.STACKS_CAPTURED, reason=reason, processes=len(index), dumped=dumped, secs=round(secs, 3),
-                      flight=sorted(asked))
+                      **({"flight": asked} if asked is not None else {}),
+                      **({"fault": fault} if fault is not None else {}))
         missing = next((entry.error for entry in index if entry.error), None)
-        self._say(f"stacks of {dumped}/{len(index)} processes in {secs:.1f} s"
+        when = f"at fault {fault}'s first detection: " if fault is not None else ""
+        self._say(f"{when}stacks of {dumped}/{len(index)} processes in {secs:.1f} s"
                   + (f" ({missing})" if missing else "")
-                  + (f"; flight recorders of {len(answered)}/{len(asked)} ranks" if asked else ""))
+                  + (f"; flight recorders of {answered}/{len(asked)} ranks" if asked else ""))
 
     def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
         """Samples around each fault on the network, the first as long before its apply as

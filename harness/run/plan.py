@@ -45,7 +45,7 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         seed=scenario.seed, warmup_steps=scenario.warmup_steps, settle_steps=scenario.settle_steps,
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
         actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job,
-        sysctls=dict(scenario.cluster.sysctls) or None)
+        sysctls=dict(scenario.cluster.sysctls) or None, stacks_at_detect=scenario.stacks_at_detect)
     return Plan(trial, tuple(e.fault for e in scenario.faults))
 
 

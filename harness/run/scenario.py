@@ -16,6 +16,7 @@
          pulses: {on_for: 2s, off_for: 4s}}            # flapping: on 2 s, off 4 s, ...
     hang_cap: 30s                       # no step and no policy action this long = hung
     settle_steps: 8                     # steps every live rank makes after the faults end
+    stacks_at_detect: true              # where every rank was at each fault's first detection
     policies:                           # the policies to compare, with overrides
       baseline: {}
       timeout: {timeout: 5s}
@@ -273,6 +274,9 @@ class Scenario(Frozen):
     faults: tuple[FaultEvent, ...] = ()
     hang_cap: Span = 60.0
     settle_steps: Annotated[int, Field(ge=1)] = 8
+    # py-spy reads every live process at each fault's first detection without pausing it
+    # (harness.run.stacks.AtDetection; bench/stacks_at_detect.py measures what it moves)
+    stacks_at_detect: bool = True
     policies: dict[str, dict[str, Any]] = Field(default_factory=lambda: {p: {} for p in POLICY_NAMES})
     expect: dict[str, Expectation] = {}
     job: JobSpec | None = None              # the user's own job instead of the harness's runner

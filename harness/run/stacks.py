@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ from typing import Callable
 from chaos import proc
 from harness.cluster.workers import SERVER_TITLE
 from harness.signals import DUMP_FLIGHT_RECORDER
-from runfolder.layout import STACKS_DIR, STACKS_INDEX, flight_file
+from runfolder.layout import STACKS_INDEX, flight_file, stacks_dir
 
 DUMP_DEADLINE_S = 10.0   # per process
 PARALLEL = 4              # dumps at once: each pauses its process for the read
@@ -60,8 +61,13 @@ def _command(pid: int) -> str:
     return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)[:300]
 
 
-def _dump(tool: str, pid: int, deadline_s: float, stopped: bool) -> tuple[list | None, str | None]:
-    argv = [tool, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] if stopped else [])]
+def _dump(tool: str, pid: int, deadline_s: float, nonblocking: bool, yielding: bool = False
+          ) -> tuple[list | None, str | None]:
+    """py-spy's dump of `pid` (`nonblocking`: without pausing it; `yielding`: at the lowest
+    CPU priority, so that ranks at work come first)."""
+    nice = shutil.which("nice") if yielding else None
+    argv = [*([nice, "-n", "19"] if nice else []), tool, "dump", "--pid", str(pid), "--json",
+            *(["--nonblocking"] if nonblocking else [])]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=deadline_s)
     except subprocess.TimeoutExpired:
@@ -110,10 +116,13 @@ def ask_flight_recorders(ranks: dict[int, int], trial_dir: Path, deadline_s: flo
 
 
 def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEADLINE_S,
-            clock: Callable[[], float] = time.monotonic) -> tuple[list[Dumped], float]:
-    """Dump every process of `ranks` (rank -> its live pid) into trial_dir/stacks; returns
-    the index and the seconds it took. Without py-spy every entry says so."""
-    folder = trial_dir / STACKS_DIR
+            clock: Callable[[], float] = time.monotonic, detect_of: int | None = None,
+            ) -> tuple[list[Dumped], float]:
+    """Dump every process of `ranks` (rank -> its live pid) into the trial's stacks folder
+    (runfolder.layout.stacks_dir: at the cap, or at fault `detect_of`'s first detection,
+    where no process is paused); returns the index and the seconds it took. Without py-spy
+    every entry says so."""
+    folder = stacks_dir(trial_dir, detect_of)
     folder.mkdir(parents=True, exist_ok=True)
     started = clock()
     tool = py_spy()
@@ -125,7 +134,9 @@ def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEA
         if tool is None:
             return Dumped(rank, pid, parent, command, None, "py-spy is not installed (pip install py-spy)")
         stopped = proc.state(pid) == "T"
-        threads, error = _dump(tool, pid, deadline_s, stopped)
+        # at a detection the ranks are recovering, and timed: neither pause them nor take their CPU
+        threads, error = _dump(tool, pid, deadline_s, nonblocking=stopped or detect_of is not None,
+                               yielding=detect_of is not None)
         if threads is None:
             return Dumped(rank, pid, parent, command, None, error, stopped)
         name = f"r{rank:03d}-{pid}.json"
@@ -136,3 +147,45 @@ def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEA
         index = list(pool.map(one, targets))
     (folder / STACKS_INDEX).write_text(json.dumps([asdict(d) for d in index], indent=1))
     return index, clock() - started
+
+
+class AtDetection:
+    """Stacks at each fault's first detection, read in the background while the trial goes
+    on: `armed(index, t)` when fault `index` is applied at t; `poll(detections, ranks)`
+    with the detections' times seen so far starts, for each armed fault that one follows,
+    a capture of the ranks (rank -> live pid) then (`--nonblocking`: no process is paused,
+    so what the ranks do next, and the times measured from it, does not wait for the read;
+    at the lowest CPU priority, so the ranks come first for the CPU);
+    `captured(index, entries, secs)` is called from that thread. `join` waits for them all
+    within a deadline (each dump has its own)."""
+
+    def __init__(self, trial_dir: Path, captured: Callable[[int, list[Dumped], float], None]) -> None:
+        self.trial_dir = trial_dir
+        self.captured = captured
+        self._armed: dict[int, float] = {}
+        self._done: set[int] = set()  # once per fault, a pulsed one too
+        self._threads: list[threading.Thread] = []
+
+    def armed(self, index: int, t_applied: float) -> None:
+        if index not in self._done:
+            self._armed.setdefault(index, t_applied)
+
+    def poll(self, detections: list[float], ranks: Callable[[], dict[int, int]]) -> None:
+        for index, t_applied in list(self._armed.items()):
+            if any(t >= t_applied for t in detections):
+                del self._armed[index]
+                self._done.add(index)
+                live = ranks()
+                thread = threading.Thread(target=self._capture, args=(index, live), daemon=True,
+                                          name=f"chaos-stacks-at-detect-{index}")
+                thread.start()
+                self._threads.append(thread)
+
+    def _capture(self, index: int, live: dict[int, int]) -> None:
+        entries, secs = capture(live, self.trial_dir, detect_of=index)
+        self.captured(index, entries, secs)
+
+    def join(self, deadline_s: float) -> None:
+        until = time.monotonic() + deadline_s
+        for thread in self._threads:
+            thread.join(max(0.0, until - time.monotonic()))

@@ -67,3 +67,26 @@ def test_without_py_spy_every_process_says_so(tmp_path, host, monkeypatch):
     assert len(index) == 2 and all(d.file is None and "py-spy is not installed" in d.error for d in index)
     summary = stuck_summary(read_stacks(tmp_path / "trial"), [], 1)
     assert summary.startswith("1 rank not dumped: py-spy is not installed (pip install py-spy) (ranks 0)"), summary
+
+
+def test_at_a_fault_s_first_detection_every_process_is_read_once_without_a_pause(tmp_path, host, monkeypatch):
+    from reports.stuck import detect_summary
+    read = []
+    dump = stacks._dump
+    monkeypatch.setattr(stacks, "_dump", lambda tool, pid, deadline_s, nonblocking, yielding: (
+        read.append((nonblocking, yielding)), dump(tool, pid, deadline_s, nonblocking, yielding))[1])
+    captured = []
+    at = stacks.AtDetection(tmp_path / "trial", lambda index, entries, secs: captured.append((index, entries, secs)))
+    at.poll([5.0], lambda: {3: host})  # a detection, but no fault armed
+    at.armed(0, 10.0)
+    at.poll([5.0], lambda: {3: host})  # before the fault: not its detection
+    at.poll([5.0, 12.0], lambda: {3: host})
+    at.armed(0, 20.0)  # a pulsed fault's next on-phase: once per fault
+    at.poll([5.0, 12.0, 21.0], lambda: {3: host})
+    at.join(stacks.DUMP_DEADLINE_S * 2)
+    assert [(index, [d.error for d in entries]) for index, entries, _ in captured] == [(0, [None, None])]
+    assert read == [(True, True)] * 2  # neither process paused for its read, nor its CPU taken
+    events = [{"kind": "stacks_captured", "reason": "detect", "fault": 0, "t": 14.0, "secs": captured[0][2]}]
+    summary = detect_summary(tmp_path / "trial", events, 4, t0=10.0)
+    assert summary.startswith("at fault 0's first detection (+") and "1 rank in host_waits" in summary, summary
+    assert read_stacks(tmp_path / "trial") is None  # the cap's folder is apart
