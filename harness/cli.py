@@ -14,6 +14,8 @@
     chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
     chaos nightly [PLAN.yaml] [--quick] [--repeat N] [--history DB] [--gate] [--out DIR]
                                              a night of repeated trials (docs/nightly.md)
+    chaos tune [SCENARIO.yaml] [--budget 15m] [--repeat N] [--dry-run]
+                                             the timeout and retries to use, measured (docs/tune.md)
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -203,6 +205,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return nightly_command(args, require_privileges)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from harness.run.tune import tune_command
+    return tune_command(args, require_privileges)
+
+
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
     """`chaos export k8s ...`: the target platform is a sub-subcommand (Kubernetes only, today)."""
     def add(parser: argparse.ArgumentParser) -> None:
@@ -257,6 +264,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                 _k8s_arguments("add_collect_arguments"), cmd_collect),
     "nightly": ("run a plan of scenarios x policies x repeats as one night: history, trends, gate",
                 _arguments_of("harness.run.nightly", "add_nightly_arguments"), cmd_nightly),
+    "tune": ("measure the job without faults, derive timeouts and retries, try them under faults, recommend",
+             _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
 }
 
 

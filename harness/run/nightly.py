@@ -311,8 +311,10 @@ class NightProgress:
     """The night's one progress line: trials done of the total, elapsed and ETA. The ETA is
     this invocation's seconds per trial times the trials left (unknown before the first cell)."""
 
-    def __init__(self, progress: Progress, total: int, done: int, clock: Callable[[], float]) -> None:
+    def __init__(self, progress: Progress, total: int, done: int, clock: Callable[[], float],
+                 label: str = "nightly") -> None:
         self.progress = progress
+        self.label = label
         self.total = total
         self.done = done
         self.resumed = done
@@ -331,12 +333,13 @@ class NightProgress:
                 f"ETA {'?' if eta is None else _duration(eta)}  {text}")
 
     def show(self, text: str) -> None:
-        self.progress.phase("nightly", self.line(text))
+        self.progress.phase(self.label, self.line(text))
 
 
 def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_cell: CellRunner,
-              progress: NightProgress, clock: Callable[[], float]) -> Manifest:
-    """Run every cell not done yet; the manifest is rewritten after each."""
+              progress: NightProgress, clock: Callable[[], float], last: bool = True) -> Manifest:
+    """Run every cell not done yet; the manifest is rewritten after each (`last`: these are
+    the plan's last cells, and the progress line says the matrix is done)."""
     for cell in cells:
         if cell.key in manifest.keys():
             continue
@@ -348,7 +351,8 @@ def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_
         manifest = dataclasses.replace(manifest, done=(*manifest.done, done))
         write_manifest(night_dir, manifest)
         progress.done += done.trials
-    progress.show("matrix done")
+    if last:
+        progress.show("matrix done")
     return manifest
 
 

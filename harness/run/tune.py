@@ -1,0 +1,359 @@
+"""`chaos tune SCENARIO.yaml`: the timeout and retries a job should use, measured on that job.
+
+    chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s]
+                             [--ranks N] [--backend B] [--out DIR] [--no-references] [--dry-run]
+
+It takes the scenario's cluster, workload and seed (its faults and policies are its own
+business) and runs, each stage a run folder made the way `chaos run` makes one:
+
+  measure   the job without faults for --measure (policy fault_free: nothing to trip);
+            reports.tune derives the candidates from it (rules written out there)
+  round r   (r < --repeat, a new seed each; successive halving between rounds)
+            control  the candidates still in, a trial each: --control of fault-free
+                     steps (a detection there is a false trip), then a pause and, where
+                     the backend has links, a link down of one rank, each half the
+                     smallest candidate timeout (shorter than every timeout: absorbed)
+            silent   the candidates still in, and in round 0 beside them the document's
+                     30 s and PyTorch's gloo default: one rank stops (SIGSTOP, never
+                     resumed: a hung host, which only a timeout tells; a killed process's
+                     peers hear of it from gloo within a second whatever the timeout)
+A tune folder (OUT/<scenario>-<time>/) keeps a manifest like a night's (harness.run.nightly):
+after Ctrl-C or a crash the same command resumes it. One progress line with the ETA;
+before each stage it checks the budget, and when the next stage would pass it, it stops and
+reports what the stages run so far show. tune.md, tune.json and tradeoff.png are the result.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from chaos.errors import UsageError
+from chaos.units import parse_duration
+from harness.cluster.backends import BACKEND_NAMES, backend_class
+from harness.run.nightly import Cell, Manifest, NightProgress, open_night, run_cells, seed_for, write_manifest
+from harness.run.progress import Progress
+from harness.run.scenario import load_scenario, reproduce_command
+from harness.signals import Terminated
+from reports import analyze_run
+from reports.tune import (MARGINS, Candidate, Evidence, Reference, candidates, control_trips, fault_free, halve,
+                          recommendation_text, select, trial_events, transient_s, tune_json, write_tradeoff)
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
+KEPT_FIELDS = ("name", "seed", "cluster", "workload", "warmup_steps", "groups")
+FAULT_AT_S = 2.0           # the kill, after warm-up
+TRANSIENT_GAP_S = 4.0      # between the control's two transients, and after the first
+START_S = 10.0             # a trial's bring-up and warm-up, for the estimates only
+REFERENCES = {"document_30s": {"base": "timeout", "timeout": 30.0},
+              "pytorch_default": {"base": "timeout", "timeout": 1800.0}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    scenario_file: Path
+    budget_s: float
+    repeat: int
+    measure_s: float
+    control_s: float
+    ranks: int | None
+    backend: str | None
+    references: bool
+
+    def digest(self) -> str:
+        text = self.scenario_file.read_text() + json.dumps(dataclasses.asdict(self), default=str, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Stages:
+    """The tune's stages of one scenario, each a scenario file written into `folder` and
+    loaded back (so a stage's run folder stores the command that runs it again)."""
+
+    def __init__(self, options: Options, folder: Path) -> None:
+        self.options = options
+        self.folder = folder
+        overrides: dict[str, Any] = {k: v for k, v in (("cluster.ranks", options.ranks),
+                                                       ("cluster.backend", options.backend)) if v}
+        # its faults and expectations are not the tune's (and may not fit --ranks)
+        self.base = load_scenario(options.scenario_file, {**overrides, "faults": [], "expect": {}})
+        if self.base.job is not None:
+            raise UsageError(f"{options.scenario_file}: runs your own job; `chaos tune` tunes the built-in "
+                             "workload's policies today (a user's job's knobs, job.tune, are not built yet): "
+                             "give it a scenario without `job:`")
+        raw = yaml.safe_load(options.scenario_file.read_text())
+        self.kept = {k: raw[k] for k in KEPT_FIELDS if k in raw}
+        self.kept["cluster"] = {**self.kept.get("cluster", {}), "ranks": self.base.cluster.ranks,
+                                "backend": self.base.cluster.backend}
+        self.target = min(5, self.base.cluster.ranks - 1)
+        self.links = backend_class(self.base.cluster.backend).traits.network_faults
+
+    def _cell(self, stage: str, faults: list[dict], policies: dict[str, dict], seed: int, hang_cap: float,
+              settle_steps: int = 8) -> Cell:
+        data = {**self.kept, "name": f"{self.base.name}-{stage}", "seed": seed, "faults": faults,
+                "policies": policies, "hang_cap": f"{hang_cap:g}s", "settle_steps": settle_steps,
+                "stacks_at_detect": False}
+        path = self.folder / "scenarios" / f"{stage}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# chaos tune: stage {stage} of {self.options.scenario_file}\n"
+                        + yaml.safe_dump(data, sort_keys=False))
+        return Cell(load_scenario(path), path, tuple(policies), 0, reproduce_command(path, list(policies), seed))
+
+    def measure(self) -> Cell:
+        period = self.base.workload.step_period
+        return self._cell("measure", [], {"fault_free": {"base": "baseline"}}, self.base.seed,
+                          hang_cap=self.base.hang_cap, settle_steps=max(8, math.ceil(self.options.measure_s / period)))
+
+    def control(self, round_: int, cands: tuple[Candidate, ...], transient: float) -> Cell:
+        """Fault-free for --control, then transients shorter than every candidate's timeout."""
+        faults = [{"kind": "pause", "target": {"rank": self.target}, "start": f"{self.options.control_s:g}s",
+                   "duration": f"{transient:g}s"}]
+        if self.links:
+            faults.append({"kind": "link_down", "target": {"rank": self.target},
+                           "start": f"{self.options.control_s + transient + TRANSIENT_GAP_S:g}s",
+                           "duration": f"{transient:g}s"})
+        return self._cell(f"control-{round_}", faults, {c.name: c.policy() for c in cands},
+                          seed_for(self.base.seed, "tune", round_), hang_cap=max(c.timeout for c in cands) + 10)
+
+    def silent(self, round_: int, cands: tuple[Candidate, ...]) -> Cell:
+        """One rank stopped for good: the candidates' timeouts (without their retries: only
+        the time every other rank takes to know is measured here, and retries against a
+        rank that never answers only lengthen the trial), and in round 0 the references."""
+        policies: dict[str, dict] = {c.name: {**c.policy(), "max_retries": 0} for c in cands}
+        if round_ == 0 and self.options.references:
+            policies.update(REFERENCES)
+        longest = max([c.timeout for c in cands] + [p["timeout"] for n, p in REFERENCES.items() if n in policies
+                                                    and p["timeout"] < 60])
+        return self._cell(f"silent-{round_}", [{"kind": "pause", "target": {"rank": self.target},
+                                                "start": f"{FAULT_AT_S:g}s"}],
+                          policies, seed_for(self.base.seed, "tune", round_), hang_cap=longest + 10)
+
+
+def window_estimate_s(cell: Cell) -> float:
+    """A stage's seconds from its own windows: start, faults, settle steps, and the hang cap
+    a faulted trial may wait (an estimate, said as one)."""
+    s = cell.scenario
+    windows = max([e.start + (e.duration or 0) for e in s.faults], default=0.0)
+    return len(cell.policies) * (START_S + windows + s.settle_steps * s.workload.step_period
+                                 + (s.hang_cap if s.faults else 0.0))
+
+
+class Tune:
+    """Runs the stages as a night's cells (manifest, resume, progress) within the budget,
+    gathers each candidate's evidence and writes the result (reports.tune)."""
+
+    def __init__(self, stages: Stages, manifest: Manifest, run_cell: Callable[[Cell, Path], Path],
+                 progress: NightProgress, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stages = stages
+        self.options = stages.options
+        self.folder = stages.folder
+        self.manifest = manifest
+        self.run_cell = run_cell
+        self.progress = progress
+        self.clock = clock
+        self.started = clock()
+        self.stopped_early: str | None = None
+
+    def estimate_s(self, cell: Cell) -> float:
+        """A stage's seconds: this invocation's seconds per trial so far, else its windows."""
+        ran = self.progress.done - self.progress.resumed
+        if ran:
+            return (self.clock() - self.started) / ran * len(cell.policies)
+        return window_estimate_s(cell)
+
+    def run(self, cell: Cell) -> Path | None:
+        """The stage's run folder: the one the manifest has, or a new one; None once the
+        budget would be passed (stopped_early says so)."""
+        done = {d.key: d for d in self.manifest.done}
+        if cell.key in done:
+            return self.folder / done[cell.key].run
+        if self.stopped_early:
+            return None
+        left = self.options.budget_s - (self.clock() - self.started)
+        estimate = self.estimate_s(cell)
+        if estimate > left:
+            self.stopped_early = (f"the budget ({self.options.budget_s:g} s) would be passed by stage "
+                                  f"{cell.scenario.name} (about {estimate:.0f} s, {max(left, 0):.0f} s left)")
+            self.progress.show(self.stopped_early)
+            return None
+        self.manifest = run_cells(self.folder, self.manifest, (cell,), self.run_cell, self.progress, self.clock,
+                                  last=False)
+        return self.folder / next(d.run for d in self.manifest.done if d.key == cell.key)
+
+    def tune(self) -> int:
+        measured_dir = self.run(self.stages.measure())
+        if measured_dir is None:
+            raise UsageError(f"--budget {self.options.budget_s:g}s: too short for the fault-free measurement; "
+                             "give more time or a shorter --measure")
+        measured = fault_free(trial_events(measured_dir, "fault_free"), self.stages.base.workload.step_period)
+        self.progress.show(f"fault-free: {measured.line()}")
+        cands = candidates(measured)
+        transient = transient_s(cands)
+        evidence: dict[str, Evidence] = {c.name: Evidence() for c in cands}
+        references: list[Reference] = []
+        still_in = cands
+        for round_ in range(self.options.repeat):
+            control, silent = self.stages.control(round_, still_in, transient), self.stages.silent(round_, still_in)
+            control_dir, silent_dir = self.run(control), self.run(silent)
+            if control_dir is not None:
+                self._controls(control_dir, control, evidence)
+            if silent_dir is not None:
+                references += self._silences(silent_dir, silent, evidence)
+            if control_dir is None or silent_dir is None:
+                break
+            kept = set(select({c.name: evidence[c.name] for c in still_in}, halve(len(still_in))))
+            still_in = tuple(c for c in still_in if c.name in kept)
+            if not still_in:
+                break
+        timed = [n for n in select(evidence, len(evidence)) if math.isfinite(evidence[n].detect_s())]
+        chosen = timed[0] if timed else None
+        text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early)
+        (self.folder / "tune.md").write_text(text)
+        (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references))
+        write_tradeoff(self.folder / "tradeoff.png", cands, evidence, references)
+        if not self.stopped_early:
+            write_manifest(self.folder, dataclasses.replace(self.manifest, finished=True))
+        print(text)
+        print(f"tune folder: {self.folder}\nreport:      {self.folder / 'tune.md'}\n"
+              f"picture:     {self.folder / 'tradeoff.png'}")
+        return 0 if chosen else 1
+
+    @staticmethod
+    def _controls(run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> None:
+        """Each candidate's false trips before the first transient, and the ranks that
+        detected the transients."""
+        table = analyze_run(run_dir).set_index("trial")
+        for name in cell.policies:
+            events = trial_events(run_dir, name)
+            first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+            trips, watched = control_trips(events, first)
+            evidence[name].false_trips.append(trips)
+            evidence[name].control_s.append(watched)
+            row = table.loc[name]
+            evidence[name].transient_detected.append(
+                sum(int(row.get(f"f{i}_detect_ranks", 0) or 0) for i in range(len(cell.scenario.faults))))
+
+    def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
+        """Each candidate's time until every other rank knew of the silent one; the
+        references' beside them."""
+        table = analyze_run(run_dir).set_index("trial")
+        survivors = self.stages.base.cluster.ranks - 1
+        references = []
+        for name in cell.policies:
+            row = table.loc[name]
+            every = float(row["ttd_max_s"]) if int(row["detect_ranks"]) >= survivors else math.nan
+            if name in evidence:
+                evidence[name].silent_detected_s.append(every)
+                evidence[name].silent_first_s.append(float(row["ttd_s"]))
+                evidence[name].silent_outcomes.append(str(row["outcome"]))
+            else:
+                references.append(Reference(name, REFERENCES[name]["timeout"], str(row["outcome"]), every,
+                                            cell.scenario.hang_cap))
+        return references
+
+
+# -- the command ----------------------------------------------------------------------------
+
+def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO),
+                        help="a scenario of the built-in workload: its cluster, workload and seed are used "
+                             "(default: the shipped link-down scenario)")
+    parser.add_argument("--budget", default="15m", help="stop before a stage that would pass it (default 15m)")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of successive halving, each on a new seed "
+                                                              "(default 2)")
+    parser.add_argument("--measure", default="60s", help="fault-free time the job is measured for (default 60s)")
+    parser.add_argument("--control", default="30s", help="fault-free time before each candidate's transients, "
+                                                         "where a detection is a false trip (default 30s)")
+    parser.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
+    parser.add_argument("--out", default="tunes", help="folder of tune folders (default: ./tunes)")
+    parser.add_argument("--no-references", action="store_true",
+                        help="leave out the document's 30 s and PyTorch's default beside the candidates")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and the estimate, run nothing")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _seconds(flag: str, value: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {value}: {exc}") from None
+    if seconds <= 0:
+        raise UsageError(f"{flag} {value}: give a time above zero, such as 15m")
+    return seconds
+
+
+def options_of(args: argparse.Namespace) -> Options:
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: give 1 or more rounds")
+    return Options(scenario_file=Path(args.scenario), budget_s=_seconds("--budget", args.budget),
+                   repeat=args.repeat, measure_s=_seconds("--measure", args.measure),
+                   control_s=_seconds("--control", args.control), ranks=args.ranks, backend=args.backend,
+                   references=not args.no_references)
+
+
+def dry_run_text(stages: Stages) -> str:
+    from reports import tune as rules
+    o = stages.options
+    measure = stages.measure()
+    count = len(rules.MARGINS)
+    return "\n".join([
+        f"chaos tune {o.scenario_file}: {stages.base.cluster.ranks} ranks on {stages.base.cluster.backend}, "
+        f"rank {stages.target} faulted",
+        f"1. measure: {measure.scenario.settle_steps} fault-free steps (--measure {o.measure_s:g} s)",
+        f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free wait "
+        f"(the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the longest "
+        "group formation (reports.tune)",
+        f"3. {o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
+        + (" and a link down" if stages.links else "") + " of half the smallest timeout) and a rank stopped for good"
+        + (", and in round 0 the document's 30 s and PyTorch's gloo default beside them" if o.references else ""),
+        f"at most {1 + o.repeat * 2 * count + (2 if o.references else 0)} trials; budget {o.budget_s:g} s; the "
+        f"measurement alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"])
+
+
+def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
+    from harness.cluster.backends import backend_named
+    from harness.cluster.launcher import LauncherPool
+    from harness.run.orchestrator import run_scenario
+
+    options = options_of(args)
+    out = Path(args.out)
+    if args.dry_run:
+        with tempfile.TemporaryDirectory(prefix="chaos-tune-plan-") as scratch:
+            print(dry_run_text(Stages(options, Path(scratch))))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="chaos-tune-check-") as scratch:
+        backend_name = Stages(options, Path(scratch)).base.cluster.backend  # checked before anything is made
+    require_privileges("chaos tune", backend_name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot make the tune folder there ({exc}); pick a writable folder") from None
+    info = {"scenario": str(options.scenario_file), "options": json.loads(json.dumps(dataclasses.asdict(options),
+                                                                                     default=str))}
+    folder, manifest = open_night(out, options.digest(), options.scenario_file, None,
+                                  lambda night, started: {"started": started, **info},
+                                  datetime.datetime.now(datetime.timezone.utc))
+    total = 1 + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0)
+    progress = NightProgress(Progress(quiet=args.quiet), total, sum(d.trials for d in manifest.done), time.monotonic,
+                             label="tune")
+    if manifest.done:
+        progress.show(f"resuming tune {manifest.night}: {len(manifest.done)} stages done")
+    backend = backend_named(backend_name)
+    try:
+        with LauncherPool() as launchers:
+            def run_cell(cell: Cell, runs: Path) -> Path:
+                run_dir, _ = run_scenario(cell.scenario, cell.scenario_file, list(cell.policies), runs, backend,
+                                          Progress(quiet=True), command=cell.command, launchers=launchers)
+                return run_dir
+            return Tune(Stages(options, folder), manifest, run_cell, progress).tune()
+    except (KeyboardInterrupt, Terminated):
+        progress.show(f"interrupted: the same command resumes tune {manifest.night} ({folder})")
+        raise

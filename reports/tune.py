@@ -1,0 +1,272 @@
+"""`chaos tune`'s analysis: the job measured without faults, the candidate settings derived
+from it by written rules, each candidate judged from its trials, the successive halving,
+the recommendation and its report. Pure: values in, values and files out (the runs are
+harness.run.tune's).
+
+The rules (docs/tune.md says why):
+
+  timeout     a margin over the longest fault-free wait: the longest step of every rank
+              (its collective wait included) or one step period, whichever is longer (a
+              paced rank may wait a period for a slow peer with nothing wrong); MARGINS
+              times it, rounded up to ROUND_S. The smaller, the sooner a silent rank is
+              known; too small, and a slow step or a short flap trips it.
+  retries     the backoff base is the longest time a group took to form (rounded up to
+              ROUND_S, at least MIN_BACKOFF_S): a retry sooner than that finds no group;
+              the cap is 8 bases; enough retries that their backoffs add up to RIDE_OUT_S,
+              the longest transient a retry should ride out; the document's jitter.
+  judged      a candidate passes when its fault-free control tripped nothing (no rank
+              detected a fault) and transients shorter than its timeout were absorbed (no
+              rank detected them). Of those that pass, the one whose every rank knew soonest
+              of a rank gone silent (stopped, never resumed: a hung host, which only a
+              timeout can tell) is recommended (ties: by name).
+  halving     every round runs the candidates still in on a new seed; after each, the
+              failing ones go and at most half of the rest (the slowest to detect) follow.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from runfolder.events import DETECTION_KINDS, EVENTS_FILE, GROUP_READY, STEP, read_events
+from runfolder.layout import trial_dir
+
+MARGINS = (3.0, 10.0, 30.0)
+ROUND_S = 0.5
+MIN_BACKOFF_S = 0.5
+RIDE_OUT_S = 10.0
+DOCUMENT = {"timeout": 30.0, "max_retries": 3, "backoff_base": 2.0, "jitter": (0.1, 1.0)}
+PYTORCH_GLOO_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo (NCCL: 600 s)
+
+
+def round_up(seconds: float, step: float = ROUND_S) -> float:
+    return math.ceil(seconds / step - 1e-9) * step
+
+
+@dataclass(frozen=True)
+class FaultFree:
+    """The job without faults: its steps (each the rank's compute and collective wait) and
+    the longest time a process group took to form."""
+
+    steps: int
+    median_s: float
+    p99_s: float
+    max_s: float
+    formation_s: float
+    step_period_s: float
+    seconds: float  # how long it was watched
+
+    def line(self) -> str:
+        return (f"{self.steps} steps in {self.seconds:.0f} s: median {self.median_s:.3f} s, "
+                f"p99 {self.p99_s:.3f} s, max {self.max_s:.3f} s; a group formed in at most "
+                f"{self.formation_s:.2f} s")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def fault_free(events: Iterable[dict[str, Any]], step_period_s: float) -> FaultFree:
+    """The measurement from one fault-free trial's events."""
+    events = list(events)
+    durations = [float(e["dur"]) for e in events if e.get("kind") == STEP and e.get("dur") is not None]
+    if not durations:
+        raise ValueError("the fault-free trial recorded no step with a duration")
+    formed = [float(e["secs"]) for e in events if e.get("kind") == GROUP_READY and e.get("secs") is not None]
+    times = [float(e["t"]) for e in events if e.get("kind") == STEP]
+    return FaultFree(steps=len(durations), median_s=statistics.median(durations), p99_s=_percentile(durations, 0.99),
+                     max_s=max(durations), formation_s=max(formed, default=0.0), step_period_s=step_period_s,
+                     seconds=max(times) - min(times))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Settings to try, with the rule that gave each."""
+
+    name: str
+    margin: float
+    timeout: float
+    max_retries: int
+    backoff_base: float
+    backoff_cap: float
+    jitter: tuple[float, float]
+    rules: tuple[str, ...]
+
+    def policy(self) -> dict[str, Any]:
+        """As a scenario's `policies:` entry (harness.job.policies, base retry)."""
+        return {"base": "retry", "timeout": self.timeout, "max_retries": self.max_retries,
+                "backoff_base": self.backoff_base, "backoff_cap": self.backoff_cap, "jitter": list(self.jitter)}
+
+
+def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS) -> tuple[Candidate, ...]:
+    """The candidates the rules give (see the module's list); one per distinct timeout."""
+    wait = max(measured.max_s, measured.step_period_s)
+    which = "the longest fault-free step" if measured.max_s >= measured.step_period_s else "one step period"
+    base = max(MIN_BACKOFF_S, round_up(measured.formation_s))
+    retries = max(1, math.ceil(math.log2(RIDE_OUT_S / base + 1)))
+    retry_rules = (f"backoff base {base:g} s: the longest group formation ({measured.formation_s:.2f} s) rounded "
+                   f"up to {ROUND_S:g} s, at least {MIN_BACKOFF_S:g} s",
+                   f"{retries} retries: backoffs {base:g} x (2^{retries} - 1) = {base * (2 ** retries - 1):g} s "
+                   f">= {RIDE_OUT_S:g} s, the longest transient to ride out; cap {8 * base:g} s (8 bases)",
+                   "jitter 0.1-1.0 s: the document's")
+    found: dict[float, Candidate] = {}
+    for margin in margins:
+        timeout = round_up(margin * wait)
+        rule = (f"timeout {timeout:g} s: {margin:g} x the longest fault-free wait ({which}, {wait:.3f} s; "
+                f"the longest step {measured.max_s:.3f} s), rounded up to {ROUND_S:g} s")
+        found.setdefault(timeout, Candidate(name=f"tuned_{str(timeout).replace('.', '_').removesuffix('_0')}s",
+                                            margin=margin, timeout=timeout, max_retries=retries, backoff_base=base,
+                                            backoff_cap=8 * base, jitter=(0.1, 1.0), rules=(rule, *retry_rules)))
+    return tuple(found.values())
+
+
+def transient_s(cands: Iterable[Candidate]) -> float:
+    """The transient every candidate should absorb: half the smallest timeout, rounded up."""
+    return round_up(min(c.timeout for c in cands) / 2)
+
+
+# -- judging ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evidence:
+    """One candidate's trials: per round, the fault-free control, the transients and the
+    silent rank."""
+
+    false_trips: list[int] = field(default_factory=list)          # detecting events in a control
+    control_s: list[float] = field(default_factory=list)          # fault-free seconds watched
+    transient_detected: list[int] = field(default_factory=list)   # ranks that detected a transient
+    silent_detected_s: list[float] = field(default_factory=list)  # every other rank knew of the silent one
+    silent_first_s: list[float] = field(default_factory=list)     # the first rank knew
+    silent_outcomes: list[str] = field(default_factory=list)
+
+    @property
+    def passes(self) -> bool:
+        return bool(self.control_s) and not any(self.false_trips) and not any(self.transient_detected)
+
+    def detect_s(self) -> float:
+        """The median time for every other rank to know of the silent one (inf: not observed)."""
+        known = [t for t in self.silent_detected_s if not math.isnan(t)]
+        return statistics.median(known) if known else math.inf
+
+
+def control_trips(events: list[dict[str, Any]], until_t: float) -> tuple[int, float]:
+    """Detecting events before `until_t` (the first fault) after warm-up, and the seconds watched."""
+    warm = next((float(e["t"]) for e in events if e.get("kind") == "warmup_done"), None)
+    if warm is None:
+        return 0, 0.0
+    trips = sum(1 for e in events if e.get("kind") in DETECTION_KINDS and warm <= float(e["t"]) < until_t)
+    return trips, until_t - warm
+
+
+def trial_events(run_dir: Path, policy: str) -> list[dict[str, Any]]:
+    return read_events(trial_dir(Path(run_dir), policy) / EVENTS_FILE)[0]
+
+
+def select(evidence: dict[str, Evidence], keep_at_most: int) -> list[str]:
+    """The candidates that stay in: those that pass, the fastest to detect first, at most
+    `keep_at_most` of them (ties: by name)."""
+    passing = [name for name, e in evidence.items() if e.passes]
+    return sorted(passing, key=lambda n: (evidence[n].detect_s(), n))[:keep_at_most]
+
+
+def halve(count: int) -> int:
+    return max(1, math.ceil(count / 2))
+
+
+# -- the recommendation -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reference:
+    """A setting measured beside the candidates with the same rank gone silent: the
+    document's 30 s, PyTorch's gloo default."""
+
+    name: str
+    timeout: float
+    outcome: str
+    detect_s: float       # every rank knew (nan: not every rank did within the trial)
+    hang_cap_s: float
+
+
+def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
+                        chosen: str | None, references: list[Reference], transient: float,
+                        stopped_early: str | None) -> str:
+    """tune.md: the measurement, the candidates with their rules and evidence, the choice
+    with the lines to paste, and the references measured beside them."""
+    out = ["# chaos tune", "", f"Fault-free: {measured.line()}.", ""]
+    if stopped_early:
+        out += [f"**Stopped early: {stopped_early}.** What follows is what the trials run so far show.", ""]
+    out += ["## Candidates", "", "| candidate | timeout | false trips (controls) | transient "
+            f"{transient:g} s absorbed | every rank knew of a silent rank | passes |", "|---|---|---|---|---|---|"]
+    for c in cands:
+        e = evidence.get(c.name, Evidence())
+        absorbed = (f"{sum(1 for d in e.transient_detected if d == 0)} of {len(e.transient_detected)}"
+                    if e.transient_detected else "not run")
+        known = [t for t in e.silent_detected_s if not math.isnan(t)]
+        detect = (f"median {statistics.median(known):.2f} s of {len(e.silent_detected_s)}" if known else
+                  ("not every rank" if e.silent_detected_s else "not run"))
+        out.append(f"| {c.name} | {c.timeout:g} s ({c.margin:g} x) | {sum(e.false_trips)} in "
+                   f"{sum(e.control_s):.0f} s over {len(e.control_s)} controls | {absorbed} | {detect} | "
+                   f"{'yes' if e.passes else 'no'} |")
+    out += ["", "## Beside them, the same rank gone silent", "", "| setting | timeout | every rank knew | outcome |",
+            "|---|---|---|---|"]
+    for r in references:
+        known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
+        out.append(f"| {r.name} | {r.timeout:g} s | {known} | {r.outcome} |")
+    out += ["", "## Recommended", ""]
+    if chosen is None:
+        out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
+                "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
+        return "\n".join(out) + "\n"
+    c = next(c for c in cands if c.name == chosen)
+    out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", "For the scenario:", "", "```yaml", "policies:",
+            f"  {c.name}: {json.dumps(c.policy())}", "```", "", "For your own job:", "", "```python",
+            "from datetime import timedelta",
+            f"dist.init_process_group(backend, timeout=timedelta(seconds={c.timeout:g}))",
+            f"# retry a failed step up to {c.max_retries} times, waiting {c.backoff_base:g} s x 2^attempt "
+            f"(at most {c.backoff_cap:g} s) + uniform({c.jitter[0]:g}, {c.jitter[1]:g}) s", "```", ""]
+    return "\n".join(out) + "\n"
+
+
+def write_tradeoff(path: Path, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
+                   references: list[Reference]) -> None:
+    """The picture: every rank's time to know of a silent rank against the margin over the
+    longest fault-free step, per candidate (a cross where it tripped or missed a transient),
+    with the document's and PyTorch's default as lines."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for c in cands:
+        e = evidence.get(c.name)
+        if e is None or not e.silent_detected_s:
+            continue
+        y = e.detect_s()
+        ax.scatter([c.margin], [y if math.isfinite(y) else c.timeout], marker="o" if e.passes else "x",
+                   color="tab:green" if e.passes else "tab:red", zorder=3)
+        ax.annotate(f"{c.timeout:g} s", (c.margin, y if math.isfinite(y) else c.timeout),
+                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+    for r in references:
+        y = r.detect_s if not math.isnan(r.detect_s) else r.hang_cap_s
+        ax.axhline(y, linestyle="--", color="tab:gray")
+        ax.text(ax.get_xlim()[0], y, f" {r.name}: " + (f"{y:.1f} s" if not math.isnan(r.detect_s) else
+                                                        f">= {y:g} s (cap)"), va="bottom", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("timeout as a multiple of the longest fault-free step")
+    ax.set_ylabel("every rank knew of a silent rank (s)")
+    ax.set_title("chaos tune: detection against margin (o passes, x tripped or missed a transient)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tune_json(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
+              chosen: str | None, references: list[Reference]) -> str:
+    return json.dumps({"fault_free": asdict(measured), "candidates": [asdict(c) for c in cands],
+                       "evidence": {k: asdict(v) for k, v in evidence.items()}, "chosen": chosen,
+                       "references": [asdict(r) for r in references]}, indent=1, default=str)
+

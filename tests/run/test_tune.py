@@ -1,0 +1,167 @@
+"""`chaos tune`'s logic on scripted figures (reports.tune: the measurement, the rules, the
+judging, the halving, the recommendation) and its stages' budget and resume with a fake
+cell runner (harness.run.tune); tests/run/test_tune_real.py runs a real one."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pytest
+
+from chaos.errors import UsageError
+from harness.run.nightly import Done, Manifest, NightProgress
+from harness.run.progress import Progress
+from harness.run.tune import Options, Stages, Tune, options_of
+from reports.tune import (Evidence, FaultFree, Reference, candidates, control_trips, fault_free, halve,
+                          recommendation_text, select, transient_s)
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def measured(max_s: float = 0.033, formation_s: float = 0.06, period: float = 0.25) -> FaultFree:
+    return FaultFree(steps=100, median_s=0.01, p99_s=max_s, max_s=max_s, formation_s=formation_s,
+                     step_period_s=period, seconds=25.0)
+
+
+def test_a_fast_step_s_margins_are_over_one_step_period():
+    cands = candidates(measured())
+    assert [c.timeout for c in cands] == [1.0, 2.5, 7.5]  # 3, 10, 30 x 0.25 s, rounded up to 0.5 s
+    assert "3 x the longest fault-free wait (one step period, 0.250 s" in cands[0].rules[0]
+    first = cands[0]
+    # base: the longest formation 0.06 s rounded up to 0.5 s; 5 retries: 0.5 x 31 = 15.5 s >= 10 s
+    assert (first.backoff_base, first.max_retries, first.backoff_cap, first.jitter) == (0.5, 5, 4.0, (0.1, 1.0))
+    assert first.policy() == {"base": "retry", "timeout": 1.0, "max_retries": 5, "backoff_base": 0.5,
+                              "backoff_cap": 4.0, "jitter": [0.1, 1.0]}
+    assert transient_s(cands) == 0.5
+
+
+def test_a_slow_step_s_margins_are_over_the_step_and_equal_timeouts_are_one_candidate():
+    cands = candidates(measured(max_s=1.2, formation_s=2.2))
+    assert [c.timeout for c in cands] == [4.0, 12.0, 36.0]
+    assert "the longest fault-free step, 1.200 s" in cands[1].rules[0]
+    assert cands[0].backoff_base == 2.5 and cands[0].max_retries == 3  # 2.5 x 7 = 17.5 s >= 10 s
+    assert len(candidates(measured(max_s=0.01), margins=(3.0, 3.5))) == 1  # both 1 s
+
+
+def test_the_measurement_is_every_rank_s_steps_and_the_slowest_formation():
+    events = [{"kind": "group_ready", "t": 1.0, "secs": 0.4}, {"kind": "group_ready", "t": 1.0, "secs": 0.9}]
+    events += [{"kind": "step", "t": 2.0 + i * 0.25, "dur": 0.01 * (i + 1)} for i in range(100)]
+    got = fault_free(events, 0.25)
+    assert (got.steps, got.max_s, got.p99_s, got.formation_s) == (100, 1.0, pytest.approx(0.99), 0.9)
+    assert got.median_s == pytest.approx(0.505) and got.seconds == pytest.approx(24.75)
+    with pytest.raises(ValueError, match="no step"):
+        fault_free([{"kind": "step", "t": 1.0, "dur": None}], 0.25)
+
+
+def test_a_false_trip_is_a_detection_between_warm_up_and_the_first_fault():
+    events = [{"kind": "collective_error", "t": 1.0},  # warm-up: not counted
+              {"kind": "warmup_done", "t": 2.0}, {"kind": "suspect", "t": 5.0}, {"kind": "step", "t": 6.0},
+              {"kind": "collective_error", "t": 12.5}]  # after the first fault: the transient's
+    assert control_trips(events, until_t=12.0) == (1, 10.0)
+    assert control_trips([{"kind": "step", "t": 1.0}], 5.0) == (0, 0.0)  # never warmed up: not watched
+
+
+def evidence(trips: int = 0, transient: int = 0, silent: float = 3.0) -> Evidence:
+    return Evidence(false_trips=[trips], control_s=[30.0], transient_detected=[transient],
+                    silent_detected_s=[silent], silent_first_s=[silent], silent_outcomes=["failed-fast"])
+
+
+def test_halving_keeps_the_fastest_half_of_those_that_pass():
+    found = {"a": evidence(silent=5.0), "b": evidence(silent=1.5, trips=1), "c": evidence(silent=2.0),
+             "d": evidence(silent=8.0, transient=3), "e": evidence(silent=9.0)}
+    assert select(found, halve(len(found))) == ["c", "a", "e"]
+    assert select(found, 1) == ["c"] and halve(1) == 1 and halve(2) == 1
+    assert not Evidence().passes  # no control run: nothing shown
+
+
+def test_the_recommendation_gives_the_lines_to_paste_and_says_when_none_passed():
+    cands = candidates(measured())
+    found = {cands[0].name: evidence(transient=2, silent=1.2), cands[1].name: evidence(silent=2.7)}
+    refs = [Reference("document_30s", 30.0, "failed-fast", 30.2, 40.0),
+            Reference("pytorch_default", 1800.0, "hung", math.nan, 40.0)]
+    text = recommendation_text(measured(), cands, found, cands[1].name, refs, 0.5, None)
+    assert "`tuned_2_5s`: timeout 2.5 s" in text and "timeout=timedelta(seconds=2.5)" in text
+    assert '"max_retries": 5' in text and "| document_30s | 30 s | 30.20 s | failed-fast |" in text
+    assert "not within the trial (hung >= 40 s cap)" in text and "| tuned_1s | 1 s (3 x) | 0 in 30 s" in text
+    assert "0 of 1 |" in text and "not run" in text  # tuned_1s missed the transient; 7.5 s never ran
+    none = recommendation_text(measured(), cands, found, None, [], 0.5, "the budget (60 s) would be passed")
+    assert "No candidate passed" in none and "**Stopped early: the budget (60 s) would be passed.**" in none
+
+
+# -- the stages' budget and resume, with a fake runner ------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def options(**changed) -> Options:
+    given = dict(scenario_file=REPO / "scenarios" / "kill_rank.yaml", budget_s=600.0, repeat=2, measure_s=10.0,
+                 control_s=5.0, ranks=4, backend=None, references=True)
+    return Options(**{**given, **changed})
+
+
+def tune_with(tmp_path: Path, manifest: Manifest, clock: Clock, budget_s: float = 600.0) -> tuple[Tune, list[str]]:
+    ran: list[str] = []
+
+    def run_cell(cell, runs: Path) -> Path:
+        ran.append(cell.scenario.name)
+        clock.t += 20.0 * len(cell.policies)
+        folder = runs / cell.scenario.name
+        folder.mkdir(parents=True)
+        return folder
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    progress = NightProgress(Progress(quiet=True), 15, sum(d.trials for d in manifest.done), clock, label="tune")
+    return Tune(Stages(options(budget_s=budget_s), tmp_path), manifest, run_cell, progress, clock), ran
+
+
+def test_a_stage_the_manifest_has_is_not_run_again(tmp_path):
+    manifest = Manifest(night="t", digest="d", plan_file="p", info={"started": "now"},
+                        done=(Done("kill_rank-measure/0/fault_free", 0, "runs/m", 1, 12.0),))
+    tune, ran = tune_with(tmp_path, manifest, Clock())
+    assert tune.run(tune.stages.measure()) == tmp_path / "runs/m" and ran == []
+    cands = candidates(measured())
+    control = tune.stages.control(0, cands, 0.5)
+    assert tune.run(control) == tmp_path / "runs" / "kill_rank-control-0" and ran == ["kill_rank-control-0"]
+    assert [d.key for d in tune.manifest.done][-1] == "kill_rank-control-0/0/tuned_1s+tuned_2_5s+tuned_7_5s"
+
+
+def test_a_stage_that_would_pass_the_budget_is_not_started(tmp_path):
+    clock = Clock()
+    manifest = Manifest(night="t", digest="d", plan_file="p", info={"started": "now"})
+    tune, ran = tune_with(tmp_path, manifest, clock, budget_s=100.0)
+    assert tune.run(tune.stages.measure()) is not None  # its windows: well inside 100 s
+    cands = candidates(measured())
+    silent = tune.stages.silent(0, cands)  # 5 trials at this invocation's 20 s a trial: 100 s, 80 s left
+    assert tune.run(silent) is None and ran == ["kill_rank-measure"]
+    assert "would be passed by stage kill_rank-silent-0 (about 100 s, 80 s left)" in tune.stopped_early
+    assert tune.run(tune.stages.control(0, cands, 0.5)) is None  # nothing after it either
+
+
+def test_the_stages_fault_the_chosen_rank_and_keep_the_scenario_s_cluster(tmp_path):
+    stages = Stages(options(), tmp_path)
+    cands = candidates(measured())
+    control = stages.control(1, cands, 0.5).scenario
+    assert stages.target == 3 and control.cluster.ranks == 4 and [f.fault.kind for f in control.faults] == \
+        ["pause", "link_down"]
+    assert [f.start for f in control.faults] == [5.0, 9.5] and control.faults[1].duration == 0.5
+    silent = stages.silent(0, cands)
+    assert silent.policies == ("tuned_1s", "tuned_2_5s", "tuned_7_5s", "document_30s", "pytorch_default")
+    assert silent.scenario.policy("tuned_7_5s").max_retries == 0 and silent.scenario.hang_cap == 40.0
+    assert stages.silent(1, cands).policies == ("tuned_1s", "tuned_2_5s", "tuned_7_5s")  # references once
+    assert (tmp_path / "scenarios" / "silent-0.yaml").read_text().startswith("# chaos tune: stage silent-0 of ")
+
+
+def test_bad_input_names_the_flag_and_the_fix(tmp_path):
+    args = argparse.Namespace(scenario=str(REPO / "scenarios" / "kill_rank.yaml"), budget="soon", repeat=2,
+                              measure="60s", control="30s", ranks=None, backend=None, no_references=False)
+    with pytest.raises(UsageError, match="--budget soon: .* is not"):
+        options_of(args)
+    with pytest.raises(UsageError, match="--repeat 0: give 1 or more rounds"):
+        options_of(argparse.Namespace(**{**vars(args), "budget": "15m", "repeat": 0}))
+    with pytest.raises(UsageError, match="runs your own job; `chaos tune` tunes the built-in workload"):
+        Stages(options(scenario_file=REPO / "scenarios" / "byo_kill.yaml", ranks=None), tmp_path)

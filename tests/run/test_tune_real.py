@@ -1,0 +1,82 @@
+"""`chaos tune` for real, through the installed `chaos` command, as CI's slice of it: 4
+netns ranks, a short measurement and control, one round, no references; interrupted with
+Ctrl-C in its second stage, then resumed to the end by the same command. The candidates
+come from the measured steps, each is judged from its own trials, and the report says which
+one to use and why (or that none passed)."""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.run.nightly import MANIFEST, RUNS
+from runfolder.events import EVENTS_FILE, read_events
+from tests.conftest import CHAOS, REPO
+
+COMMAND = ["tune", str(REPO / "scenarios" / "kill_rank.yaml"), "--ranks", "4", "--measure", "6s", "--control", "4s",
+           "--repeat", "1", "--no-references", "--budget", "6m"]
+STAGE_DEADLINE_S = 90.0
+TUNE_DEADLINE_S = 420.0
+
+
+def second_stage_under_way(out: Path) -> bool:
+    """The measurement is done and the control's first trial has stepped after warm-up (not
+    earlier: a signal landing while the harness forks is lost in Python's at-fork callbacks)."""
+    manifests = [json.loads(p.read_text()) for p in out.glob(f"*/{MANIFEST}")]
+    if not manifests or not manifests[0]["done"]:
+        return False
+    done = {Path(d["run"]).name for d in manifests[0]["done"]}
+    return any(e["kind"] == "warmup_done" for run_dir in out.glob(f"*/{RUNS}/*") if run_dir.name not in done
+               for events in run_dir.glob(f"trials/*/{EVENTS_FILE}") for e in read_events(events)[0])
+
+
+@pytest.mark.requires_root
+@pytest.mark.slow
+def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp_path: Path, leaves_nothing) -> None:
+    out = tmp_path / "tunes"
+    command = [CHAOS, *COMMAND, "--out", str(out)]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + STAGE_DEADLINE_S
+    while not second_stage_under_way(out) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=60)
+    assert second_stage_under_way(out), err
+    assert first.returncode == 130 and "the same command resumes tune" in err, err
+    [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
+    stopped = json.loads((folder / MANIFEST).read_text())
+    assert [d["key"] for d in stopped["done"]] == ["kill_rank-measure/0/fault_free"] and not stopped["finished"]
+
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TUNE_DEADLINE_S)
+    assert resumed.returncode in (0, 1), resumed.stderr  # 1: no candidate passed, said in the report
+    assert f"resuming tune {folder.name}: 1 stages done" in resumed.stderr
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["finished"] and manifest["done"][0] == stopped["done"][0]  # measured once
+    keys = [d["key"].split("/")[0] for d in manifest["done"]]
+    assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0"]
+    assert sorted(p.name for p in (folder / RUNS).iterdir()) == sorted(Path(d["run"]).name for d in manifest["done"])
+
+    result = json.loads((folder / "tune.json").read_text())
+    measured = result["fault_free"]
+    assert measured["steps"] > 0 and 0 < measured["max_s"] and measured["step_period_s"] == 0.25
+    timeouts = [c["timeout"] for c in result["candidates"]]
+    wait = max(measured["max_s"], measured["step_period_s"])
+    assert timeouts == sorted(timeouts) and all(t >= 3 * wait for t in timeouts)
+    for name, evidence in result["evidence"].items():
+        assert len(evidence["control_s"]) == 1 and len(evidence["silent_detected_s"]) == 1, name
+        timeout = next(c["timeout"] for c in result["candidates"] if c["name"] == name)
+        known = evidence["silent_detected_s"][0]
+        # every other rank knew of the silent rank at its timeout, and not before it
+        assert math.isnan(known) or timeout <= known + 0.3, (name, known)
+    report = (folder / "tune.md").read_text()
+    assert report in resumed.stdout and "## Recommended" in report
+    if resumed.returncode == 0:
+        chosen = result["chosen"]
+        assert f"`{chosen}`: timeout" in report and "init_process_group(backend, timeout=timedelta(" in report
+        assert result["evidence"][chosen]["false_trips"] == [0] and result["evidence"][chosen]["transient_detected"] == [0]
+    assert (folder / "tradeoff.png").stat().st_size > 0
