@@ -213,6 +213,8 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
                    f"{'yes' if e.passes else 'no'} |")
     out += ["", "## Beside them, the same rank gone silent", "", "| setting | timeout | every rank knew | outcome |",
             "|---|---|---|---|"]
+    if not references:
+        out.append("| (not run: --no-references, or the budget ended first) | | | |")
     for r in references:
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         out.append(f"| {r.name} | {r.timeout:g} s | {known} | {r.outcome} |")

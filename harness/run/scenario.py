@@ -16,7 +16,7 @@
          pulses: {on_for: 2s, off_for: 4s}}            # flapping: on 2 s, off 4 s, ...
     hang_cap: 30s                       # no step and no policy action this long = hung
     settle_steps: 8                     # steps every live rank makes after the faults end
-    stacks_at_detect: true              # where every rank was at each fault's first detection
+    stacks_at_detect: false             # true: where every rank was at each fault's first detection
     policies:                           # the policies to compare, with overrides
       baseline: {}
       timeout: {timeout: 5s}
@@ -275,8 +275,10 @@ class Scenario(Frozen):
     hang_cap: Span = 60.0
     settle_steps: Annotated[int, Field(ge=1)] = 8
     # py-spy reads every live process at each fault's first detection without pausing it
-    # (harness.run.stacks.AtDetection; bench/stacks_at_detect.py measures what it moves)
-    stacks_at_detect: bool = True
+    # (harness.run.stacks.AtDetection). Off unless asked: it moves what it watches, a fast
+    # recovery most (bench/stacks_at_detect.py: an elastic kill's 0.17 s recovery took
+    # 0.23 s with it on 2 cores, docs/performance.md)
+    stacks_at_detect: bool = False
     policies: dict[str, dict[str, Any]] = Field(default_factory=lambda: {p: {} for p in POLICY_NAMES})
     expect: dict[str, Expectation] = {}
     job: JobSpec | None = None              # the user's own job instead of the harness's runner

@@ -32,6 +32,7 @@ from runfolder.layout import STACKS_INDEX, flight_file, stacks_dir
 DUMP_DEADLINE_S = 10.0   # per process
 PARALLEL = 4              # dumps at once: each pauses its process for the read
 FLIGHT_DEADLINE_S = 2.0   # for every asked rank to write its flight recorder
+GONE = "exited before it could be read"
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEA
         # at a detection the ranks are recovering, and timed: neither pause them nor take their CPU
         threads, error = _dump(tool, pid, deadline_s, nonblocking=stopped or detect_of is not None,
                                yielding=detect_of is not None)
+        if threads is None and proc.state(pid) in (None, "Z"):
+            error = GONE  # it ended while being read (a policy's exit right after it detected)
         if threads is None:
             return Dumped(rank, pid, parent, command, None, error, stopped)
         name = f"r{rank:03d}-{pid}.json"

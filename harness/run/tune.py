@@ -98,8 +98,7 @@ class Stages:
     def _cell(self, stage: str, faults: list[dict], policies: dict[str, dict], seed: int, hang_cap: float,
               settle_steps: int = 8) -> Cell:
         data = {**self.kept, "name": f"{self.base.name}-{stage}", "seed": seed, "faults": faults,
-                "policies": policies, "hang_cap": f"{hang_cap:g}s", "settle_steps": settle_steps,
-                "stacks_at_detect": False}
+                "policies": policies, "hang_cap": f"{hang_cap:g}s", "settle_steps": settle_steps}
         path = self.folder / "scenarios" / f"{stage}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# chaos tune: stage {stage} of {self.options.scenario_file}\n"

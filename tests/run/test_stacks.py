@@ -15,6 +15,7 @@ from chaos import proc
 from harness.run import stacks
 from reports.stuck import read_stacks, stuck_summary
 from runfolder.layout import STACKS_DIR, STACKS_INDEX
+from tests.conftest import REPO
 
 WORKER = "import sys, time\ndef worker_waits():\n    open(sys.argv[1], 'w').close()\n    time.sleep(120)\nworker_waits()"
 HOST = f"""
@@ -90,3 +91,24 @@ def test_at_a_fault_s_first_detection_every_process_is_read_once_without_a_pause
     summary = detect_summary(tmp_path / "trial", events, 4, t0=10.0)
     assert summary.startswith("at fault 0's first detection (+") and "1 rank in host_waits" in summary, summary
     assert read_stacks(tmp_path / "trial") is None  # the cap's folder is apart
+
+
+@pytest.mark.requires_root
+def test_a_real_trial_asked_for_stacks_at_detection_says_where_its_ranks_were(tmp_path):
+    # scenarios/pause_rank.yaml on 4 ranks with stacks_at_detect: at the 5 s timeout rank 3
+    # is still stopped, and the three others have just caught the timeout
+    import yaml
+
+    from tests.conftest import chaos_cli
+    scenario = yaml.safe_load((REPO / "scenarios" / "pause_rank.yaml").read_text())
+    scenario.update({"cluster": {"ranks": 4}, "stacks_at_detect": True, "expect": {},
+                     "faults": [{"kind": "pause", "target": {"rank": 3}, "start": "1s", "duration": "8s"}]})
+    path = tmp_path / "pause.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    done = chaos_cli("run", str(path), "--policy", "timeout", "--out", str(tmp_path / "runs"), "--quiet", timeout=180)
+    assert done.returncode == 0, done.stderr
+    [run] = (tmp_path / "runs").iterdir()
+    assert (run / "trials" / "timeout" / STACKS_DIR / "detect-0" / STACKS_INDEX).is_file()
+    report = (run / "report.md").read_text()
+    line = next(line for line in report.splitlines() if "at each fault's first detection" in line)
+    assert "at fault 0's first detection (+" in line and "stopped (SIGSTOP)" in line and "(ranks 3)" in line, line
