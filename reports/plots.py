@@ -1,6 +1,8 @@
-"""Timeline plot of one trial: every rank's step index over time around the faults; each
-fault's window is shaded, its legend entry carrying its own figures (the metrics' f<i>_*
-columns)."""
+"""The run's pictures: the policies compared (one row per trial: its outcome, and its
+detect, recover and breaker times as bars beside the document's claim for that policy; a
+hung trial drawn as at least the cap), and the timeline of one trial: every rank's step
+index over time around the faults, each fault's window shaded, its legend entry carrying
+its own figures (the metrics' f<i>_* columns)."""
 from __future__ import annotations
 
 import io
@@ -109,4 +111,71 @@ def _mark_harness(ax: Any, events: pd.DataFrame, origin: float, metrics: Mapping
 def timeline_png(events: pd.DataFrame, title: str, metrics: Mapping[str, Any]) -> bytes:
     buffer = io.BytesIO()
     timeline_figure(events, title, metrics).savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+# (column, label, colour) of the bars of the comparison, in this order within a trial's row
+COMPARED = (("ttd_s", "detect", "tab:orange"), ("ttr_s", "recover", "tab:green"),
+            ("breaker_open_s", "breaker open", "tab:purple"))
+SHORTEST_S = 0.01  # the log axis' floor: a detection within 10 ms is drawn at it
+
+
+def _number(row: Mapping[str, Any], column: str) -> float:
+    value = row.get(column)
+    return float(value) if isinstance(value, (int, float)) and not pd.isna(value) else math.nan
+
+
+def comparison_figure(df: pd.DataFrame, claims: Mapping[str, tuple[str, float, str]]) -> Figure:
+    """One row per trial: its measured detect / recover / breaker times as bars (log
+    seconds), a hung trial as a hatched bar to the cap labelled ">= cap", and the document's
+    claim for the trial's policy as a black diamond on the matching bar (`claims`: policy ->
+    (column, seconds, text); a claim past the axis is written at its right edge)."""
+    rows = list(df.to_dict("records"))
+    fig = Figure(figsize=(11, 1.2 + 0.75 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    height = 0.8 / len(COMPARED)
+    longest = max([_number(r, c) for r in rows for c, _, _ in COMPARED] + [_number(r, "hung_cap") for r in rows]
+                  + [1.0], key=lambda v: -math.inf if math.isnan(v) else v)
+    right = longest * 3
+    labelled: set[str] = set()
+    for y, row in enumerate(rows):
+        for k, (column, label, colour) in enumerate(COMPARED):
+            value = _number(row, column)
+            offset = y - 0.4 + height * (k + 0.5)
+            if not math.isnan(value):
+                ax.barh(offset, max(value, SHORTEST_S), height=height, color=colour,
+                        label=None if label in labelled else label)
+                ax.text(max(value, SHORTEST_S) * 1.05, offset, f"{value:.2f} s", va="center", fontsize=7)
+                labelled.add(label)
+        if row.get("outcome") == "hung":
+            cap = _number(row, "hung_cap")
+            ax.barh(y, cap, height=0.8, fill=False, hatch="//", edgecolor="tab:red",
+                    label=None if "hung" in labelled else "hung: at least the cap")
+            ax.text(cap * 1.05, y, f">= {cap:g} s (cap)", va="center", fontsize=8, color="tab:red")
+            labelled.add("hung")
+        claim = claims.get(str(row.get("policy_base") or row.get("policy") or row.get("trial")))
+        if claim is not None:
+            column, seconds, text = claim
+            k = next((i for i, (c, _, _) in enumerate(COMPARED) if c == column), None)
+            at = y if k is None else y - 0.4 + height * (k + 0.5)
+            ax.scatter([min(seconds, right)], [at], marker="D", color="black", zorder=4,
+                       label=None if "claim" in labelled else "the document's claim")
+            labelled.add("claim")
+            if seconds > right:
+                ax.text(right, at, f"document: {text} >", va="center", ha="right", fontsize=7)
+    ax.set_yticks(range(len(rows)), [f"{r.get('trial')}\n{r.get('outcome')}" for r in rows], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(SHORTEST_S * 0.8, right)
+    ax.set_xlabel("seconds from the fault's start (log)")
+    ax.set_title("The policies compared: measured times, and the document's claim for each policy")
+    ax.grid(axis="x", alpha=0.3)
+    if labelled:  # beside the plot, where no row's bars run
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig
+
+
+def comparison_png(df: pd.DataFrame, claims: Mapping[str, tuple[str, float, str]]) -> bytes:
+    buffer = io.BytesIO()
+    comparison_figure(df, claims).savefig(buffer, format="png", dpi=90)
     return buffer.getvalue()

@@ -40,6 +40,12 @@ DOCUMENT_CLAIMS: dict[str, Claim] = {
                        "to the scheduler", "node unplugged", ("link_down", "unplug"), "isolated",
                        "breaker_open_s", 30.0, "breaker 30 s"),
 }
+def claim_marks() -> dict[str, tuple[str, float, str]]:
+    """Per policy, the document's claim as the comparison picture marks it: (the metric its
+    figure is about, its seconds, its words); the baseline's hang is about no metric."""
+    return {policy: (claim.column or "", claim.figure_s, claim.figure_text) for policy, claim in DOCUMENT_CLAIMS.items()}
+
+
 TABLE_COLUMNS = ("policy", "fault", "what happened (measured)", "measured time", "state",
                  "document's claim", "claim held?", "expectations")
 

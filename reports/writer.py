@@ -14,12 +14,14 @@ import pandas as pd
 from reports import metrics as metric_definitions
 from reports.analysis import run_frame, run_label
 from reports.history import RunRecord, load_run
-from reports.plots import timeline_png
-from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, compare_table, fault_rows, format_table,
+from reports.plots import comparison_png, timeline_png
+from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, claim_marks, compare_table, fault_rows,
+                            format_table,
                             markdown_table, several_faults, table_rows)
 from runfolder.info import RunInfo
 from reports.stuck import read_stacks
-from runfolder.layout import METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, STACKS_DIR, plot_file
+from runfolder.layout import (COMPARISON_PLOT, METRICS_FILE, PLOTS_DIR, REPORT_HTML, REPORT_MARKDOWN, STACKS_DIR,
+                              plot_file)
 
 # (column, label) of the per-trial summary; every column is in metrics.csv
 KEY_METRICS: tuple[tuple[str, str], ...] = (
@@ -106,7 +108,8 @@ def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str],
     """report.md; `plots` maps a trial to its PNG path relative to the report."""
     out = [f"# Chaos run: {run.info.scenario}", ""]
     out += [f"- {key}: {value}" for key, value in _meta_lines(run)]
-    out += ["", "## Measured against the source document", "", format_table(df), "", "## Trials", ""]
+    out += ["", f"![the policies compared]({COMPARISON_PLOT})", ""]
+    out += ["## Measured against the source document", "", format_table(df), "", "## Trials", ""]
     for _, row in df.iterrows():
         out += [f"### {row['trial']}: {row['outcome']}", "", markdown_table(("metric", "value"), _summary_rows(row)), ""]
         if row["trial"] in plots:
@@ -129,12 +132,17 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px}"
           "th{background:#eee}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
 
 
-def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes],
+def _png(data: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+
+
+def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes], comparison: bytes,
                 stacks: Mapping[str, list[tuple[str, str]]] | None = None) -> str:
-    """report.html: self-contained, the timelines embedded as base64 PNG."""
+    """report.html: self-contained, the pictures embedded as base64 PNG; the policies
+    compared on the first screen."""
     title = html.escape(f"Chaos run: {run.info.scenario}")
     out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
-           f"<style>{_STYLE}</style></head><body><h1>{title}</h1>",
+           f"<style>{_STYLE}</style></head><body><h1>{title}</h1>", _png(comparison, "the policies compared"),
            _html_table(("", ""), [[k, v] for k, v in _meta_lines(run)]),
            "<h2>Measured against the source document</h2>", _html_table(TABLE_COLUMNS, table_rows(df))]
     if several_faults(df):
@@ -144,8 +152,7 @@ def html_report(run: RunRecord, df: pd.DataFrame, pngs: Mapping[str, bytes],
         out += [f"<h3>{html.escape(str(row['trial']))}: {html.escape(str(row['outcome']))}</h3>",
                 _html_table(("metric", "value"), _summary_rows(row))]
         if row["trial"] in pngs:
-            data = base64.b64encode(pngs[row["trial"]]).decode()
-            out.append(f"<img alt='timeline of {html.escape(str(row['trial']))}' src='data:image/png;base64,{data}'>")
+            out.append(_png(pngs[row["trial"]], f"timeline of {row['trial']}"))
         if (stacks or {}).get(row["trial"]):
             out.append("<p>Full stacks: " + ", ".join(f"<a href='{html.escape(path)}'>{html.escape(label)}</a>"
                                                       for label, path in stacks[row["trial"]]) + "</p>")
@@ -164,10 +171,11 @@ def write_run_reports(run: RunRecord, df: pd.DataFrame, out_dir: Path) -> dict[s
     for trial, (_, row) in zip(run.trials, df.iterrows(), strict=True):
         plots[trial.name] = plot_file(trial.name)
         pngs[trial.name] = files[plots[trial.name]] = timeline_png(trial.events, f"{trial.name}: {row['outcome']}", row)
+    files[COMPARISON_PLOT] = comparison = comparison_png(df, claim_marks())
     files[METRICS_FILE] = df.to_csv(index=False, na_rep="NaN", float_format="%.6g")
     stacks = stack_links(run, out_dir)
     files[REPORT_MARKDOWN] = markdown_report(run, df, plots, stacks)
-    files[REPORT_HTML] = html_report(run, df, pngs, stacks)
+    files[REPORT_HTML] = html_report(run, df, pngs, comparison, stacks)
     written = {}
     for name, content in files.items():
         written[name] = out_dir / name

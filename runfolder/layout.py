@@ -67,6 +67,9 @@ def flight_file(trial_dir: Path, rank: int) -> Path:
     return Path(trial_dir) / FLIGHT_DIR / f"r{rank:03d}.json"
 
 
+COMPARISON_PLOT = f"{PLOTS_DIR}/comparison.png"  # the policies compared, relative to the reports' folder
+
+
 def plot_file(trial: str) -> str:
     """The timeline plot of a trial, relative to the reports' folder."""
     return f"{PLOTS_DIR}/timeline-{trial}.png"

@@ -1,4 +1,4 @@
-"""The import rules that keep the layers visible (see README, "Layout").
+"""The import rules that keep the layers visible (README, "Where to read next").
 
 Every `import` in the project's packages, at module level or inside a function, is read
 from the source and checked against the layer it sits in; a lower layer importing a higher

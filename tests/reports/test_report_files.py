@@ -45,8 +45,8 @@ def test_expectation_verdicts_in_the_row(tmp_path):
 def test_write_reports_round_trip(tmp_path):
     run_dir = make_run(tmp_path)
     written = write_reports(run_dir)
-    assert set(written) == {"metrics.csv", "report.md", "report.html", "plots/timeline-baseline.png",
-                            "plots/timeline-timeout.png", "plots/timeline-retry.png",
+    assert set(written) == {"metrics.csv", "report.md", "report.html", "plots/comparison.png",
+                            "plots/timeline-baseline.png", "plots/timeline-timeout.png", "plots/timeline-retry.png",
                             "plots/timeline-isolation.png"}
     assert all(path == run_dir / name and path.is_file() for name, path in written.items())
     assert written["plots/timeline-retry.png"].read_bytes().startswith(b"\x89PNG")
@@ -58,12 +58,14 @@ def test_write_reports_round_trip(tmp_path):
     assert "NaN" in written["metrics.csv"].read_text()
 
     md = written["report.md"].read_text()
+    assert md.index("![the policies compared](plots/comparison.png)") < md.index("| policy | fault |")
     assert "| policy | fault | what happened (measured) |" in md
     assert "hung >= 30 s" in md and "wasted rank-seconds" in md
     assert "(plots/timeline-retry.png)" in md
 
     html = written["report.html"].read_text()
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count("data:image/png;base64,") == 5  # the policies compared, then each timeline
+    assert html.index("alt='the policies compared'") < html.index("<table>")  # on the first screen
     assert "<img" in html and "src='plots/" not in html  # self-contained
     assert "link-down-r1" in html and "Definitions" in html
 
@@ -122,3 +124,19 @@ def test_report_main_nothing_written_when_one_run_is_bad(tmp_path, capsys):
     run_dir = make_run(tmp_path)
     assert report_main([str(run_dir), str(tmp_path / "nope")]) == 2
     assert not (run_dir / "report.html").exists()
+
+
+def test_the_comparison_draws_each_policy_s_times_its_claim_and_a_hang_as_at_least_the_cap(tmp_path):
+    from reports.plots import comparison_figure
+    from reports.tables import claim_marks
+    df = analyze_run(make_run(tmp_path))
+    ax = comparison_figure(df, claim_marks()).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "baseline\nhung", "timeout\nfailed-fast", "retry\nrecovered", "isolation\nisolated"]
+    texts = [t.get_text() for t in ax.texts]
+    assert ">= 30 s (cap)" in texts  # the baseline hung: drawn to the cap, said as at least it
+    assert "document: stuck ~5.2 h >" in texts  # its claim is past the axis: written at the edge
+    row = df.set_index("trial").loc["retry"]
+    assert f"{row['ttr_s']:.2f} s" in texts and f"{row['ttd_s']:.2f} s" in texts
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert set(legend) >= {"detect", "recover", "breaker open", "hung: at least the cap", "the document's claim"}
