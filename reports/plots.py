@@ -136,7 +136,7 @@ def comparison_figure(df: pd.DataFrame, claims: Mapping[str, tuple[str, float, s
     height = 0.8 / len(COMPARED)
     longest = max([_number(r, c) for r in rows for c, _, _ in COMPARED] + [_number(r, "hung_cap") for r in rows]
                   + [1.0], key=lambda v: -math.inf if math.isnan(v) else v)
-    right = longest * 3
+    right = longest * 30  # room right of the longest bar for its label and a claim past the axis
     labelled: set[str] = set()
     for y, row in enumerate(rows):
         for k, (column, label, colour) in enumerate(COMPARED):

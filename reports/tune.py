@@ -255,10 +255,13 @@ def write_tradeoff(path: Path, cands: tuple[Candidate, ...], evidence: dict[str,
     for r in references:
         y = r.detect_s if not math.isnan(r.detect_s) else r.hang_cap_s
         ax.axhline(y, linestyle="--", color="tab:gray")
-        ax.text(ax.get_xlim()[0], y, f" {r.name}: " + (f"{y:.1f} s" if not math.isnan(r.detect_s) else
-                                                        f">= {y:g} s (cap)"), va="bottom", fontsize=8)
+        ax.text(0.99, y, f"{r.name}: " + (f"{y:.1f} s" if not math.isnan(r.detect_s) else f">= {y:g} s (cap)"),
+                transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("timeout as a multiple of the longest fault-free step")
+    margins = sorted({c.margin for c in cands})
+    ax.set_xticks(margins, [f"{m:g}x" for m in margins])
+    ax.minorticks_off()
+    ax.set_xlabel("timeout as a multiple of the longest fault-free wait")
     ax.set_ylabel("every rank knew of a silent rank (s)")
     ax.set_title("chaos tune: detection against margin (o passes, x tripped or missed a transient)", fontsize=9)
     fig.tight_layout()
