@@ -17,8 +17,8 @@ business) and runs, each stage a run folder made the way `chaos run` makes one:
                      30 s and PyTorch's gloo default: one rank stops (SIGSTOP, never
                      resumed: a hung host, which only a timeout tells; a killed process's
                      peers hear of it from gloo within a second whatever the timeout)
-A tune folder (OUT/<scenario>-<time>/) keeps a manifest like a night's (harness.run.nightly):
-after Ctrl-C or a crash the same command resumes it. One progress line with the ETA;
+A tune folder (OUT/<time>/) keeps a manifest like a night's (harness.run.nightly): after
+Ctrl-C, a crash or a budget that ended it, the same command (any --budget) resumes it. One progress line with the ETA;
 before each stage it checks the budget, and when the next stage would pass it, it stops and
 reports what the stages run so far show. tune.md, tune.json and tradeoff.png are the result.
 """
@@ -50,7 +50,7 @@ from reports.tune import (MARGINS, Candidate, Evidence, Reference, candidates, c
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
 KEPT_FIELDS = ("name", "seed", "cluster", "workload", "warmup_steps", "groups")
-FAULT_AT_S = 2.0           # the kill, after warm-up
+FAULT_AT_S = 2.0           # the silent rank stops, after warm-up
 TRANSIENT_GAP_S = 4.0      # between the control's two transients, and after the first
 START_S = 10.0             # a trial's bring-up and warm-up, for the estimates only
 REFERENCES = {"document_30s": {"base": "timeout", "timeout": 30.0},
@@ -69,7 +69,10 @@ class Options:
     references: bool
 
     def digest(self) -> str:
-        text = self.scenario_file.read_text() + json.dumps(dataclasses.asdict(self), default=str, sort_keys=True)
+        """What makes two invocations one tune: the scenario and every option but the
+        budget (a tune the budget stopped goes on with a larger one)."""
+        chosen = {k: v for k, v in dataclasses.asdict(self).items() if k != "budget_s"}
+        text = self.scenario_file.read_text() + json.dumps(chosen, default=str, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -165,3 +165,8 @@ def test_bad_input_names_the_flag_and_the_fix(tmp_path):
         options_of(argparse.Namespace(**{**vars(args), "budget": "15m", "repeat": 0}))
     with pytest.raises(UsageError, match="runs your own job; `chaos tune` tunes the built-in workload"):
         Stages(options(scenario_file=REPO / "scenarios" / "byo_kill.yaml", ranks=None), tmp_path)
+
+
+def test_a_tune_is_its_scenario_and_options_but_not_its_budget():
+    assert options().digest() == options(budget_s=60.0).digest()  # stopped by the budget: go on with more
+    assert options().digest() != options(repeat=3).digest() and options().digest() != options(ranks=8).digest()
