@@ -197,7 +197,10 @@ def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str,
     events = list(events)
     captured = next((e for e in events if e.get("kind") == "stacks_captured" and e.get("reason") in AT_CAP), {})
     asked = [int(r) for r in captured.get("flight") or ()] if isinstance(captured.get("flight"), list) else []
-    recorded = flight_text(flight or {}, asked)
+    flight = dict(flight or {})
+    if isinstance(captured.get("flight_answered"), list):  # a dump that came after the deadline is not the cap's
+        flight = {rank: entries for rank, entries in flight.items() if rank in captured["flight_answered"]}
+    recorded = flight_text(flight, asked)
     return "; ".join(_groups_text(processes, ranks) + gone_text(events, ranks, t0) + ([recorded] if recorded else []))
 
 

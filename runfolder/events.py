@@ -186,8 +186,10 @@ STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dum
                         "was recorded), or detect (at fault `fault`'s first detection, into "
                         "stacks/detect-<fault>/, no process paused; t: when the dumps ended); dumped of "
                         "processes; secs it took; flight (at the cap): the ranks asked for their flight "
-                        "recorder (harness.job.flight: those that answered wrote flight/rNNN.json)",
-                        optional=("flight", "fault"))
+                        "recorder (harness.job.flight: those that answered wrote flight/rNNN.json), "
+                        "flight_answered: those whose dump came by the deadline (a stopped rank's may "
+                        "come later, at teardown's SIGCONT, and is not what it held at the cap)",
+                        optional=("flight", "fault", "flight_answered"))
 AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled | hung | deadline | error | cap (steps not "

@@ -397,21 +397,21 @@ class Trial:
         index, secs = stacks.capture(ranks, self.trial_dir)
         asked = stacks.recording_ranks(read_events(self.events_path)[0], ranks)
         answered = stacks.ask_flight_recorders(asked, self.trial_dir)
-        self._captured(recorder, reason, None, index, secs, asked=sorted(asked), answered=len(answered))
+        self._captured(recorder, reason, None, index, secs, asked=sorted(asked), answered=answered)
 
     def _captured(self, recorder: EventRecorder, reason: str, fault: int | None, index: list[stacks.Dumped],
-                  secs: float, asked: list[int] | None = None, answered: int = 0) -> None:
+                  secs: float, asked: list[int] | None = None, answered: list[int] | None = None) -> None:
         """Record and say a capture: at the cap (fault None; the flight recorders `asked`),
         or at fault `fault`'s first detection."""
         dumped = sum(entry.file is not None for entry in index)
         recorder.emit(kinds.STACKS_CAPTURED, reason=reason, processes=len(index), dumped=dumped, secs=round(secs, 3),
-                      **({"flight": asked} if asked is not None else {}),
+                      **({"flight": asked, "flight_answered": answered or []} if asked is not None else {}),
                       **({"fault": fault} if fault is not None else {}))
         missing = next((entry.error for entry in index if entry.error), None)
         when = f"at fault {fault}'s first detection: " if fault is not None else ""
         self._say(f"{when}stacks of {dumped}/{len(index)} processes in {secs:.1f} s"
                   + (f" ({missing})" if missing else "")
-                  + (f"; flight recorders of {answered}/{len(asked)} ranks" if asked else ""))
+                  + (f"; flight recorders of {len(answered or [])}/{len(asked)} ranks" if asked else ""))
 
     def _traffic_watch(self, cluster: Cluster, monitor: Monitor) -> TrafficWatch:
         """Samples around each fault on the network, the first as long before its apply as

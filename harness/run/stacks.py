@@ -92,12 +92,19 @@ def processes(ranks: dict[int, int]) -> list[tuple[int, int, int | None]]:
 
 
 def recording_ranks(events: list[dict], ranks: dict[int, int]) -> dict[int, int]:
-    """Of `ranks` (rank -> live pid), those whose process said it dumps its flight recorder
-    on SIGUSR2 (rank_start flight: true, or a user job's flight_ready, from that same pid):
-    no other process is sent it."""
-    said = {(e["rank"], e["pid"]) for e in events
-            if (e.get("kind") == "rank_start" and e.get("flight") is True) or e.get("kind") == "flight_ready"}
-    return {rank: pid for rank, pid in ranks.items() if (rank, pid) in said}
+    """Of `ranks` (rank -> its live pid), the process of each that said it dumps its flight
+    recorder on SIGUSR2 (rank_start flight: true, or a user job's flight_ready): the rank's
+    own process, or one it started that still lives (a torchrun worker, a process a
+    wrapper started); the newest to say so, since a restarted worker is a new process. No
+    other process is sent it."""
+    found: dict[int, int] = {}
+    for e in events:
+        if not ((e.get("kind") == "rank_start" and e.get("flight") is True) or e.get("kind") == "flight_ready"):
+            continue
+        rank, pid = e.get("rank"), e.get("pid")
+        if rank in ranks and (pid == ranks[rank] or pid in {child for child, _ in proc.descendants(ranks[rank])}):
+            found[rank] = pid
+    return found
 
 
 def ask_flight_recorders(ranks: dict[int, int], trial_dir: Path, deadline_s: float = FLIGHT_DEADLINE_S,

@@ -99,3 +99,15 @@ def test_the_flight_recorders_say_which_rank_did_not_enter_the_newest_collective
     assert flight_text(moved_on) == ("flight recorder: collective 3 (gloo:all_reduce) of group 1 entered by "
                                      "ranks 0,1; ranks 2 in another group")
     assert flight_text({}) == "" and flight_text({}, asked=[1]) == "flight recorder: no entries; rank 1 did not answer"
+
+
+def test_a_dump_that_came_after_the_deadline_is_not_taken_for_the_cap_s():
+    # a stopped rank answers only when teardown continues it: its file is of a later state
+    from reports.stuck import stuck_summary
+    flight = {r: [entry(0, s) for s in range(1, 16)] for r in range(3)}
+    flight[3] = [entry(0, s) for s in range(1, 15)]
+    captured = {"kind": "stacks_captured", "reason": "hung", "t": 30.0, "flight": [0, 1, 2, 3]}
+    late = stuck_summary([], [{**captured, "flight_answered": [0, 1, 2]}], 4, flight=flight)
+    assert late.endswith("entered by ranks 0-2; rank 3 did not answer"), late
+    older = stuck_summary([], [captured], 4, flight=flight)  # a run folder from before the field
+    assert older.endswith("entered by ranks 0-2; rank 3 did not enter it (its last: 14)"), older
