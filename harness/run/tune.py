@@ -45,11 +45,13 @@ from harness.run.progress import Progress
 from harness.run.scenario import load_scenario, reproduce_command
 from harness.signals import Terminated
 from reports import analyze_run
+from reports.analysis import run_frame
+from reports.history import load_run
 from reports.tune import (MARGINS, Candidate, Evidence, Reference, candidates, control_trips, fault_free, halve,
                           recommendation_text, select, trial_events, transient_s, tune_json, write_tradeoff)
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
-KEPT_FIELDS = ("name", "seed", "cluster", "workload", "warmup_steps", "groups")
+KEPT_FIELDS = ("cluster", "workload", "warmup_steps", "groups")  # each stage sets its own name and seed
 FAULT_AT_S = 2.0           # the silent rank stops, after warm-up
 TRANSIENT_GAP_S = 4.0      # between the control's two transients, and after the first
 START_S = 10.0             # a trial's bring-up and warm-up, for the estimates only
@@ -231,9 +233,11 @@ class Tune:
     def _controls(run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> None:
         """Each candidate's false trips before the first transient, and the ranks that
         detected the transients."""
-        table = analyze_run(run_dir).set_index("trial")
+        run = load_run(run_dir)  # read once: the metrics and the raw events come from it
+        table = run_frame(run).set_index("trial")
+        records = {trial.name: trial.events.to_dict("records") for trial in run.trials}
         for name in cell.policies:
-            events = trial_events(run_dir, name)
+            events = records[name]
             first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
             trips, watched = control_trips(events, first)
             evidence[name].false_trips.append(trips)
