@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check: one prepared script, every part capped, the whole within 8 minutes, from
+# The GPU check: one prepared script, every part capped (the whole ran in about 4 minutes on an H200), from
 # the repository root, as root or as an ordinary user:
 #
 #   bench/gpu_check.sh OUT_DIR
 #   GPU_CHECK_PARTS="tests gpu_hang" bench/gpu_check.sh OUT_DIR   # only these parts (a rerun):
-#       tests gpu_hang gpu_kill nccl gloo_cuda_link netem
+#       tests gpu_hang gpu_hang_fd fingerprint gpu_kill nccl gloo_cuda_link netem
 #
 # Its Python: this checkout's .venv when it has one; else $PYTHON or python3, the
 # machine's own with its CUDA torch. Then the project's other dependencies that Python
@@ -130,6 +130,20 @@ wanted gpu_hang && scenario gpu_hang local 16 cuda gloo "{kind: gpu_hang, target
     "$RETRY
 $ISOLATION"
 wanted gpu_hang && part gpu_hang 125
+# a hang longer than the timeout against the failure detector: the rank's heartbeat thread
+# goes on while its kernel spins, so the detector is not expected to see it before the timeout
+wanted gpu_hang_fd && scenario gpu_hang_fd local 16 cuda gloo "{kind: gpu_hang, target: {rank: 5}, start: 2s, duration: 20s}" \
+    "  retry_fd: {base: retry, detector: {}, timeout: 10s, rendezvous_timeout: 30s, max_retries: 100,
+             backoff_base: 20ms, backoff_cap: 200ms, jitter: [0s, 30ms]}
+  elastic: {}"
+wanted gpu_hang_fd && part gpu_hang_fd 170
+if wanted fingerprint; then  # one rank per GPU (as jobs run), then 16 ranks sharing the GPUs (as the parts above)
+    for ranks in "$GPUS" 16; do
+        say "the state fingerprint's cost per step on the GPU, $ranks ranks (at most 120 s)"
+        timeout --kill-after=10 120 "$PY" bench/state_fingerprint.py --device cuda --ranks "$ranks" --steps 40 \
+            --out "$OUT/fingerprint-$ranks.json" || say "state_fingerprint exited $?"
+    done
+fi
 wanted gpu_kill && scenario gpu_kill local 16 cuda gloo "{kind: kill, target: {rank: 5}, start: 2s}" "  timeout: {timeout: 5s}"
 wanted gpu_kill && part gpu_kill 70
 if ! wanted nccl; then

@@ -39,7 +39,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.job.config import WorkloadSpec  # noqa: E402
-from harness.job.fingerprint import fingerprint, optimizer_tensors, tensors_of  # noqa: E402
+from harness.job.fingerprint import fingerprints, optimizer_tensors, tensors_of  # noqa: E402
 from harness.job.workload import Workload  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def with_ddp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, features:
         optimizer.step()
         synchronize()
 
-    return step, lambda: (fingerprint(tensors_of(optimizer)), fingerprint(optimizer_tensors(optimizer)))
+    return step, lambda: fingerprints(tensors_of(optimizer), optimizer_tensors(optimizer))
 
 
 def train_ddp(rank: int, world: int) -> Pair:

@@ -116,21 +116,37 @@ def _runs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return runs
 
 
+def fingerprints(*groups: Iterable[torch.Tensor]) -> list[str | None]:
+    """The fingerprint of each group of tensors (None for an empty one), from one transfer
+    per device for all groups: on a GPU each transfer waits for the device (a model's and its
+    optimizer's state in one call: one wait, not two)."""
+    groups_ = [list(g) for g in groups]
+    integers: dict[torch.device, list[torch.Tensor]] = {}  # per device: every group's, in order
+    spans: list[list[tuple[torch.device, int, int]]] = []  # per group: (device, first, end) per run
+    for tensors in groups_:
+        spans.append([])
+        for words in _runs(tensors):
+            n = words.numel()
+            stride = max(1, n // SAMPLE_WORDS)
+            sample = words[::stride][:SAMPLE_WORDS].to(torch.int64)
+            on_device = integers.setdefault(words.device, [])
+            spans[-1].append((words.device, len(on_device), len(on_device) + 2))
+            on_device.extend((words.sum(dtype=torch.int32).to(torch.int64),
+                              (sample * _sample_weights(sample.numel(), sample.device)).sum()))
+    host = {device: torch.stack(values).cpu().numpy() for device, values in integers.items()}
+    results: list[str | None] = []
+    for tensors, runs in zip(groups_, spans, strict=True):
+        if not tensors:
+            results.append(None)
+            continue
+        digest = hashlib.blake2b(digest_size=8)
+        for device in dict.fromkeys(device for device, _, _ in runs):  # per device, as first met
+            digest.update(b"".join(host[device][first:end].tobytes() for d, first, end in runs if d == device))
+        digest.update(";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors).encode())
+        results.append(digest.hexdigest())
+    return results
+
+
 def fingerprint(tensors: Iterable[torch.Tensor]) -> str | None:
     """The fingerprint of these tensors' values; None when there are none."""
-    tensors = list(tensors)
-    if not tensors:
-        return None
-    parts: dict[torch.device, list[torch.Tensor]] = {}  # per device: one transfer each
-    for words in _runs(tensors):
-        n = words.numel()
-        stride = max(1, n // SAMPLE_WORDS)
-        sample = words[::stride][:SAMPLE_WORDS].to(torch.int64)
-        parts.setdefault(words.device, []).extend(
-            (words.sum(dtype=torch.int32).to(torch.int64),
-             (sample * _sample_weights(sample.numel(), sample.device)).sum()))
-    digest = hashlib.blake2b(digest_size=8)
-    for on_device in parts.values():
-        digest.update(torch.stack(on_device).cpu().numpy().tobytes())
-    digest.update(";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors).encode())
-    return digest.hexdigest()
+    return fingerprints(tensors)[0]

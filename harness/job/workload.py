@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from harness.job.config import WorkloadSpec
-from harness.job.fingerprint import fingerprint, tensors_of
+from harness.job.fingerprint import fingerprints, tensors_of
 
 AllReduce = Callable[[torch.Tensor], None]
 CPU = torch.device("cpu")
@@ -76,7 +76,8 @@ class Workload:
 
     def fingerprints(self) -> tuple[str | None, str | None]:
         """(parameters, optimizer state): harness.job.fingerprint of each, where they live."""
-        return fingerprint(tensors_of(self.model)), fingerprint(self.velocity)
+        params, velocity = fingerprints(tensors_of(self.model), self.velocity)
+        return params, velocity
 
     def reset(self) -> None:
         """Back to the seeded initial weights (a restore before the first checkpoint)."""

@@ -56,12 +56,13 @@ def _generation() -> int:
 
 
 def _record_state(recorder: Any, holder: Any, at: str) -> None:
-    from harness.job.fingerprint import fingerprint, optimizer_tensors, sharding, tensors_of
+    from harness.job.fingerprint import fingerprints, optimizer_tensors, sharding, tensors_of
     import torch
 
-    optim = (fingerprint(optimizer_tensors(holder)) if isinstance(holder, torch.optim.Optimizer) else None)
+    held, optim = fingerprints(tensors_of(holder), optimizer_tensors(holder)
+                               if isinstance(holder, torch.optim.Optimizer) else [])
     sharded = {"sharded": kind} if (kind := sharding(holder)) else {}
-    recorder.emit("state", step=_steps, gen=_generation(), at=at, fingerprint=fingerprint(tensors_of(holder)),
+    recorder.emit("state", step=_steps, gen=_generation(), at=at, fingerprint=held,
                   optim=optim, local_rank=_local_rank(), **sharded)
 
 
