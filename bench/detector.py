@@ -86,7 +86,8 @@ from harness.run import machine
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec, PolicySpec
-from harness.run.scenario import Scenario, load_scenario, scaled_to_cores
+from harness.run.scenario import Scenario, load_scenario
+from harness.run.scaling import scaled_to_cores
 from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, GROUP_RELEASED,
                               REJOIN_REQUEST, RESTORED, STEP, SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
 from runfolder.layout import RUN_FILE, trial_dirs

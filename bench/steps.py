@@ -36,7 +36,7 @@ from harness.cluster.backends import backend_named
 from harness.run import machine
 from harness.run.orchestrator import run_scenario
 from harness.run.progress import Progress
-from harness.run.scenario import scale_factor, usable_cores
+from harness.run.scaling import scale_factor, usable_cores
 from runfolder.events import EVENTS_FILE, HOST_DROPS, MACHINE_STEAL, STEP, TRIAL_END, WARMUP_DONE, read_events
 from runfolder.layout import trial_dirs
 

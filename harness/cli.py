@@ -44,7 +44,8 @@ class _Parser(argparse.ArgumentParser):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario, reproduce_command, scaled_to_cores, scaling_note
+    from harness.run.scenario import load_scenario, reproduce_command
+    from harness.run.scaling import scaled_to_cores, scaling_note
 
     overrides = {}
     if args.ranks is not None:
@@ -129,7 +130,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
-    from harness.run.scenario import json_schema
+    from harness.run.schema import json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 

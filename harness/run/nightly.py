@@ -50,8 +50,9 @@ from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND
 from harness.run import machine
 from harness.run.progress import Progress
 from harness.signals import Terminated
-from harness.run.scenario import (Scenario, _line_of, describe_errors, load_scenario, reproduce_command,
-                                  scaled_to_cores)
+from harness.run.scenario import Scenario, load_scenario, reproduce_command
+from harness.run.yaml_errors import line_of, describe_errors
+from harness.run.scaling import scaled_to_cores
 
 if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
@@ -122,13 +123,13 @@ def load_night_plan(path: Path, repeat: int | None = None, backend: str | None =
     try:
         return NightPlan.model_validate(data)
     except ValidationError as exc:
-        raise UsageError("\n".join(f"{path}{f':{line}' if (line := _line_of(root, loc)) else ''}: "
+        raise UsageError("\n".join(f"{path}{f':{line}' if (line := line_of(root, loc)) else ''}: "
                                    f"{_plan_words(message)}"
                                    for loc, message in describe_errors(exc))) from None
 
 
 def _plan_words(message: str) -> str:
-    """scenario.describe_errors' text, about a plan file."""
+    """yaml_errors.describe_errors' text, about a plan file."""
     if message.startswith("scenario: "):
         message = "plan: " + message.removeprefix("scenario: ")
     return message.replace("`chaos schema` lists the fields",
@@ -159,7 +160,7 @@ def seed_for(base: int, scenario: str, repeat: int) -> int:
 
 def _where(plan_file: Path, *loc: str | int) -> str:
     """file:line: field, for a problem found after the plan was validated."""
-    line = _line_of(yaml.compose(plan_file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
+    line = line_of(yaml.compose(plan_file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
     return f"{plan_file}{f':{line}' if line else ''}: {'.'.join(map(str, loc))}"
 
 

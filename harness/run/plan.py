@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.faults import FaultBase
-from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario, file_line
+from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
+from harness.run.yaml_errors import file_line
 from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
 
 

@@ -34,13 +34,13 @@ Instead of the harness's runner and its policies, a scenario may run the user's 
 A target is exactly one of: `rank: 5`, `ranks: [1, 2]`, `group: left`, `count: 2` or
 `count: "25%"` (that many ranks, chosen with the scenario's seed). `chaos schema` prints
 the JSON Schema of this format. Errors name the file, the line, the field, the value given
-and the accepted form. `scaled_to_cores` stretches a scenario's times for more than 8 ranks
-per core (`chaos run --ranks`; docs/scale.md).
+and the accepted form (harness.run.yaml_errors). harness.run.scaling stretches a scenario's
+times for more than 8 ranks per core (`chaos run --ranks`; docs/scale.md); harness.run.schema
+is the format as a JSON Schema.
 """
 from __future__ import annotations
 
 import math
-import os
 import random
 import re
 import shlex
@@ -50,7 +50,6 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
-from pydantic.json_schema import GenerateJsonSchema
 
 from chaos import sysctl, units
 from chaos.errors import UsageError
@@ -59,7 +58,8 @@ from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
 from harness.cluster.userjob import JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
-from harness.job.policies import LABEL as POLICY_LABEL, POLICY_NAMES, PolicySpec, policy_spec
+from harness.job.policies import POLICY_NAMES, PolicySpec, policy_spec
+from harness.run.yaml_errors import TARGET_FORM, describe_errors, duplicate_keys, line_of
 from runfolder.plan import OUTCOMES, STATE_VERDICTS
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
@@ -156,7 +156,7 @@ class Target(Frozen):
         given = [name for name in ("rank", "ranks", "group", "count") if getattr(self, name) is not None]
         if len(given) != 1:
             got = f"got {' and '.join(given)}" if given else "got none"
-            raise ValueError(f"{_TARGET_FORM}; exactly one ({got})")
+            raise ValueError(f"{TARGET_FORM}; exactly one ({got})")
         return self
 
     def size(self, world: int) -> int:
@@ -238,7 +238,7 @@ class FaultEvent(Frozen):
         return spans
 
 
-def _one_or_more(value: Any) -> Any:
+def one_or_more(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
 
 
@@ -246,7 +246,7 @@ class Expectation(Frozen):
     """What a policy is expected to do: an outcome (or a list of acceptable ones) and bounds
     on the measured times, in seconds after the fault started."""
 
-    outcome: Annotated[tuple[Literal[OUTCOMES], ...], BeforeValidator(_one_or_more),  # type: ignore[valid-type]
+    outcome: Annotated[tuple[Literal[OUTCOMES], ...], BeforeValidator(one_or_more),  # type: ignore[valid-type]
                        Field(min_length=1)] | None = None
     detect_within: Span | None = None
     recover_within: Span | None = None
@@ -433,88 +433,6 @@ def _overlap(a: FaultEvent, b: FaultEvent) -> bool:
 
 # -- loading ------------------------------------------------------------------------------
 
-_TARGET_FORM = 'give a target: rank: 5, ranks: [1, 2], group: NAME, count: 2 or count: "25%"'
-_MISSING_FORMS = {"target": _TARGET_FORM, "on_for": units.DURATION_FORM, "off_for": units.DURATION_FORM,
-                  "percent": units.PERCENT_FORM, "rate": units.RATE_FORM,
-                  "duration": f"this kind spins for a set time: {units.DURATION_FORM}"}
-_PATH_PREFIX = re.compile(r"^((?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*): ")
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of the YAML node at location `loc`, as deep as it exists."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value
-                         if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            break
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-    return line
-
-
-def _duplicate_keys(node: yaml.Node | None, path: Path, seen: set[int] | None = None) -> list[str]:
-    """Every key given twice in one mapping (YAML would silently keep the last), both lines."""
-    seen = set() if seen is None else seen
-    if id(node) in seen:  # an alias: its node was checked where it was defined
-        return []
-    seen.add(id(node))
-    if isinstance(node, yaml.SequenceNode):
-        return [p for item in node.value for p in _duplicate_keys(item, path, seen)]
-    if not isinstance(node, yaml.MappingNode):
-        return []
-    problems, first = [], {}
-    for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-            line = key.start_mark.line + 1
-            if key.value in first:
-                problems.append(f"{path}:{line}: {key.value}: given twice (first on line {first[key.value]}); "
-                                "keep one")
-            first.setdefault(key.value, line)
-        problems += _duplicate_keys(value, path, seen)
-    return problems
-
-
-def _file_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A pydantic location in the model -> the same place in the file, where a fault's
-    parameters sit flat beside its timing: ("faults", 0, "fault", "loss", "percent") ->
-    ("faults", 0, "percent"); a mapping's key is where its entry is."""
-    loc = tuple(p for p in loc if not str(p).startswith("function-") and p != "[key]")
-    if len(loc) >= 3 and loc[0] == "faults" and loc[2] == "fault":
-        rest = loc[3:]
-        if rest and rest[0] in kind_names():
-            rest = rest[1:]  # the tag of the fault union repeats the kind
-        loc = loc[:2] + rest
-    return loc
-
-
-def describe_errors(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
-    """(location in the file, "field: problem (got value)") for every problem."""
-    problems = []
-    for err in exc.errors():
-        loc = _file_location(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        # a model-level check names its field itself: "faults.1.target.rank: ..."
-        named = _PATH_PREFIX.match(msg)
-        if named:
-            loc += tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
-            msg = msg[named.end():]
-        value = err.get("input")
-        if err["type"] == "missing":
-            msg = f"missing; {_MISSING_FORMS.get(str(loc[-1]), 'this field is required')}"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling (`chaos schema` lists the fields)"
-        elif err["type"] != "missing" and not named and repr(value) not in msg and not isinstance(value, dict):
-            msg += f" (got {value!r})"
-        field = ".".join(str(p) for p in loc) or "scenario"
-        problems.append((loc, f"{field}: {msg}"))
-    return problems
-
-
 # The overrides `chaos run` takes as options (the seed is the scenario's, overridden or not).
 OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend"}
 
@@ -558,7 +476,7 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise UsageError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to read") from None
-    twice = _duplicate_keys(root, path)
+    twice = duplicate_keys(root, path)
     if twice:
         raise UsageError("\n".join(twice))
     if not isinstance(data, dict):
@@ -580,167 +498,8 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
     except ValidationError as exc:
         lines = []
         for loc, message in describe_errors(exc):
-            line = _line_of(root, loc)
+            line = line_of(root, loc)
             lines.append(f"{path}{f':{line}' if line else ''}: {message}")
         raise UsageError("\n".join(lines)) from None
     except RecursionError:
         raise UsageError(f"{path}: a value refers to itself (a YAML alias loop)") from None
-
-
-def file_line(path: Path, loc: tuple[Any, ...]) -> str:
-    """"path:line" of location `loc` in a scenario file that loaded (for a problem found
-    later, when the run is placed); the path alone where the file cannot be read again."""
-    try:
-        line = _line_of(yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        line = None
-    return f"{path}:{line}" if line else str(path)
-
-
-# -- scale --------------------------------------------------------------------------------
-
-# The shipped scenarios' step period, timeouts, hang caps and bounds were set and measured
-# with 16 ranks on 2 cores. Past that every rank gets a smaller share of a core, and a step
-# slows in proportion; past 64 ranks also with the ring: gloo's all-reduce takes 2(N-1)
-# rounds, each waiting for every rank to get a core (a step's median on 2 cores: 0.08,
-# 0.20, 0.72, 2.88 s at 16, 32, 64, 128 ranks; docs/scale.md).
-REFERENCE_RANKS_PER_CORE = 8
-REFERENCE_RING = 64
-
-
-def scale_factor(ranks: int, cores: int) -> float:
-    """How many times slower than the reference a step runs: ranks per core over 8, times
-    ranks over 64 past 64 ranks; never below 1."""
-    per_core = max(1.0, ranks / max(cores, 1) / REFERENCE_RANKS_PER_CORE)
-    return per_core * max(1.0, ranks / REFERENCE_RING)
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-MEASURED_RANKS_PER_CORE = 32  # 64 ranks on 2 cores ran every shipped scenario's policies; 96
-# ran elastic_kill; 128 ran control.yaml (no detector), and elastic_kill in 6 runs of 8 (in
-# two earlier ones ranks cut themselves off from the control plane; two since ranks greet it)
-
-
-def scaling_note(ranks: int, cores: int | None = None, job: bool = False) -> str | None:
-    """The line that says a scenario's times were stretched, or None when they were not;
-    with a user's `job`, that its own arguments were not (the harness cannot tell which
-    of them are times, and a timeout given to init_process_group also bounds the start)."""
-    cores = usable_cores() if cores is None else cores
-    k = scale_factor(ranks, cores)
-    if k == 1.0:
-        return None
-    note = (f"{ranks} ranks on {cores} cores: every time in the scenario is stretched "
-            f"x{k:g} (step period, faults, timeouts, hang cap, bounds; docs/scale.md)")
-    if ranks / cores > MEASURED_RANKS_PER_CORE:
-        note += (f"; past {MEASURED_RANKS_PER_CORE} ranks per core the scenarios are not all known to hold "
-                 "(the failure detector has cut ranks off while the first group formed: docs/scale.md)")
-    return note + ("; your job's own command, args and env are not (a timeout it passes to "
-                   "init_process_group also bounds its start-up: docs/scale.md)" if job else "")
-
-
-# A policy's waits that stretch with the scale factor. The failure detector's heartbeat
-# period, silence threshold and exclude_after do not: its threads run ahead of the ranks'
-# steps (harness.job.detector.run_ahead) and were measured to keep up at 64 ranks on 2
-# cores beside two CPU hogs (docs/scale.md). straggler_after is a wait on a step: it does.
-_POLICY_WAITS = ("timeout", "rendezvous_timeout", "backoff_base", "backoff_cap", "health_check_timeout",
-                 "rejoin_within")
-_DETECTOR_WAITS = ("straggler_after",)
-_BOUNDS = ("detect_within", "recover_within", "breaker_within")
-
-
-def _stretched(model: BaseModel, fields: tuple[str, ...], k: float) -> dict[str, Any]:
-    return {f: getattr(model, f) * k for f in fields if getattr(model, f) is not None}
-
-
-def scaled_to_cores(scenario: Scenario, cores: int | None = None) -> Scenario:
-    """`scenario` with every time in it stretched by scale_factor(ranks, cores; default: the
-    cores this process may run on), so that each relation it was written with holds (a link
-    down longer than the timeout, a flap shorter than it): the step period, the fault
-    timeline, each policy's timeouts, backoff and waits (its failure detector's straggler
-    wait, not its heartbeats and silence threshold), the hang cap and the expectations' bounds."""
-    k = scale_factor(scenario.cluster.ranks, usable_cores() if cores is None else cores)
-    if k == 1.0:
-        return scenario
-    policies = {}
-    for name, overrides in scenario.policies.items():
-        spec = scenario.policy(name)
-        policies[name] = {**overrides, **_stretched(spec, _POLICY_WAITS, k),
-                          "jitter": [spec.jitter[0] * k, spec.jitter[1] * k],
-                          "detector": spec.detector and spec.detector.model_copy(
-                              update=_stretched(spec.detector, _DETECTOR_WAITS, k)).model_dump()}
-    faults = tuple(event.model_copy(update={
-        **_stretched(event, ("start", "duration"), k),
-        "pulses": event.pulses and event.pulses.model_copy(update=_stretched(event.pulses, ("on_for", "off_for"), k))})
-        for event in scenario.faults)
-    return scenario.model_copy(update={
-        "workload": scenario.workload.model_copy(update={"step_period": scenario.workload.step_period * k}),
-        "faults": faults, "hang_cap": scenario.hang_cap * k, "policies": policies,
-        "expect": {name: e.model_copy(update=_stretched(e, _BOUNDS, k)) for name, e in scenario.expect.items()}})
-
-
-# -- JSON Schema --------------------------------------------------------------------------
-
-_NUMBER = r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?"
-# What each unit parser accepts besides a bare number, as a JSON Schema for editors.
-_UNIT_FORMS = {
-    units.parse_duration: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*(us|ms|s|m|min|h)?\s*$"},
-                           {"type": "number", "minimum": 0}, units.DURATION_FORM),
-    units.parse_percent: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*%\s*$"}, None, units.PERCENT_FORM),
-    units.parse_rate: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*[A-Za-z]+\s*$"}, None, units.RATE_FORM),
-    units.parse_size: ({"type": "string", "pattern": rf"^\s*{_NUMBER}\s*[A-Za-z]*\s*$"},
-                       {"type": "integer", "minimum": 1}, units.SIZE_FORM),
-}
-
-
-class _UnitsJsonSchema(GenerateJsonSchema):
-    """Fields parsed from unit strings ("250ms", "20%") are strings (or numbers) in a file."""
-
-    def function_before_schema(self, schema: Any) -> dict[str, Any]:
-        parser = schema["function"]["function"]
-        if parser in _UNIT_FORMS:
-            text, number, form = _UNIT_FORMS[parser]
-            return {"anyOf": [text, number] if number else [text], "description": form}
-        inner = super().function_before_schema(schema)
-        if parser is _one_or_more:
-            return {"anyOf": [inner["items"], inner]}
-        if inner.get("type") in ("integer", "number"):
-            return {"anyOf": [inner, {"type": "string"}]}  # numbers that take names too (signals)
-        return inner
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a scenario file (what `chaos schema` prints), for editors."""
-    schema = Scenario.model_json_schema(schema_generator=_UnitsJsonSchema)
-    defs = schema["$defs"]
-    timing = {k: v for k, v in defs["FaultEvent"]["properties"].items() if k in TIMING_FIELDS}
-    kinds = []
-    for cls in FAULT_KINDS:
-        fault = cls.model_json_schema(schema_generator=_UnitsJsonSchema)
-        defs.update(fault.pop("$defs", {}))
-        fault["properties"].update(timing)
-        fault["required"] = ["kind", "target", *fault.get("required", [])]
-        fault["additionalProperties"] = False
-        defs[f"{cls.__name__}Event"] = fault
-        kinds.append({"$ref": f"#/$defs/{cls.__name__}Event"})
-    for cls in FAULT_KINDS:
-        defs.pop(cls.__name__, None)  # the model's nested form; a file uses the flat events above
-    defs["FaultEvent"] = {"description": FaultEvent.__doc__, "oneOf": kinds}
-    overrides = PolicySpec.model_json_schema(schema_generator=_UnitsJsonSchema)
-    defs.update(overrides.pop("$defs", {}))
-    overrides["properties"].pop("name")
-    overrides.pop("required", None)
-    overrides["title"] = "PolicyOverrides"
-    defs["PolicyOverrides"] = overrides
-    names = {"propertyNames": {"pattern": POLICY_LABEL}}  # a policy's name, or a label with `base:`
-    schema["properties"]["policies"] = {**names, "type": "object", "description": "policies to compare",
-                                        "additionalProperties": {"anyOf": [{"$ref": "#/$defs/PolicyOverrides"},
-                                                                           {"type": "null"}]}}
-    schema["properties"]["expect"] = {**names, "type": "object",
-                                      "additionalProperties": {"$ref": "#/$defs/Expectation"}}
-    schema["required"] = []  # name defaults to the file name
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "chaos-harness scenario"
-    return schema

@@ -22,7 +22,7 @@ from chaos.faults import LinkDown
 from chaos.inject import LinkStateDown, NetlinkInjector
 from chaos.ledger import Ledger
 from harness.cluster.backends import BACKEND_NAMES, backend_class
-from harness.run.scenario import json_schema
+from harness.run.schema import json_schema
 from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli, processes_of
 
 KILL = REPO / "scenarios" / "kill_rank.yaml"

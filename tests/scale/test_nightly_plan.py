@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 
 from harness.run.nightly import PLANS, expand, load_night_plan
-from harness.run.scenario import load_scenario, scaled_to_cores
+from harness.run.scenario import load_scenario
+from harness.run.scaling import scaled_to_cores
 from tests.conftest import REPO
 
 PLAN = PLANS / "scale.yaml"
