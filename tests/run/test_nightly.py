@@ -16,7 +16,9 @@ import reports
 from chaos.errors import UsageError
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.run.nightly import (MANIFEST, RUNS, Cell, NightProgress, expand, finish_night, load_night_plan,
-                                 open_night, plan_digest, print_night, read_manifest, run_cells, seed_for)
+                                 open_night, read_manifest, run_cells, seed_for)
+from harness.run.nightly.command import print_night
+from harness.run.nightly.plan import plan_digest
 from harness.run.orchestrator import Trial, start_run
 from harness.run.plan import build_plan
 from harness.run.progress import Progress

@@ -1,0 +1,87 @@
+"""Running a night's cells: one run folder each, the manifest after every cell, one progress
+line with the ETA; then the night's history rows, files and gate (reports.nightly)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.run.nightly.folder import RUNS, Done, Manifest, write_manifest
+from harness.run.nightly.plan import Cell
+from harness.run.progress import Progress
+
+CellRunner = Callable[[Cell, Path], Path]  # (cell, runs folder) -> the run folder it made
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class NightProgress:
+    """The night's one progress line: trials done of the total, elapsed and ETA. The ETA is
+    this invocation's seconds per trial times the trials left (unknown before the first cell)."""
+
+    def __init__(self, progress: Progress, total: int, done: int, clock: Callable[[], float],
+                 label: str = "nightly") -> None:
+        self.progress = progress
+        self.label = label
+        self.total = total
+        self.done = done
+        self.resumed = done
+        self.clock = clock
+        self.start = clock()
+
+    def eta_s(self) -> float | None:
+        ran = self.done - self.resumed
+        if not ran:
+            return None
+        return (self.clock() - self.start) / ran * (self.total - self.done)
+
+    def line(self, text: str) -> str:
+        eta = self.eta_s()
+        return (f"{self.done}/{self.total} trials  elapsed {_duration(self.clock() - self.start)}  "
+                f"ETA {'?' if eta is None else _duration(eta)}  {text}")
+
+    def show(self, text: str) -> None:
+        self.progress.phase(self.label, self.line(text))
+
+
+def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_cell: CellRunner,
+              progress: NightProgress, clock: Callable[[], float], last: bool = True) -> Manifest:
+    """Run every cell not done yet; the manifest is rewritten after each (`last`: these are
+    the plan's last cells, and the progress line says the matrix is done)."""
+    for cell in cells:
+        if cell.key in manifest.keys():
+            continue
+        progress.show(f"running {cell.scenario.name} repeat {cell.repeat} ({', '.join(cell.policies)})")
+        started = clock()
+        run_dir = run_cell(cell, night_dir / RUNS)
+        done = Done(cell.key, cell.repeat, str(run_dir.relative_to(night_dir)), len(cell.policies),
+                    round(clock() - started, 3))
+        manifest = dataclasses.replace(manifest, done=(*manifest.done, done))
+        write_manifest(night_dir, manifest)
+        progress.done += done.trials
+    if last:
+        progress.show("matrix done")
+    return manifest
+
+
+def finish_night(night_dir: Path, manifest: Manifest, history_db: Path, seed: int) -> Any:
+    """Append the night to the history (one transaction), write its files, mark it finished;
+    returns the reports.nightly.NightReport."""
+    import numpy as np
+
+    import reports
+    from reports.nightly import (NightInfo, NightRun, append_night, night_history, night_report, read_history,
+                                 write_night_files)
+    from runfolder.info import read_run_info
+
+    runs = [NightRun(d.repeat, read_run_info(night_dir / d.run).command, reports.analyze_run(night_dir / d.run))
+            for d in manifest.done]
+    append_night(history_db, night_history(NightInfo(**manifest.info), runs))
+    history = read_history(history_db)
+    report = night_report(history, manifest.night, np.random.default_rng(seed))
+    write_night_files(night_dir, history, report)
+    write_manifest(night_dir, dataclasses.replace(manifest, finished=True))
+    return report

@@ -1,0 +1,179 @@
+"""A night's plan: the plan file validated once into frozen values (errors name
+file:line: field), expanded into cells, one plan entry x repeat each, with their seeds."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from chaos.errors import UsageError
+from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND
+from harness.run.scaling import scaled_to_cores
+from harness.run.scenario import Scenario, load_scenario, reproduce_command
+from harness.run.yaml_errors import describe_errors, line_of
+
+REPO = Path(__file__).resolve().parent.parent.parent.parent
+PLANS = REPO / "nightly"
+DEFAULT_PLAN, QUICK_PLAN = PLANS / "default.yaml", PLANS / "quick.yaml"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PlanEntry(_Frozen):
+    scenario: Annotated[str, Field(min_length=1, description="a scenario file or a glob, relative to the plan")]
+    policies: tuple[str, ...] | None = Field(default=None, min_length=1,
+                                              description="policies of the scenario to run; default all")
+    ranks: Annotated[int, Field(ge=2, le=4096)] | None = None
+    repeat: Annotated[int, Field(ge=1, le=1000)] | None = None
+
+
+class NightPlan(_Frozen):
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 1
+    repeat: Annotated[int, Field(ge=1, le=1000)] = 3
+    backend: Literal[BACKEND_NAMES] = DEFAULT_BACKEND  # type: ignore[valid-type]  (harness.cluster.backends)
+    device: str = "cpu"
+    runs: tuple[PlanEntry, ...]
+
+    @field_validator("device")
+    @classmethod
+    def _cpu_only(cls, value: str) -> str:
+        # the training workload (harness.job.workload) has no CUDA path yet (issue 12)
+        if value != "cpu":
+            raise ValueError(f"{value!r}: the ranks' workload trains on the CPU only today; use device: cpu")
+        return value
+
+    @field_validator("runs")
+    @classmethod
+    def _some(cls, value: tuple[PlanEntry, ...]) -> tuple[PlanEntry, ...]:
+        if not value:
+            raise ValueError("empty; list at least one entry such as - {scenario: ../scenarios/kill_rank.yaml}")
+        return value
+
+
+def load_night_plan(path: Path, repeat: int | None = None, backend: str | None = None) -> NightPlan:
+    """Read and validate a plan file; `repeat` and `backend` (the command line's) override it.
+    Raises UsageError with file:line: field: problem, one line per problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such plan file; pass a .yaml plan (see nightly/ for examples)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the plan: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise UsageError(f"{path}{f':{mark.line + 1}' if mark else ''}: not valid YAML: "
+                         f"{getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a plan is a mapping of fields (seed, repeat, backend, device, runs), "
+                         f"not {type(data).__name__}")
+    data.update({k: v for k, v in (("repeat", repeat), ("backend", backend)) if v is not None})
+    try:
+        return NightPlan.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError("\n".join(f"{path}{f':{line}' if (line := line_of(root, loc)) else ''}: "
+                                   f"{_plan_words(message)}"
+                                   for loc, message in describe_errors(exc))) from None
+
+
+def _plan_words(message: str) -> str:
+    """yaml_errors.describe_errors' text, about a plan file."""
+    if message.startswith("scenario: "):
+        message = "plan: " + message.removeprefix("scenario: ")
+    return message.replace("`chaos schema` lists the fields",
+                                                               "docs/nightly.md lists the plan's fields")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One plan entry x repeat of a night: a run folder with one trial per policy."""
+
+    scenario: Scenario       # with the cell's seed, ranks and backend
+    scenario_file: Path
+    policies: tuple[str, ...]
+    repeat: int
+    command: str             # `chaos run ...` that runs the cell again
+
+    @property
+    def key(self) -> str:
+        # the policies too: a plan may run a scenario's policies (or variants) in two entries
+        return f"{self.scenario.name}/{self.repeat}/{'+'.join(self.policies)}"
+
+
+def seed_for(base: int, scenario: str, repeat: int) -> int:
+    """Repeat `repeat` of `scenario`'s seed: distinct per repeat, the same every night."""
+    digest = hashlib.sha256(f"{base}/{scenario}/{repeat}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _where(plan_file: Path, *loc: str | int) -> str:
+    """file:line: field, for a problem found after the plan was validated."""
+    line = line_of(yaml.compose(plan_file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
+    return f"{plan_file}{f':{line}' if line else ''}: {'.'.join(map(str, loc))}"
+
+
+def _files(pattern: str, plan_file: Path, where: str) -> list[Path]:
+    full = os.path.normpath(pattern if Path(pattern).is_absolute() else plan_file.parent / pattern)
+    found = sorted(Path(p) for p in glob.glob(full)) if glob.has_magic(pattern) else [Path(full)]
+    if not found:
+        raise UsageError(f"{where}: {pattern!r} matches no scenario file (relative to {plan_file.parent})")
+    return found
+
+
+def expand(plan: NightPlan, plan_file: Path) -> tuple[Cell, ...]:
+    """Every cell of the plan, repeat by repeat (repeat 0 of every entry first, so that an
+    interrupted night has every series at least once); each scenario loaded and checked."""
+    entries: list[tuple[Path, str, tuple[str, ...], int, int | None]] = []
+    owner: dict[tuple[str, str], str] = {}  # (scenario, policy) -> the plan entry that runs it
+    for index, entry in enumerate(plan.runs):
+        for path in _files(entry.scenario, plan_file, _where(plan_file, "runs", index, "scenario")):
+            scenario = load_scenario(path)
+            trials = scenario.trial_names()  # the policies, or a user's job's variants
+            policies = entry.policies or tuple(trials)
+            unknown = [p for p in policies if p not in trials]
+            if unknown:
+                kind = "a policy of" if scenario.job is None else "a variant of the job in"
+                raise UsageError(f"{_where(plan_file, 'runs', index, 'policies')}: {unknown[0]!r} is not {kind} {path} "
+                                 f"({', '.join(trials)}); name one of those")
+            for policy in policies:
+                if (scenario.name, policy) in owner:
+                    raise UsageError(f"{_where(plan_file, 'runs', index)}: {scenario.name} / {policy} is already run by "
+                                     f"{owner[scenario.name, policy]}; run each scenario x policy once a night")
+                owner[scenario.name, policy] = f"runs.{index}"
+            entries.append((path, scenario.name, policies, entry.repeat or plan.repeat, entry.ranks))
+    cells = []
+    for repeat in range(max(count for *_, count, _ in entries)):
+        for path, name, policies, count, ranks in entries:
+            if repeat < count:
+                cells.append(_cell(plan, path, name, policies, repeat, ranks))
+    return tuple(cells)
+
+
+def _cell(plan: NightPlan, path: Path, name: str, policies: tuple[str, ...], repeat: int,
+          ranks: int | None) -> Cell:
+    seed = seed_for(plan.seed, name, repeat)
+    overrides: dict[str, Any] = {"seed": seed, "cluster.backend": plan.backend, "cluster.ranks": ranks}
+    scenario = load_scenario(path, {k: v for k, v in overrides.items() if v is not None})
+    # like `chaos run --ranks`: the scenario's times follow the ranks per core (docs/scale.md)
+    return Cell(scenario if ranks is None else scaled_to_cores(scenario), path, policies, repeat,
+                reproduce_command(path, (), seed, overrides))
+
+
+def plan_digest(plan: NightPlan, cells: tuple[Cell, ...]) -> str:
+    """What a night runs: a night resumes only under the same digest."""
+    digest = hashlib.sha256(plan.model_dump_json().encode())
+    for cell in cells:
+        digest.update(json.dumps([cell.key, cell.command, cell.policies,
+                                  cell.scenario.model_dump(mode="json")], sort_keys=True).encode())
+    return digest.hexdigest()
