@@ -11,7 +11,7 @@ packets make a new one, which cycles INCOMPLETE (3 probes, one per retransmissio
 when the link is back the packets queued on the entry leave only at its next probe, up to
 one retransmission time later (net.ipv4.neigh.eth0.retrans_time_ms, 1 s by default), and
 where in that cycle the return falls depends on how long the link was down: hence the
-drawn share. This is what held a rank's rejoin request 0.29-0.42 s after a heal (docs/scale.md).
+drawn share. This is what held a rank's rejoin request 0.29-0.42 s after a heal (docs/scale-journal.md).
 
 Prints, per retransmission time: the first datagram through after the link's return
 (median, max over the repetitions) and the bound the setting gives.

@@ -6,7 +6,7 @@ NCCL sockets); a host's traffic that does not cross it (shared memory, NVLink, a
 that left the job) never reaches a fault put on the link. Counts are both directions
 (received + sent by the port). Also what the host's kernel dropped because a CPU's
 backlog of received packets was full (`backlog_drops`): veth pairs deliver through it, and
-past about 32 ranks per core it overflows (docs/scale.md). Reading only: no ledger entry,
+past about 32 ranks per core it overflows (docs/scale-journal.md). Reading only: no ledger entry,
 no side effect.
 """
 from __future__ import annotations

@@ -57,7 +57,7 @@ def socket_in(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
     created if missing). setns(2) moves only the calling thread: a thread of its own enters
     the namespace, creates the socket and ends. pyroute2 forks a process for it instead:
     0.05 s each with 16 busy ranks on 2 cores, 0.45 s with 64, so that applying a blackhole
-    (six netlink sockets) took 0.23-0.35 s and 3.7-9.3 s (docs/scale.md)."""
+    (six netlink sockets) took 0.23-0.35 s and 3.7-9.3 s (docs/scale-journal.md)."""
     return _on_a_thread_of_its_own(_socket_here, namespace_path(ns), family, kind, proto)
 
 
@@ -98,7 +98,7 @@ def create_namespace(name: str) -> float:
     """Namespace `name` (/run/netns/`name`, as `ip netns add`), made by a thread of its own
     that moves into a new namespace, names it and ends. pyroute2's `netns.create` forks the
     harness for it instead: 13-20 ms a namespace on 2026-12-03 (1.2-1.7 ms this way), when a
-    fork of a large process took twice as long as the day before (docs/scale.md)."""
+    fork of a large process took twice as long as the day before (docs/scale-journal.md)."""
     with translated(f"create namespace {name}"):
         _on_a_thread_of_its_own(_create_here, name)
     return time.monotonic()

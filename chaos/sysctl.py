@@ -8,7 +8,7 @@ is up, and go with its namespace: nothing to record or undo.
 
 Why a scenario may want one: after a link comes back, a host's first packet to a peer it
 could not reach waits for that peer's neighbour entry to be probed again, at the entry's
-next retransmission (net.ipv4.neigh.eth0.retrans_time_ms, 1 s by default; docs/scale.md).
+next retransmission (net.ipv4.neigh.eth0.retrans_time_ms, 1 s by default; docs/scale-journal.md).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ something to tell: every rank's silence below the floor its lease announced (the
 silence the rank's judgements read: `floor_for`) would change no verdict, so a digest
 says of such a rank only that it is "fresh". With every rank beating, a digest is its
 header, whatever the ranks; before, it carried every rank's 17 bytes to every rank, 20
-times a second: 357 MB/s at 1024 ranks (docs/scale.md).
+times a second: 357 MB/s at 1024 ranks (docs/scale-journal.md).
 
 A fault on a rank's link cuts its heartbeats as well as its gloo
 traffic; the rank itself notices that digests stopped (it is the one cut off).
@@ -74,12 +74,12 @@ SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>; Python's socket module does not n
 # The control plane and each rank's heart stand for timing that, on a real cluster, has
 # cores of its own. Here they share two with 16-64 busy ranks: at 64 ranks beside two CPU
 # hogs, at nice 0 the control plane made 817 false suspicions in 681 s and the ranks'
-# heartbeat threads 204 in 901 s; with both at -10, none in 701 s (docs/scale.md).
+# heartbeat threads 204 in 901 s; with both at -10, none in 701 s (docs/scale-journal.md).
 AHEAD_NICE = -10
 # A detector thread that wakes this much later than it asked to was not running: its
 # process, or the whole machine, stalled. Silence over a stall is not counted, on either
 # side: a 0.6 s stop of every process of a 16-rank job (as a VM's host stops it) made 588
-# heartbeat suspicions and 3 cut-offs in one trial before (docs/scale.md "A machine that
+# heartbeat suspicions and 3 cut-offs in one trial before (docs/scale-journal.md "A machine that
 # stops").
 STALL_MIN_S = 0.1
 

@@ -6,7 +6,7 @@ Collectives are issued asynchronously and waited on in slices of WATCH_INTERVAL_
 a SIGTERM is noticed within one slice and a `watch` (the failure detector) is asked after
 each whether to stop waiting. Its completion is polled every POLL_INTERVAL_S (an NCCL
 op's `wait()` only orders the CUDA stream; for gloo, polling was measured faster than
-waiting inside torch: docs/scale.md).
+waiting inside torch: docs/scale-journal.md).
 
 Each generation is its own `ProcessGroupGloo` object (not the default group), so a group
 whose collective is stuck can be abandoned: gloo has no abort (`abort()` and `shutdown()`
@@ -129,7 +129,7 @@ def gloo_environment(ifname: str, lazy_init: bool) -> dict[str, str]:
     """What a rank's process sets before its first gloo group: the link gloo binds to, and
     whether a group connects every pair of ranks as it forms (torch's default; a 64-rank
     group is 2,016 connections) or each pair at its first collective (a ring's all-reduce
-    needs two per rank). docs/scale.md measures the difference. Both are set, so that the
+    needs two per rank). docs/scale-journal.md measures the difference. Both are set, so that the
     harness's environment does not decide what the scenario says."""
     return {"GLOO_SOCKET_IFNAME": ifname, "TORCH_GLOO_LAZY_INIT": "1" if lazy_init else "0"}
 
@@ -276,7 +276,7 @@ class GlooGroup:
         """Whether `work` ended (done or failed) within `seconds`, polled. Waiting inside
         torch instead (`Work.wait(timeout)` in slices, which raises at each slice's end)
         made 64 ranks' steps on 2 cores slower: a median of 0.335-0.338 s against
-        0.304-0.327 s polling, four rounds (docs/scale.md)."""
+        0.304-0.327 s polling, four rounds (docs/scale-journal.md)."""
         deadline = time.monotonic() + seconds
         while not work.is_completed() and time.monotonic() < deadline:
             time.sleep(POLL_INTERVAL_S)
@@ -289,7 +289,7 @@ class GlooGroup:
         now); gloo, which has no abort, destroys the group on a thread of its own, a reaper:
         a group with a pending op goes when the op times out, any other at once. Even then
         closing its pairs took 0.02-0.15 s per rank with 16 ranks on 2 cores, which the next
-        rendezvous used to wait for (docs/scale.md)."""
+        rendezvous used to wait for (docs/scale-journal.md)."""
         start = time.monotonic()
         gc.collect()  # first, while we still hold them: tracebacks hold the work and the group
         lingering = [self._pg, self._pending]

@@ -3,7 +3,7 @@
 Why a process and not a thread of the rank: a Python thread beats only while it holds the
 rank's GIL. On a real node that is fine; with 96-128 ranks on two cores the thread holding
 the GIL is often descheduled, and at 96 ranks the rank's heartbeat thread fell silent for
-0.41-0.43 s again and again (2,023 false suspicions, docs/scale.md), as it would beside a
+0.41-0.43 s again and again (2,023 false suspicions, docs/scale-journal.md), as it would beside a
 user's job that holds the GIL in Python for longer than `suspect_after`.
 
 The heart is the rank's child, started by `HeartbeatClient.start` as

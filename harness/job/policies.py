@@ -62,7 +62,7 @@ class DetectorSpec(BaseModel):
 
     # Suspect after eight heartbeat periods: a rank losing 20% of its datagrams
     # (detector_loss) loses eight in a row about once in 400,000. With four (0.4 s after
-    # 0.1 s beats) its silence reached 0.3998 s in five 20 s trials (docs/scale.md).
+    # 0.1 s beats) its silence reached 0.3998 s in five 20 s trials (docs/scale-journal.md).
     interval: Seconds = Field(default=0.05, description="heartbeat period")
     suspect_after: Seconds = Field(
         default=0.4, description="silence after which a peer is suspect (and this rank, hearing "

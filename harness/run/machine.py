@@ -19,13 +19,13 @@ slower code.
               the loop step, which runs in the CPU's cache, does not: on 2026-12-03 the same
               code brought 64 ranks up in twice the time of the day before, with the loop step
               as on the evening before, while a fork of a process with torch imported took
-              4.4-5.3 ms against 2 ms (docs/scale.md). A page's first touch read 2.3-3.7 us
+              4.4-5.3 ms against 2 ms (docs/scale-journal.md). A page's first touch read 2.3-3.7 us
               that day; no faster day's figure exists yet to hold it against.
 
 All three grow with the load of other work, so the line gives the load average beside them.
 
 On the 2-core build machine the same code gave a 64-rank bring-up of 2.41-2.46 s one
-afternoon and 4.19 s that evening, with nothing else running (docs/scale.md): without such
+afternoon and 4.19 s that evening, with nothing else running (docs/scale-journal.md): without such
 a line the two read as a regression.
 """
 from __future__ import annotations

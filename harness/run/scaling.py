@@ -13,7 +13,7 @@ from harness.run.scenario import Scenario
 # with 16 ranks on 2 cores. Past that every rank gets a smaller share of a core, and a step
 # slows in proportion; past 64 ranks also with the ring: gloo's all-reduce takes 2(N-1)
 # rounds, each waiting for every rank to get a core (a step's median on 2 cores: 0.08,
-# 0.20, 0.72, 2.88 s at 16, 32, 64, 128 ranks; docs/scale.md).
+# 0.20, 0.72, 2.88 s at 16, 32, 64, 128 ranks; docs/scale-journal.md).
 REFERENCE_RANKS_PER_CORE = 8
 REFERENCE_RING = 64
 
