@@ -1,0 +1,107 @@
+"""docs/performance.md, made from the result files it presents.
+
+    .venv/bin/python bench/performance.py            # write docs/performance.md
+    .venv/bin/python bench/performance.py --check    # exit 1 when it differs from what the files give
+
+Each area is one figures file, bench/results/figures/<area>.json:
+
+    {"area": "...", "order": 10, "about": "what is measured and how (markdown)",
+     "tables": [{"caption": "optional", "columns": [...], "rows": [[...], ...],
+                 "machine": "...", "command": "...", "date": "YYYY-MM-DD",
+                 "source": "the bench's own result file(s) under bench/results/"}],
+     "notes": "what the figures mean (markdown)"}
+
+A table without its machine, command or date is refused, naming the file and the field.
+After the areas (by order), the figures files' markdown pages (bench/results/figures/*.md),
+by name, verbatim: figures kept as they were recorded, with no data of their own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURES = REPO / "bench" / "results" / "figures"
+DOC = REPO / "docs" / "performance.md"
+TABLE_FIELDS = ("columns", "rows", "machine", "command", "date")
+HEADER = """# Performance figures
+
+Measured figures, each with its machine, command and date. The README says what the
+harness does and guarantees; the figures that move with the machine are here. This page is
+made from the result files (`bench/results/figures/`, beside each bench's own result files
+under `bench/results/`) by `bench/performance.py`: add or change a figures file, then run
+it; a test fails while the page and the files differ.
+"""
+
+
+class FiguresError(ValueError):
+    pass
+
+
+def _table(path: Path, index: int, table: dict) -> list[str]:
+    for field in TABLE_FIELDS:
+        if not table.get(field):
+            raise FiguresError(f"{path}: tables.{index}.{field}: missing; every table says its "
+                               + ", ".join(TABLE_FIELDS))
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", table["date"]):
+        raise FiguresError(f"{path}: tables.{index}.date: {table['date']!r}; write it as YYYY-MM-DD")
+    width = len(table["columns"])
+    for r, row in enumerate(table["rows"]):
+        if len(row) != width:
+            raise FiguresError(f"{path}: tables.{index}.rows.{r}: {len(row)} cells for {width} columns")
+    lines = [table["caption"], ""] if table.get("caption") else []
+    lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in table["rows"]]
+    source = f" Result file: `{table['source']}`." if table.get("source") else ""
+    return lines + ["", f"{table['machine']}; `{table['command']}`; {table['date']}.{source}", ""]
+
+
+def area_text(path: Path) -> tuple[int, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FiguresError(f"{path}: not a figures file ({exc})") from None
+    for field in ("area", "order"):
+        if field not in data:
+            raise FiguresError(f"{path}: {field}: missing")
+    lines = [f"## {data['area']}", ""]
+    if data.get("about"):
+        lines += [data["about"], ""]
+    for index, table in enumerate(data.get("tables", [])):
+        lines += _table(path, index, table)
+    if data.get("notes"):
+        lines += [data["notes"], ""]
+    return int(data["order"]), "\n".join(lines)
+
+
+def page(figures: Path = FIGURES) -> str:
+    areas = sorted(area_text(path) for path in sorted(figures.glob("*.json")))
+    kept = [path.read_text().rstrip() + "\n" for path in sorted(figures.glob("*.md"))]
+    return "\n".join([HEADER, *(text for _, text in areas), *kept])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when {DOC.relative_to(REPO)} differs")
+    args = parser.parse_args(argv)
+    try:
+        text = page()
+    except FiguresError as exc:
+        print(f"performance: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if DOC.read_text() != text:
+            print(f"{DOC.relative_to(REPO)} differs from bench/results/figures/: run "
+                  "`.venv/bin/python bench/performance.py`", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(text)
+    print(f"wrote {DOC.relative_to(REPO)} from {FIGURES.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
