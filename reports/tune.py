@@ -10,7 +10,9 @@ The rules (docs/tune.md says why):
               paced rank may wait a period for a slow peer with nothing wrong); MARGINS
               times it, rounded up to ROUND_S. The smaller, the sooner a silent rank is
               known; too small, and a slow step or a short flap trips it.
-  retries     the backoff base is the longest time a group took to form (rounded up to
+              A user's job: the longest interval between its steps (its own pacing and
+              collectives included), the job's timeout set through job.tune.
+  retries     (the built-in workload's policies) the backoff base is the longest time a group took to form (rounded up to
               ROUND_S, at least MIN_BACKOFF_S): a retry sooner than that finds no group;
               the cap is 8 bases; enough retries that their backoffs add up to RIDE_OUT_S,
               the longest transient a retry should ride out; the document's jitter.
@@ -55,19 +57,28 @@ class FaultFree:
     median_s: float
     p99_s: float
     max_s: float
-    formation_s: float
-    step_period_s: float
+    formation_s: float | None  # None: no group formation recorded (a user's job forms its own)
+    step_period_s: float       # 0: none set (a user's job paces itself; its steps are intervals)
     seconds: float  # how long it was watched
 
     def line(self) -> str:
+        formed = "" if self.formation_s is None else f"; a group formed in at most {self.formation_s:.2f} s"
         return (f"{self.steps} steps in {self.seconds:.0f} s: median {self.median_s:.3f} s, "
-                f"p99 {self.p99_s:.3f} s, max {self.max_s:.3f} s; a group formed in at most "
-                f"{self.formation_s:.2f} s")
+                f"p99 {self.p99_s:.3f} s, max {self.max_s:.3f} s{formed}")
 
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def step_interval_s(events: Iterable[dict[str, Any]]) -> float:
+    """The median time between a rank's steps (a user's job paces itself)."""
+    durations = [float(e["dur"]) for e in events if e.get("kind") == STEP and e.get("dur") is not None]
+    if not durations:
+        raise ValueError("the job recorded no two steps in a row: is the step hook or job.step_pattern seeing "
+                         "its steps?")
+    return statistics.median(durations)
 
 
 def fault_free(events: Iterable[dict[str, Any]], step_period_s: float) -> FaultFree:
@@ -79,7 +90,7 @@ def fault_free(events: Iterable[dict[str, Any]], step_period_s: float) -> FaultF
     formed = [float(e["secs"]) for e in events if e.get("kind") == GROUP_READY and e.get("secs") is not None]
     times = [float(e["t"]) for e in events if e.get("kind") == STEP]
     return FaultFree(steps=len(durations), median_s=statistics.median(durations), p99_s=_percentile(durations, 0.99),
-                     max_s=max(durations), formation_s=max(formed, default=0.0), step_period_s=step_period_s,
+                     max_s=max(durations), formation_s=max(formed, default=None), step_period_s=step_period_s,
                      seconds=max(times) - min(times))
 
 
@@ -102,13 +113,22 @@ class Candidate:
                 "backoff_base": self.backoff_base, "backoff_cap": self.backoff_cap, "jitter": list(self.jitter)}
 
 
-def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS) -> tuple[Candidate, ...]:
-    """The candidates the rules give (see the module's list); one per distinct timeout."""
+def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS, with_retries: bool = True
+               ) -> tuple[Candidate, ...]:
+    """The candidates the rules give (see the module's list); one per distinct timeout.
+    `with_retries`: False for a user's job, whose timeout alone is set (no retry rules)."""
     wait = max(measured.max_s, measured.step_period_s)
-    which = "the longest fault-free step" if measured.max_s >= measured.step_period_s else "one step period"
-    base = max(MIN_BACKOFF_S, round_up(measured.formation_s))
+    extra = ""
+    if not measured.step_period_s:
+        which = "the longest interval between a rank's steps"
+    elif measured.max_s >= measured.step_period_s:
+        which = "the longest fault-free step"
+    else:
+        which, extra = "one step period", f"; the longest step {measured.max_s:.3f} s"
+    formation = measured.formation_s or 0.0
+    base = max(MIN_BACKOFF_S, round_up(formation))
     retries = max(1, math.ceil(math.log2(RIDE_OUT_S / base + 1)))
-    retry_rules = (f"backoff base {base:g} s: the longest group formation ({measured.formation_s:.2f} s) rounded "
+    retry_rules = (f"backoff base {base:g} s: the longest group formation ({formation:.2f} s) rounded "
                    f"up to {ROUND_S:g} s, at least {MIN_BACKOFF_S:g} s",
                    f"{retries} retries: backoffs {base:g} x (2^{retries} - 1) = {base * (2 ** retries - 1):g} s "
                    f">= {RIDE_OUT_S:g} s, the longest transient to ride out; cap {8 * base:g} s (8 bases)",
@@ -116,11 +136,13 @@ def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS) -> tup
     found: dict[float, Candidate] = {}
     for margin in margins:
         timeout = round_up(margin * wait)
-        rule = (f"timeout {timeout:g} s: {margin:g} x the longest fault-free wait ({which}, {wait:.3f} s; "
-                f"the longest step {measured.max_s:.3f} s), rounded up to {ROUND_S:g} s")
+        rule = (f"timeout {timeout:g} s: {margin:g} x the longest fault-free wait ({which}: {wait:.3f} s{extra}), "
+                f"rounded up to {ROUND_S:g} s")
         found.setdefault(timeout, Candidate(name=f"tuned_{str(timeout).replace('.', '_').removesuffix('_0')}s",
-                                            margin=margin, timeout=timeout, max_retries=retries, backoff_base=base,
-                                            backoff_cap=8 * base, jitter=(0.1, 1.0), rules=(rule, *retry_rules)))
+                                            margin=margin, timeout=timeout,
+                                            max_retries=retries if with_retries else 0, backoff_base=base,
+                                            backoff_cap=8 * base, jitter=(0.1, 1.0),
+                                            rules=(rule, *retry_rules) if with_retries else (rule,)))
     return tuple(found.values())
 
 
@@ -185,7 +207,7 @@ class Reference:
     document's 30 s, PyTorch's gloo default."""
 
     name: str
-    timeout: float
+    timeout: float | None  # None: the job as written (its own, PyTorch's default unless it sets one)
     outcome: str
     detect_s: float       # every rank knew (nan: not every rank did within the trial)
     hang_cap_s: float
@@ -193,9 +215,10 @@ class Reference:
 
 def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
                         chosen: str | None, references: list[Reference], transient: float,
-                        stopped_early: str | None) -> str:
+                        stopped_early: str | None, variant: dict[str, Any] | None = None) -> str:
     """tune.md: the measurement, the candidates with their rules and evidence, the choice
-    with the lines to paste, and the references measured beside them."""
+    with the lines to paste, and the references measured beside them. `variant`: a user's
+    job's, the chosen candidate's `variants:` entry (its timeout through job.tune)."""
     out = ["# chaos tune", "", f"Fault-free: {measured.line()}.", ""]
     if stopped_early:
         out += [f"**Stopped early: {stopped_early}.** What follows is what the trials run so far show.", ""]
@@ -217,13 +240,24 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
         out.append("| (not run: --no-references, or the budget ended first) | | | |")
     for r in references:
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
-        out.append(f"| {r.name} | {r.timeout:g} s | {known} | {r.outcome} |")
+        setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
+        out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
     out += ["", "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
         return "\n".join(out) + "\n"
     c = next(c for c in cands if c.name == chosen)
+    if variant is not None:
+        how = (" ".join(variant["args"]) + " on its command line" if "args" in variant else
+               ", ".join(f"{k}={v}" for k, v in variant["env"].items()) + " in its environment")
+        return "\n".join(out + [
+            f"`{c.name}`: " + "; ".join(c.rules) + ".", "", f"For your job: {how} (job.tune.timeout). In the "
+            "script, that is the timeout of the process group its training collectives use:", "", "```python",
+            "from datetime import timedelta", f"timeout = timedelta(seconds={c.timeout:g})",
+            "dist.init_process_group(backend, timeout=timeout)  # or a group made for training after start-up",
+            "```", "", "As a variant of the scenario:", "", "```yaml", "variants:",
+            f"  {c.name}: {json.dumps(variant)}", "```", ""])
     out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", "For the scenario:", "", "```yaml", "policies:",
             f"  {c.name}: {json.dumps(c.policy())}", "```", "", "For your own job:", "", "```python",
             "from datetime import timedelta",

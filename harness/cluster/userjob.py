@@ -59,6 +59,43 @@ def _env_text(value: Any) -> Any:
 Env = Annotated[dict[str, str], BeforeValidator(_env_text)]
 
 
+SECONDS_FIELD = "{seconds}"
+
+
+class EnvKnob(BaseModel):
+    """A setting the job reads from an environment variable: `{env: TRAIN_TIMEOUT}`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class JobKnobs(BaseModel):
+    """Where `chaos tune` sets the job's settings (`job.tune:`): each knob either arguments
+    appended to the command with {seconds} in them ("--timeout {seconds}") or an environment
+    variable ({env: NAME}) that the job reads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout: str | EnvKnob = Field(description="the job's process-group timeout in seconds: \"--timeout "
+                                               "{seconds}\" appended to the command, or {env: NAME}")
+
+    @field_validator("timeout")
+    @classmethod
+    def _has_seconds(cls, value: str | EnvKnob) -> str | EnvKnob:
+        if isinstance(value, str) and SECONDS_FIELD not in value:
+            raise ValueError(f"{value!r} has no {SECONDS_FIELD} for the value to go: write it as "
+                             f"'{value.split()[0] if value.split() else '--timeout'} {SECONDS_FIELD}'")
+        return value
+
+    def timeout_variant(self, seconds: float) -> dict[str, Any]:
+        """The `variants:` entry that gives the job this timeout."""
+        text = f"{seconds:g}"
+        if isinstance(self.timeout, EnvKnob):
+            return {"env": {self.timeout.env: text}}
+        return {"args": [arg.replace(SECONDS_FIELD, text) for arg in self.timeout.split()]}
+
+
 class JobSpec(BaseModel):
     """The user's training job, as a scenario's `job:` names it."""
 
@@ -81,6 +118,7 @@ class JobSpec(BaseModel):
     state_every: Annotated[int, Field(ge=1)] = Field(
         default=1, description="the step hook records a fingerprint of the model's and the optimizer's "
                                "state every this many optimizer steps (reports.state checks them)")
+    tune: JobKnobs | None = Field(default=None, description="where `chaos tune` sets the job's settings")
 
     @model_validator(mode="after")
     def _restarts_need_an_agent(self) -> "JobSpec":

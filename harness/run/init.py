@@ -67,7 +67,7 @@ job:
   workdir: {workdir}                  # relative to this file
   # launcher: torchrun            # one torchrun agent per host instead (see the variant)
   start_timeout: 300s             # from bring-up until every rank made the warm-up steps
-warmup_steps: 5                   # optimizer steps every rank makes before the first fault
+{tune_line}warmup_steps: 5                   # optimizer steps every rank makes before the first fault
 faults:                           # offsets count from the end of the warm-up
   - {{kind: pause, target: {{rank: {victim}}}, start: 2s, duration: 3s}}
   - {{kind: link_down, target: {{rank: {victim}}}, start: 20s, duration: 10s}}
@@ -82,6 +82,9 @@ expect:                           # what each variant must do; `chaos run` fails
 """
 
 TIMEOUT_VARIANT = "  timeout_5s: {args: [--timeout, \"5\"]}  # your script's own --timeout option\n"
+TUNE_LINE = '  tune: {timeout: "--timeout {seconds}"}  # where `chaos tune` sets its timeout\n'
+NO_TUNE = ('  # tune: {timeout: "--timeout {seconds}"}  # where `chaos tune` sets its timeout: the option or\n'
+           "  #   {env: NAME} your script reads it from\n")
 NO_TIMEOUT = ("  # timeout_5s: {args: [--timeout, \"5\"]}  # your script has no --timeout option: "
               "give the one that sets\n  #   init_process_group(timeout=...)\n")
 
@@ -120,9 +123,11 @@ def scenario_text(job: str | None, out: Path, ranks: int, cwd: Path) -> str:
     workdir = os.path.relpath(cwd, out.resolve().parent)
     if workdir.startswith(".."):  # the file lives outside the job's folder: name the folder
         workdir = str(cwd)
+    has_timeout = _spells("--timeout", command, cwd)
     return JOB.format(name=name, ranks=ranks, victim=victim, command_text=job.replace("`", "'"),
                       command="[" + ", ".join(_yaml_word(w) for w in command) + "]", workdir=_yaml_word(workdir),
-                      timeout_variant=TIMEOUT_VARIANT if _spells("--timeout", command, cwd) else NO_TIMEOUT)
+                      timeout_variant=TIMEOUT_VARIANT if has_timeout else NO_TIMEOUT,
+                      tune_line=TUNE_LINE if has_timeout else NO_TUNE)
 
 
 def _yaml_word(word: str) -> str:

@@ -3,10 +3,12 @@
     chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s]
                              [--ranks N] [--backend B] [--out DIR] [--no-references] [--dry-run]
 
-It takes the scenario's cluster, workload and seed (its faults and policies are its own
-business) and runs, each stage a run folder made the way `chaos run` makes one:
+It takes the scenario's cluster, workload or job, and seed (its faults, policies and
+variants are its own business) and runs, each stage a run folder made the way `chaos run`
+makes one:
 
-  measure   the job without faults for --measure (policy fault_free: nothing to trip);
+  probe     a user's job only: a few fault-free steps, to learn its step interval
+  measure   the job without faults for --measure (trial fault_free: nothing to trip);
             reports.tune derives the candidates from it (rules written out there)
   round r   (r < --repeat, a new seed each; successive halving between rounds)
             control  the candidates still in, a trial each: --control of fault-free
@@ -14,9 +16,13 @@ business) and runs, each stage a run folder made the way `chaos run` makes one:
                      the backend has links, a link down of one rank, each half the
                      smallest candidate timeout (shorter than every timeout: absorbed)
             silent   the candidates still in, and in round 0 beside them the document's
-                     30 s and PyTorch's gloo default: one rank stops (SIGSTOP, never
-                     resumed: a hung host, which only a timeout tells; a killed process's
-                     peers hear of it from gloo within a second whatever the timeout)
+                     30 s and PyTorch's gloo default (a user's job: the job as written):
+                     one rank stops (SIGSTOP, never resumed: a hung host, which only a
+                     timeout tells; a killed process's peers hear of it from gloo within
+                     a second whatever the timeout)
+The built-in workload's candidates are policies (timeout, retries, backoff); a user's job's
+are variants that set its timeout where `job.tune.timeout` says (an argument or an
+environment variable): a job without it is refused with that fix.
 A tune folder (OUT/<time>/) keeps a manifest like a night's (harness.run.nightly): after
 Ctrl-C, a crash or a budget that ended it, the same command (any --budget) resumes it. One progress line with the ETA;
 before each stage it checks the budget, and when the next stage would pass it, it stops and
@@ -48,15 +54,18 @@ from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
 from reports.tune import (MARGINS, Candidate, Evidence, Reference, candidates, control_trips, fault_free, halve,
-                          recommendation_text, select, trial_events, transient_s, tune_json, write_tradeoff)
+                          recommendation_text, select, step_interval_s, trial_events, transient_s, tune_json,
+                          write_tradeoff)
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
-KEPT_FIELDS = ("cluster", "workload", "warmup_steps", "groups")  # each stage sets its own name and seed
+KEPT_FIELDS = ("cluster", "workload", "job", "warmup_steps", "groups")  # each stage sets its own name and seed
 FAULT_AT_S = 2.0           # the silent rank stops, after warm-up
 TRANSIENT_GAP_S = 4.0      # between the control's two transients, and after the first
 START_S = 10.0             # a trial's bring-up and warm-up, for the estimates only
-REFERENCES = {"document_30s": {"base": "timeout", "timeout": 30.0},
-              "pytorch_default": {"base": "timeout", "timeout": 1800.0}}
+FAULT_FREE = "fault_free"  # the measuring stages' one trial
+PROBE_STEPS = 8            # a user's job's probe: enough intervals for a median
+REFERENCES = {"document_30s": 30.0, "pytorch_default": 1800.0}  # name -> timeout (s); a user's job:
+AS_WRITTEN = "as_written"  # ... the document's 30 s through its knob, and the job as written beside it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,32 +97,60 @@ class Stages:
         overrides: dict[str, Any] = {k: v for k, v in (("cluster.ranks", options.ranks),
                                                        ("cluster.backend", options.backend)) if v}
         # its faults and expectations are not the tune's (and may not fit --ranks)
-        self.base = load_scenario(options.scenario_file, {**overrides, "faults": [], "expect": {}})
-        if self.base.job is not None:
-            raise UsageError(f"{options.scenario_file}: runs your own job; `chaos tune` tunes the built-in "
-                             "workload's policies today (a user's job's knobs, job.tune, are not built yet): "
-                             "give it a scenario without `job:`")
+        self.base = load_scenario(options.scenario_file, {**overrides, "faults": [], "expect": {}, "variants": {}})
+        self.job = self.base.job
+        if self.job is not None and self.job.tune is None:
+            raise UsageError(f"{options.scenario_file}: job: has no `tune:`, so chaos tune cannot set the job's "
+                             "timeout. Add where your script reads it, e.g. under job:\n"
+                             "  tune: {timeout: \"--timeout {seconds}\"}    # or {timeout: {env: TRAIN_TIMEOUT}}")
         raw = yaml.safe_load(options.scenario_file.read_text())
         self.kept = {k: raw[k] for k in KEPT_FIELDS if k in raw}
         self.kept["cluster"] = {**self.kept.get("cluster", {}), "ranks": self.base.cluster.ranks,
                                 "backend": self.base.cluster.backend}
+        if self.job is not None:  # the stages' files live in the tune folder: the job's folder made absolute
+            self.kept["job"] = {**self.kept["job"], "workdir": self.job.workdir}
         self.target = min(5, self.base.cluster.ranks - 1)
         self.links = backend_class(self.base.cluster.backend).traits.network_faults
 
-    def _cell(self, stage: str, faults: list[dict], policies: dict[str, dict], seed: int, hang_cap: float,
+    def side(self, timeout: float) -> dict[str, Any]:
+        """A trial with this timeout and nothing else: a policy of the built-in workload, or
+        the variant of a user's job that sets it through job.tune."""
+        if self.job is not None:
+            return self.job.tune.timeout_variant(timeout)
+        return {"base": "timeout", "timeout": timeout}
+
+    def candidate_side(self, c: Candidate, retries: bool = True) -> dict[str, Any]:
+        if self.job is not None:
+            return self.job.tune.timeout_variant(c.timeout)
+        return c.policy() if retries else {**c.policy(), "max_retries": 0}
+
+    def references(self) -> dict[str, dict[str, Any]]:
+        if self.job is None:
+            return {name: self.side(timeout) for name, timeout in REFERENCES.items()}
+        return {"document_30s": self.side(REFERENCES["document_30s"]), AS_WRITTEN: {}}
+
+    def _cell(self, stage: str, faults: list[dict], sides: dict[str, dict], seed: int, hang_cap: float,
               settle_steps: int = 8) -> Cell:
         data = {**self.kept, "name": f"{self.base.name}-{stage}", "seed": seed, "faults": faults,
-                "policies": policies, "hang_cap": f"{hang_cap:g}s", "settle_steps": settle_steps}
+                "variants" if self.job is not None else "policies": sides, "hang_cap": f"{hang_cap:g}s",
+                "settle_steps": settle_steps}
         path = self.folder / "scenarios" / f"{stage}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# chaos tune: stage {stage} of {self.options.scenario_file}\n"
                         + yaml.safe_dump(data, sort_keys=False))
-        return Cell(load_scenario(path), path, tuple(policies), 0, reproduce_command(path, list(policies), seed))
+        return Cell(load_scenario(path), path, tuple(sides), 0, reproduce_command(path, list(sides), seed))
 
-    def measure(self) -> Cell:
-        period = self.base.workload.step_period
-        return self._cell("measure", [], {"fault_free": {"base": "baseline"}}, self.base.seed,
-                          hang_cap=self.base.hang_cap, settle_steps=max(8, math.ceil(self.options.measure_s / period)))
+    def _fault_free(self) -> dict[str, dict]:
+        return {FAULT_FREE: {} if self.job is not None else {"base": "baseline"}}
+
+    def probe(self) -> Cell:
+        """A user's job's few fault-free steps: its step interval sizes the measurement."""
+        return self._cell("probe", [], self._fault_free(), self.base.seed, hang_cap=self.base.hang_cap,
+                          settle_steps=PROBE_STEPS)
+
+    def measure(self, step_interval_s: float) -> Cell:
+        return self._cell("measure", [], self._fault_free(), self.base.seed, hang_cap=self.base.hang_cap,
+                          settle_steps=max(8, math.ceil(self.options.measure_s / step_interval_s)))
 
     def control(self, round_: int, cands: tuple[Candidate, ...], transient: float) -> Cell:
         """Fault-free for --control, then transients shorter than every candidate's timeout."""
@@ -123,21 +160,20 @@ class Stages:
             faults.append({"kind": "link_down", "target": {"rank": self.target},
                            "start": f"{self.options.control_s + transient + TRANSIENT_GAP_S:g}s",
                            "duration": f"{transient:g}s"})
-        return self._cell(f"control-{round_}", faults, {c.name: c.policy() for c in cands},
+        return self._cell(f"control-{round_}", faults, {c.name: self.candidate_side(c) for c in cands},
                           seed_for(self.base.seed, "tune", round_), hang_cap=max(c.timeout for c in cands) + 10)
 
     def silent(self, round_: int, cands: tuple[Candidate, ...]) -> Cell:
         """One rank stopped for good: the candidates' timeouts (without their retries: only
         the time every other rank takes to know is measured here, and retries against a
         rank that never answers only lengthen the trial), and in round 0 the references."""
-        policies: dict[str, dict] = {c.name: {**c.policy(), "max_retries": 0} for c in cands}
+        sides: dict[str, dict] = {c.name: self.candidate_side(c, retries=False) for c in cands}
         if round_ == 0 and self.options.references:
-            policies.update(REFERENCES)
-        longest = max([c.timeout for c in cands] + [p["timeout"] for n, p in REFERENCES.items() if n in policies
-                                                    and p["timeout"] < 60])
+            sides.update(self.references())
+        longest = max([c.timeout for c in cands] + [t for n, t in REFERENCES.items() if n in sides and t < 60])
         return self._cell(f"silent-{round_}", [{"kind": "pause", "target": {"rank": self.target},
                                                 "start": f"{FAULT_AT_S:g}s"}],
-                          policies, seed_for(self.base.seed, "tune", round_), hang_cap=longest + 10)
+                          sides, seed_for(self.base.seed, "tune", round_), hang_cap=longest + 10)
 
 
 def window_estimate_s(cell: Cell) -> float:
@@ -191,14 +227,23 @@ class Tune:
                                   last=False)
         return self.folder / next(d.run for d in self.manifest.done if d.key == cell.key)
 
-    def tune(self) -> int:
-        measured_dir = self.run(self.stages.measure())
-        if measured_dir is None:
+    def _measured(self, cell: Cell) -> Path:
+        run_dir = self.run(cell)
+        if run_dir is None:
             raise UsageError(f"--budget {self.options.budget_s:g}s: too short for the fault-free measurement; "
                              "give more time or a shorter --measure")
-        measured = fault_free(trial_events(measured_dir, "fault_free"), self.stages.base.workload.step_period)
+        return run_dir
+
+    def tune(self) -> int:
+        job = self.stages.job is not None
+        period = self.stages.base.workload.step_period  # the built-in workload's pacing
+        if job:  # a user's job paces itself: its interval, from a few steps
+            period = step_interval_s(trial_events(self._measured(self.stages.probe()), FAULT_FREE))
+            self.progress.show(f"the job's step interval: {period:.3f} s (median of its probe's)")
+        measured = fault_free(trial_events(self._measured(self.stages.measure(period)), FAULT_FREE),
+                              0.0 if job else period)
         self.progress.show(f"fault-free: {measured.line()}")
-        cands = candidates(measured)
+        cands = candidates(measured, with_retries=not job)
         transient = transient_s(cands)
         evidence: dict[str, Evidence] = {c.name: Evidence() for c in cands}
         references: list[Reference] = []
@@ -218,7 +263,11 @@ class Tune:
                 break
         timed = [n for n in select(evidence, len(evidence)) if math.isfinite(evidence[n].detect_s())]
         chosen = timed[0] if timed else None
-        text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early)
+        variant = None
+        if job and chosen:
+            variant = self.stages.side(next(c.timeout for c in cands if c.name == chosen))
+        text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early,
+                                   variant)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references))
         write_tradeoff(self.folder / "tradeoff.png", cands, evidence, references)
@@ -260,7 +309,7 @@ class Tune:
                 evidence[name].silent_first_s.append(float(row["ttd_s"]))
                 evidence[name].silent_outcomes.append(str(row["outcome"]))
             else:
-                references.append(Reference(name, REFERENCES[name]["timeout"], str(row["outcome"]), every,
+                references.append(Reference(name, REFERENCES.get(name), str(row["outcome"]), every,
                                             cell.scenario.hang_cap))
         return references
 
@@ -269,7 +318,7 @@ class Tune:
 
 def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO),
-                        help="a scenario of the built-in workload: its cluster, workload and seed are used "
+                        help="a scenario: its cluster, workload or job (with job.tune), and seed are used "
                              "(default: the shipped link-down scenario)")
     parser.add_argument("--budget", default="15m", help="stop before a stage that would pass it (default 15m)")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of successive halving, each on a new seed "
@@ -281,7 +330,8 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="tunes", help="folder of tune folders (default: ./tunes)")
     parser.add_argument("--no-references", action="store_true",
-                        help="leave out the document's 30 s and PyTorch's default beside the candidates")
+                        help="leave out the document's 30 s and PyTorch's default (a user's job: the job as "
+                             "written) beside the candidates")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the estimate, run nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -308,20 +358,36 @@ def options_of(args: argparse.Namespace) -> Options:
 def dry_run_text(stages: Stages) -> str:
     from reports import tune as rules
     o = stages.options
-    measure = stages.measure()
-    count = len(rules.MARGINS)
+    if stages.job is None:
+        measure = stages.measure(stages.base.workload.step_period)
+        first = [f"1. measure: {measure.scenario.settle_steps} fault-free steps (--measure {o.measure_s:g} s)",
+                 f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
+                 f"wait (the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the "
+                 "longest group formation (reports.tune)"]
+        estimate = f"the measurement alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
+    else:
+        measure = stages.probe()
+        knob = stages.job.tune.timeout
+        first = [f"1. probe: {PROBE_STEPS} fault-free steps of your job, for its step interval; then measure: "
+                 f"--measure {o.measure_s:g} s of fault-free steps",
+                 f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
+                 f"step interval, rounded up to {rules.ROUND_S:g} s, given to the job as "
+                 + (f"${knob.env}" if hasattr(knob, "env") else repr(knob)) + " (job.tune.timeout)"]
+        estimate = f"the probe alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
     return "\n".join([
         f"chaos tune {o.scenario_file}: {stages.base.cluster.ranks} ranks on {stages.base.cluster.backend}, "
-        f"rank {stages.target} faulted",
-        f"1. measure: {measure.scenario.settle_steps} fault-free steps (--measure {o.measure_s:g} s)",
-        f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free wait "
-        f"(the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the longest "
-        "group formation (reports.tune)",
+        f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
+        *first,
         f"3. {o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
         + (" and a link down" if stages.links else "") + " of half the smallest timeout) and a rank stopped for good"
-        + (", and in round 0 the document's 30 s and PyTorch's gloo default beside them" if o.references else ""),
-        f"at most {1 + o.repeat * 2 * count + (2 if o.references else 0)} trials; budget {o.budget_s:g} s; the "
-        f"measurement alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"])
+        + ((", and in round 0 the document's 30 s and " + ("the job as written" if stages.job else
+                                                           "PyTorch's gloo default") + " beside them")
+           if o.references else ""),
+        f"at most {trial_count(o, stages.job is not None)} trials; budget {o.budget_s:g} s; {estimate}"])
+
+
+def trial_count(options: Options, job: bool) -> int:
+    return 1 + int(job) + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
@@ -336,7 +402,8 @@ def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, st
             print(dry_run_text(Stages(options, Path(scratch))))
         return 0
     with tempfile.TemporaryDirectory(prefix="chaos-tune-check-") as scratch:
-        backend_name = Stages(options, Path(scratch)).base.cluster.backend  # checked before anything is made
+        checked = Stages(options, Path(scratch))  # before anything is made
+        backend_name, job = checked.base.cluster.backend, checked.job is not None
     require_privileges("chaos tune", backend_name)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -347,7 +414,7 @@ def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, st
     folder, manifest = open_night(out, options.digest(), options.scenario_file, None,
                                   lambda night, started: {"started": started, **info},
                                   datetime.datetime.now(datetime.timezone.utc))
-    total = 1 + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0)
+    total = trial_count(options, job)
     progress = NightProgress(Progress(quiet=args.quiet), total, sum(d.trials for d in manifest.done), time.monotonic,
                              label="tune")
     if manifest.done:

@@ -14,12 +14,12 @@ from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.run.tune import Options, Stages, Tune, options_of
 from reports.tune import (Evidence, FaultFree, Reference, candidates, control_trips, fault_free, halve,
-                          recommendation_text, select, transient_s)
+                          recommendation_text, select, step_interval_s, transient_s)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
-def measured(max_s: float = 0.033, formation_s: float = 0.06, period: float = 0.25) -> FaultFree:
+def measured(max_s: float = 0.033, formation_s: float | None = 0.06, period: float = 0.25) -> FaultFree:
     return FaultFree(steps=100, median_s=0.01, p99_s=max_s, max_s=max_s, formation_s=formation_s,
                      step_period_s=period, seconds=25.0)
 
@@ -27,7 +27,7 @@ def measured(max_s: float = 0.033, formation_s: float = 0.06, period: float = 0.
 def test_a_fast_step_s_margins_are_over_one_step_period():
     cands = candidates(measured())
     assert [c.timeout for c in cands] == [1.0, 2.5, 7.5]  # 3, 10, 30 x 0.25 s, rounded up to 0.5 s
-    assert "3 x the longest fault-free wait (one step period, 0.250 s" in cands[0].rules[0]
+    assert "3 x the longest fault-free wait (one step period: 0.250 s; the longest step 0.033 s)" in cands[0].rules[0]
     first = cands[0]
     # base: the longest formation 0.06 s rounded up to 0.5 s; 5 retries: 0.5 x 31 = 15.5 s >= 10 s
     assert (first.backoff_base, first.max_retries, first.backoff_cap, first.jitter) == (0.5, 5, 4.0, (0.1, 1.0))
@@ -39,7 +39,7 @@ def test_a_fast_step_s_margins_are_over_one_step_period():
 def test_a_slow_step_s_margins_are_over_the_step_and_equal_timeouts_are_one_candidate():
     cands = candidates(measured(max_s=1.2, formation_s=2.2))
     assert [c.timeout for c in cands] == [4.0, 12.0, 36.0]
-    assert "the longest fault-free step, 1.200 s" in cands[1].rules[0]
+    assert "the longest fault-free step: 1.200 s" in cands[1].rules[0]
     assert cands[0].backoff_base == 2.5 and cands[0].max_retries == 3  # 2.5 x 7 = 17.5 s >= 10 s
     assert len(candidates(measured(max_s=0.01), margins=(3.0, 3.5))) == 1  # both 1 s
 
@@ -123,7 +123,7 @@ def test_a_stage_the_manifest_has_is_not_run_again(tmp_path):
     manifest = Manifest(night="t", digest="d", plan_file="p", info={"started": "now"},
                         done=(Done("kill_rank-measure/0/fault_free", 0, "runs/m", 1, 12.0),))
     tune, ran = tune_with(tmp_path, manifest, Clock())
-    assert tune.run(tune.stages.measure()) == tmp_path / "runs/m" and ran == []
+    assert tune.run(tune.stages.measure(0.25)) == tmp_path / "runs/m" and ran == []
     cands = candidates(measured())
     control = tune.stages.control(0, cands, 0.5)
     assert tune.run(control) == tmp_path / "runs" / "kill_rank-control-0" and ran == ["kill_rank-control-0"]
@@ -134,7 +134,7 @@ def test_a_stage_that_would_pass_the_budget_is_not_started(tmp_path):
     clock = Clock()
     manifest = Manifest(night="t", digest="d", plan_file="p", info={"started": "now"})
     tune, ran = tune_with(tmp_path, manifest, clock, budget_s=100.0)
-    assert tune.run(tune.stages.measure()) is not None  # its windows: well inside 100 s
+    assert tune.run(tune.stages.measure(0.25)) is not None  # its windows: well inside 100 s
     cands = candidates(measured())
     silent = tune.stages.silent(0, cands)  # 5 trials at this invocation's 20 s a trial: 100 s, 80 s left
     assert tune.run(silent) is None and ran == ["kill_rank-measure"]
@@ -163,8 +163,40 @@ def test_bad_input_names_the_flag_and_the_fix(tmp_path):
         options_of(args)
     with pytest.raises(UsageError, match="--repeat 0: give 1 or more rounds"):
         options_of(argparse.Namespace(**{**vars(args), "budget": "15m", "repeat": 0}))
-    with pytest.raises(UsageError, match="runs your own job; `chaos tune` tunes the built-in workload"):
+    with pytest.raises(UsageError, match=r"job: has no `tune:`.*\n  tune: \{timeout: \"--timeout \{seconds\}\"\}"):
         Stages(options(scenario_file=REPO / "scenarios" / "byo_kill.yaml", ranks=None), tmp_path)
+
+
+def test_a_user_job_s_candidates_are_variants_that_set_its_timeout_through_its_knob(tmp_path):
+    stages = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4), tmp_path)
+    cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
+    assert [c.timeout for c in cands] == [1.0, 3.0, 9.0] and all(len(c.rules) == 1 for c in cands)
+    assert "(the longest interval between a rank's steps: 0.300 s)" in cands[1].rules[0]
+    assert all(c.max_retries == 0 for c in cands) and "a group formed" not in measured(formation_s=None).line()
+    assert stages.probe().scenario.settle_steps == 8
+    assert stages.measure(0.25).scenario.settle_steps == 40  # --measure 10 s at the probe's 0.25 s
+    control = stages.control(0, cands, 0.5)
+    assert control.policies == ("tuned_1s", "tuned_3s", "tuned_9s")
+    job = control.scenario.job
+    assert control.scenario.variants["tuned_3s"].applied_to(job).command[-2:] == ("--timeout", "3")
+    assert Path(job.workdir).resolve() == REPO / "examples"  # the stage's file is in the tune folder: made absolute
+    silent = stages.silent(0, cands)
+    assert silent.policies == ("tuned_1s", "tuned_3s", "tuned_9s", "document_30s", "as_written")
+    assert silent.scenario.variants["document_30s"].args == ("--timeout", "30")
+    assert silent.scenario.variants["as_written"].args == () and silent.scenario.hang_cap == 40.0
+    text = recommendation_text(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s",
+                               [Reference("as_written", None, "hung", math.nan, 40.0)], 0.5, None,
+                               stages.side(3.0))
+    assert "For your job: --timeout 3 on its command line (job.tune.timeout)" in text
+    assert 'tuned_3s: {"args": ["--timeout", "3"]}' in text and "| as_written | the job's own |" in text
+    assert "policies:" not in text
+
+
+def test_a_job_s_step_interval_is_the_median_of_its_steps():
+    events = [{"kind": "step", "t": i * 0.3, "dur": None if i == 0 else 0.3 + 0.01 * (i % 3)} for i in range(9)]
+    assert step_interval_s(events) == pytest.approx(0.31)
+    with pytest.raises(ValueError, match="no two steps in a row"):
+        step_interval_s([{"kind": "step", "t": 1.0, "dur": None}])
 
 
 def test_a_tune_is_its_scenario_and_options_but_not_its_budget():

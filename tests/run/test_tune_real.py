@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.run.nightly import MANIFEST, RUNS
 from runfolder.events import EVENTS_FILE, read_events
@@ -80,3 +81,38 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
         assert f"`{chosen}`: timeout" in report and "init_process_group(backend, timeout=timedelta(" in report
         assert result["evidence"][chosen]["false_trips"] == [0] and result["evidence"][chosen]["transient_detected"] == [0]
     assert (folder / "tradeoff.png").stat().st_size > 0
+
+
+JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks", "3", "--measure", "4s",
+               "--control", "4s", "--repeat", "1", "--no-references", "--budget", "6m"]
+
+
+@pytest.mark.requires_root
+@pytest.mark.slow
+def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leaves_nothing) -> None:
+    """examples/train_ddp.py, its timeout set where job.tune says (--timeout {seconds}): its
+    step interval probed, measured, and each candidate a variant of the job judged from its
+    own trials."""
+    out = tmp_path / "tunes"
+    done = subprocess.run([CHAOS, *JOB_COMMAND, "--out", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=TUNE_DEADLINE_S)
+    assert done.returncode in (0, 1), done.stderr
+    [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert [d["key"].split("/")[0] for d in manifest["done"]] == \
+        ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0"]
+    assert "the job's step interval: 0.2" in done.stderr or "the job's step interval: 0.3" in done.stderr
+    result = json.loads((folder / "tune.json").read_text())
+    measured = result["fault_free"]
+    assert measured["step_period_s"] == 0 and measured["formation_s"] is None and measured["max_s"] >= 0.2
+    variants = yaml.safe_load((folder / "scenarios" / "control-0.yaml").read_text())["variants"]
+    for c in result["candidates"]:
+        assert c["max_retries"] == 0 and variants[c["name"]] == {"args": ["--timeout", f"{c['timeout']:g}"]}
+        known = result["evidence"][c["name"]]["silent_detected_s"][0]
+        # the job's ranks raise at its timeout, not before it
+        assert math.isnan(known) or c["timeout"] <= known + 0.3, (c, known)
+    report = (folder / "tune.md").read_text()
+    if done.returncode == 0:
+        chosen = next(c for c in result["candidates"] if c["name"] == result["chosen"])
+        assert f"For your job: --timeout {chosen['timeout']:g} on its command line (job.tune.timeout)" in report
+        assert "policies:" not in report
