@@ -59,17 +59,12 @@ survivors stepping again <= 3 s after a permanent fault starts, zero false trips
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +79,7 @@ from harness import signals
 from harness.cluster.backends import backend_named
 from harness.run import machine
 from harness.run.orchestrator import run_scenario
+from harness.run.hogs import cpu_hogs
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec, PolicySpec
 from harness.run.scenario import Scenario, load_scenario
@@ -117,7 +113,6 @@ POLICIES = {
 }
 EXTERNAL = {"torchrun": ("kill",)}  # not harness policies: the faults each is measured on
 CONTROL = "control"  # no fault: every suspect event is a false trip
-PR_SET_PDEATHSIG = 1
 # --ranks: the silent faults, each under the detector policy that shows its figure: the
 # survivors going on without a rank silent for good, and all of them back after a heal
 SCALE_TRIALS = {"blackhole": "elastic", "link_down": "elastic_rejoin", CONTROL: "elastic"}
@@ -405,24 +400,6 @@ def print_scale(sizes: list[int], settings: list[Tuning], out: Path, hogs: int |
           "kernel counts it: a slow row with a high share is the host's); "
           "targets (issue 16): every survivor suspects a silent rank within 0.5 s at 16 ranks and 1.0 s "
           "at 64, survivors step again within 1.0 s at 16, all back within 0.5 s of a heal, no false trip")
-
-
-HOG = "while True: pass"
-
-
-@contextlib.contextmanager
-def cpu_hogs(count: int) -> Iterator[None]:
-    """`count` busy processes beside the job, for as long as the block runs; each dies with
-    this process (PR_SET_PDEATHSIG), so not even a SIGKILL of the bench leaves one behind."""
-    def die_with_parent() -> None:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=die_with_parent) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 def main_scale(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

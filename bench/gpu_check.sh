@@ -4,7 +4,7 @@
 #
 #   bench/gpu_check.sh OUT_DIR
 #   GPU_CHECK_PARTS="tests gpu_hang" bench/gpu_check.sh OUT_DIR   # only these parts (a rerun):
-#       tests gpu_hang gpu_hang_fd fingerprint gpu_kill nccl gloo_cuda_link netem
+#       tests gpu_hang gpu_hang_fd fingerprint tune gpu_kill nccl gloo_cuda_link netem
 #
 # Its Python: this checkout's .venv when it has one; else $PYTHON or python3, the
 # machine's own with its CUDA torch. Then the project's other dependencies that Python
@@ -143,6 +143,14 @@ if wanted fingerprint; then  # one rank per GPU (as jobs run), then 16 ranks sha
         timeout --kill-after=10 120 "$PY" bench/state_fingerprint.py --device cuda --ranks "$ranks" --steps 40 \
             --out "$OUT/fingerprint-$ranks.json" || say "state_fingerprint exited $?"
     done
+fi
+if wanted tune; then  # chaos tune where GPU nodes are: no namespace (local backend), the ranks on the GPU
+    say "chaos tune, 4 ranks on the GPU, local backend (at most 300 s)"
+    timeout --kill-after=10 300 "${CHAOS[@]}" tune scenarios/kill_rank.yaml --backend local --ranks 4 --repeat 1 \
+        --measure 10s --control 10s --no-references --budget 4m --out "$OUT/tunes" || say "chaos tune exited $?"
+    cp "$OUT"/tunes/*/tune.md "$OUT/tune.md" 2>/dev/null
+    "$PY" -c "import glob, json, sys; print('placement:', json.load(open(glob.glob(sys.argv[1])[0]))['placement'])" \
+        "$OUT/tunes/*/runs/*-measure-*/run.json" || say "chaos tune left no measurement"
 fi
 wanted gpu_kill && scenario gpu_kill local 16 cuda gloo "{kind: kill, target: {rank: 5}, start: 2s}" "  timeout: {timeout: 5s}"
 wanted gpu_kill && part gpu_kill 70

@@ -215,11 +215,13 @@ class Reference:
 
 def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
                         chosen: str | None, references: list[Reference], transient: float,
-                        stopped_early: str | None, variant: dict[str, Any] | None = None) -> str:
+                        stopped_early: str | None, variant: dict[str, Any] | None = None, hogs: int = 0) -> str:
     """tune.md: the measurement, the candidates with their rules and evidence, the choice
     with the lines to paste, and the references measured beside them. `variant`: a user's
-    job's, the chosen candidate's `variants:` entry (its timeout through job.tune)."""
-    out = ["# chaos tune", "", f"Fault-free: {measured.line()}.", ""]
+    job's, the chosen candidate's `variants:` entry (its timeout through job.tune); `hogs`:
+    the busy CPU processes beside every stage."""
+    busy = f" Every stage ran beside {hogs} busy CPU process(es) (--hogs {hogs}): a busy node." if hogs else ""
+    out = ["# chaos tune", "", f"Fault-free: {measured.line()}.{busy}", ""]
     if stopped_early:
         out += [f"**Stopped early: {stopped_early}.** What follows is what the trials run so far show.", ""]
     out += ["## Candidates", "", "| candidate | timeout | false trips (controls) | transient "

@@ -1,6 +1,6 @@
 """`chaos tune SCENARIO.yaml`: the timeout and retries a job should use, measured on that job.
 
-    chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s]
+    chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s] [--hogs N]
                              [--ranks N] [--backend B] [--out DIR] [--no-references] [--dry-run]
 
 It takes the scenario's cluster, workload or job, and seed (its faults, policies and
@@ -20,6 +20,8 @@ makes one:
                      one rank stops (SIGSTOP, never resumed: a hung host, which only a
                      timeout tells; a killed process's peers hear of it from gloo within
                      a second whatever the timeout)
+With --hogs N, N busy CPU processes run beside every stage (a busy node: the slow steps it
+makes are measured, and the controls judge the candidates under the same load).
 The built-in workload's candidates are policies (timeout, retries, backoff); a user's job's
 are variants that set its timeout where `job.tune.timeout` says (an argument or an
 environment variable): a job without it is refused with that fix.
@@ -47,7 +49,9 @@ from chaos.errors import UsageError
 from chaos.units import parse_duration
 from harness.cluster.backends import BACKEND_NAMES, backend_class
 from harness.run.nightly import Cell, Manifest, NightProgress, open_night, run_cells, seed_for, write_manifest
+from harness.run.hogs import cpu_hogs
 from harness.run.progress import Progress
+from harness.run.scaling import usable_cores
 from harness.run.scenario import load_scenario, reproduce_command
 from harness.signals import Terminated
 from reports import analyze_run
@@ -78,6 +82,7 @@ class Options:
     ranks: int | None
     backend: str | None
     references: bool
+    hogs: int = 0
 
     def digest(self) -> str:
         """What makes two invocations one tune: the scenario and every option but the
@@ -267,7 +272,7 @@ class Tune:
         if job and chosen:
             variant = self.stages.side(next(c.timeout for c in cands if c.name == chosen))
         text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early,
-                                   variant)
+                                   variant, self.options.hogs)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references))
         write_tradeoff(self.folder / "tradeoff.png", cands, evidence, references)
@@ -326,6 +331,8 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure", default="60s", help="fault-free time the job is measured for (default 60s)")
     parser.add_argument("--control", default="30s", help="fault-free time before each candidate's transients, "
                                                          "where a detection is a false trip (default 30s)")
+    parser.add_argument("--hogs", type=int, default=0, help="busy CPU processes beside every stage: a busy node "
+                                                            "(default 0)")
     parser.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="tunes", help="folder of tune folders (default: ./tunes)")
@@ -349,10 +356,12 @@ def _seconds(flag: str, value: str) -> float:
 def options_of(args: argparse.Namespace) -> Options:
     if args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: give 1 or more rounds")
+    if not 0 <= args.hogs <= 4 * usable_cores():
+        raise UsageError(f"--hogs {args.hogs}: give 0 to {4 * usable_cores()} (4 per usable CPU) busy processes")
     return Options(scenario_file=Path(args.scenario), budget_s=_seconds("--budget", args.budget),
                    repeat=args.repeat, measure_s=_seconds("--measure", args.measure),
                    control_s=_seconds("--control", args.control), ranks=args.ranks, backend=args.backend,
-                   references=not args.no_references)
+                   references=not args.no_references, hogs=args.hogs)
 
 
 def dry_run_text(stages: Stages) -> str:
@@ -383,6 +392,7 @@ def dry_run_text(stages: Stages) -> str:
         + ((", and in round 0 the document's 30 s and " + ("the job as written" if stages.job else
                                                            "PyTorch's gloo default") + " beside them")
            if o.references else ""),
+        *([f"beside every stage: {o.hogs} busy CPU process(es) (--hogs)"] if o.hogs else []),
         f"at most {trial_count(o, stages.job is not None)} trials; budget {o.budget_s:g} s; {estimate}"])
 
 
@@ -423,8 +433,9 @@ def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, st
     try:
         with LauncherPool() as launchers:
             def run_cell(cell: Cell, runs: Path) -> Path:
-                run_dir, _ = run_scenario(cell.scenario, cell.scenario_file, list(cell.policies), runs, backend,
-                                          Progress(quiet=True), command=cell.command, launchers=launchers)
+                with cpu_hogs(options.hogs):
+                    run_dir, _ = run_scenario(cell.scenario, cell.scenario_file, list(cell.policies), runs, backend,
+                                              Progress(quiet=True), command=cell.command, launchers=launchers)
                 return run_dir
             return Tune(Stages(options, folder), manifest, run_cell, progress).tune()
     except (KeyboardInterrupt, Terminated):

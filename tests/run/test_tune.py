@@ -158,9 +158,12 @@ def test_the_stages_fault_the_chosen_rank_and_keep_the_scenario_s_cluster(tmp_pa
 
 def test_bad_input_names_the_flag_and_the_fix(tmp_path):
     args = argparse.Namespace(scenario=str(REPO / "scenarios" / "kill_rank.yaml"), budget="soon", repeat=2,
-                              measure="60s", control="30s", ranks=None, backend=None, no_references=False)
+                              measure="60s", control="30s", ranks=None, backend=None, no_references=False,
+                              hogs=0)
     with pytest.raises(UsageError, match="--budget soon: .* is not"):
         options_of(args)
+    with pytest.raises(UsageError, match=r"--hogs -1: give 0 to \d+ \(4 per usable CPU\) busy processes"):
+        options_of(argparse.Namespace(**{**vars(args), "budget": "15m", "hogs": -1}))
     with pytest.raises(UsageError, match="--repeat 0: give 1 or more rounds"):
         options_of(argparse.Namespace(**{**vars(args), "budget": "15m", "repeat": 0}))
     with pytest.raises(UsageError, match=r"job: has no `tune:`.*\n  tune: \{timeout: \"--timeout \{seconds\}\"\}"):
@@ -190,6 +193,8 @@ def test_a_user_job_s_candidates_are_variants_that_set_its_timeout_through_its_k
     assert "For your job: --timeout 3 on its command line (job.tune.timeout)" in text
     assert 'tuned_3s: {"args": ["--timeout", "3"]}' in text and "| as_written | the job's own |" in text
     assert "policies:" not in text
+    busy = recommendation_text(measured(), cands, {}, None, [], 0.5, None, hogs=2)
+    assert "Every stage ran beside 2 busy CPU process(es) (--hogs 2): a busy node." in busy
 
 
 def test_a_job_s_step_interval_is_the_median_of_its_steps():
@@ -202,3 +207,4 @@ def test_a_job_s_step_interval_is_the_median_of_its_steps():
 def test_a_tune_is_its_scenario_and_options_but_not_its_budget():
     assert options().digest() == options(budget_s=60.0).digest()  # stopped by the budget: go on with more
     assert options().digest() != options(repeat=3).digest() and options().digest() != options(ranks=8).digest()
+    assert options().digest() != options(hogs=2).digest()  # measured beside a busy node: another tune
