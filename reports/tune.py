@@ -15,7 +15,12 @@ The rules (docs/tune.md says why):
   retries     (the built-in workload's policies) the backoff base is the longest time a group took to form (rounded up to
               ROUND_S, at least MIN_BACKOFF_S): a retry sooner than that finds no group;
               the cap is 8 bases; enough retries that their backoffs add up to RIDE_OUT_S,
-              the longest transient a retry should ride out; the document's jitter.
+              the longest transient a retry should ride out; the jitter 0 to the longest
+              group formation (rounded up to JITTER_STEP_S, at least that): the ranks'
+              re-joins spread over the time a group takes to form, not over the document's
+              0.1-1.0 s, which delays the last re-join by up to a second. A retry wave (every
+              rank failing at once) measures both: the re-joins at the store per second, at
+              the most, in WAVE_WINDOW_S windows, and when every rank stepped again.
   judged      a candidate passes when its fault-free control tripped nothing (no rank
               detected a fault) and transients shorter than its timeout were absorbed (no
               rank detected them). Of those that pass, the one whose every rank knew soonest
@@ -26,26 +31,29 @@ The rules (docs/tune.md says why):
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from runfolder.events import DETECTION_KINDS, EVENTS_FILE, GROUP_READY, STEP, read_events
+from runfolder.events import DETECTION_KINDS, EVENTS_FILE, GROUP_READY, RETRY, STEP, read_events
 from runfolder.layout import trial_dir
 
 MARGINS = (3.0, 10.0, 30.0)
 ROUND_S = 0.5
 MIN_BACKOFF_S = 0.5
 RIDE_OUT_S = 10.0
+JITTER_STEP_S = 0.1
+WAVE_WINDOW_S = 0.1
 DOCUMENT = {"timeout": 30.0, "max_retries": 3, "backoff_base": 2.0, "jitter": (0.1, 1.0)}
 PYTORCH_GLOO_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo (NCCL: 600 s)
 
 
 def round_up(seconds: float, step: float = ROUND_S) -> float:
-    return math.ceil(seconds / step - 1e-9) * step
+    return round(math.ceil(seconds / step - 1e-9) * step, 6)  # 3 x 0.1 is 0.30000000000000004
 
 
 @dataclass(frozen=True)
@@ -128,11 +136,13 @@ def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS, with_r
     formation = measured.formation_s or 0.0
     base = max(MIN_BACKOFF_S, round_up(formation))
     retries = max(1, math.ceil(math.log2(RIDE_OUT_S / base + 1)))
+    jitter = max(JITTER_STEP_S, round_up(formation, JITTER_STEP_S))
     retry_rules = (f"backoff base {base:g} s: the longest group formation ({formation:.2f} s) rounded "
                    f"up to {ROUND_S:g} s, at least {MIN_BACKOFF_S:g} s",
                    f"{retries} retries: backoffs {base:g} x (2^{retries} - 1) = {base * (2 ** retries - 1):g} s "
                    f">= {RIDE_OUT_S:g} s, the longest transient to ride out; cap {8 * base:g} s (8 bases)",
-                   "jitter 0.1-1.0 s: the document's")
+                   f"jitter 0-{jitter:g} s: the longest group formation rounded up to {JITTER_STEP_S:g} s, at least "
+                   f"{JITTER_STEP_S:g} s (the re-joins spread over the time a group takes to form)")
     found: dict[float, Candidate] = {}
     for margin in margins:
         timeout = round_up(margin * wait)
@@ -141,7 +151,7 @@ def candidates(measured: FaultFree, margins: tuple[float, ...] = MARGINS, with_r
         found.setdefault(timeout, Candidate(name=f"tuned_{str(timeout).replace('.', '_').removesuffix('_0')}s",
                                             margin=margin, timeout=timeout,
                                             max_retries=retries if with_retries else 0, backoff_base=base,
-                                            backoff_cap=8 * base, jitter=(0.1, 1.0),
+                                            backoff_cap=8 * base, jitter=(0.0, jitter),
                                             rules=(rule, *retry_rules) if with_retries else (rule,)))
     return tuple(found.values())
 
@@ -199,6 +209,54 @@ def halve(count: int) -> int:
     return max(1, math.ceil(count / 2))
 
 
+# -- the retry wave ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Wave:
+    """A retry wave under one jitter: every rank's first re-join at the store after the
+    fault, how far apart, the most in any WAVE_WINDOW_S (per second), and the recovery."""
+
+    name: str
+    jitter: tuple[float, float]
+    rejoins: int
+    spread_s: float
+    peak_per_s: float
+    recover_s: float   # every rank stepping again (nan: not within the trial)
+    outcome: str
+
+
+def rejoin_wave(events: Iterable[dict[str, Any]], window_s: float = WAVE_WINDOW_S) -> tuple[int, float, float]:
+    """(re-joins, their spread, the most in any `window_s` per second) of every rank's first
+    retry (`retry` attempt 1: the rank re-joining at the store)."""
+    times = sorted(float(e["t"]) for e in events if e.get("kind") == RETRY and e.get("attempt") == 1)
+    if not times:
+        return 0, math.nan, math.nan
+    most = max(bisect.bisect_right(times, t + window_s - 1e-9) - i for i, t in enumerate(times))
+    return len(times), times[-1] - times[0], most / window_s
+
+
+def wave_jitter(chosen: Candidate, waves: list[Wave]) -> tuple[float, float]:
+    """The jitter to recommend: the candidate's where its wave recovered, else the document's."""
+    own = next((w for w in waves if w.jitter == chosen.jitter), None)
+    return chosen.jitter if own is None or own.outcome == "recovered" else tuple(DOCUMENT["jitter"])
+
+
+def _wave_lines(waves: list[Wave]) -> list[str]:
+    if not waves:
+        return []
+    out = ["## A retry wave", "", "One rank frozen a little longer than the recommended timeout: every other rank fails "
+           f"at once and re-joins at the store after its backoff. Re-joins per second: the most in any "
+           f"{WAVE_WINDOW_S:g} s.", "", "| jitter | re-joins | over | re-joins per second, at most | every rank "
+           "stepping again | outcome |", "|---|---|---|---|---|---|"]
+    for w in waves:
+        back = f"{w.recover_s:.2f} s" if not math.isnan(w.recover_s) else "not within the trial"
+        over = f"{w.spread_s:.2f} s" if not math.isnan(w.spread_s) else "-"
+        peak = f"{w.peak_per_s:g}" if not math.isnan(w.peak_per_s) else "-"
+        out.append(f"| {w.jitter[0]:g}-{w.jitter[1]:g} s ({w.name}) | {w.rejoins} | {over} | {peak} | {back} | "
+                   f"{w.outcome} |")
+    return out + [""]
+
+
 # -- the recommendation -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -215,11 +273,12 @@ class Reference:
 
 def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
                         chosen: str | None, references: list[Reference], transient: float,
-                        stopped_early: str | None, variant: dict[str, Any] | None = None, hogs: int = 0) -> str:
+                        stopped_early: str | None, variant: dict[str, Any] | None = None, hogs: int = 0,
+                        waves: list[Wave] | None = None) -> str:
     """tune.md: the measurement, the candidates with their rules and evidence, the choice
     with the lines to paste, and the references measured beside them. `variant`: a user's
     job's, the chosen candidate's `variants:` entry (its timeout through job.tune); `hogs`:
-    the busy CPU processes beside every stage."""
+    the busy CPU processes beside every stage; `waves`: the chosen candidate's retry waves."""
     busy = f" Every stage ran beside {hogs} busy CPU process(es) (--hogs {hogs}): a busy node." if hogs else ""
     out = ["# chaos tune", "", f"Fault-free: {measured.line()}.{busy}", ""]
     if stopped_early:
@@ -244,7 +303,8 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
-    out += ["", "## Recommended", ""]
+    waves = waves or []
+    out += ["", *_wave_lines(waves), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
@@ -260,6 +320,10 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
             "dist.init_process_group(backend, timeout=timeout)  # or a group made for training after start-up",
             "```", "", "As a variant of the scenario:", "", "```yaml", "variants:",
             f"  {c.name}: {json.dumps(variant)}", "```", ""])
+    jitter = wave_jitter(c, waves)
+    if jitter != c.jitter:
+        c = replace(c, jitter=jitter, rules=(*c.rules, f"jitter {jitter[0]:g}-{jitter[1]:g} s, the document's: "
+                                                       "the narrower one's retry wave did not recover"))
     out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", "For the scenario:", "", "```yaml", "policies:",
             f"  {c.name}: {json.dumps(c.policy())}", "```", "", "For your own job:", "", "```python",
             "from datetime import timedelta",
@@ -306,8 +370,9 @@ def write_tradeoff(path: Path, cands: tuple[Candidate, ...], evidence: dict[str,
 
 
 def tune_json(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
-              chosen: str | None, references: list[Reference]) -> str:
+              chosen: str | None, references: list[Reference], waves: list[Wave] | None = None) -> str:
     return json.dumps({"fault_free": asdict(measured), "candidates": [asdict(c) for c in cands],
                        "evidence": {k: asdict(v) for k, v in evidence.items()}, "chosen": chosen,
-                       "references": [asdict(r) for r in references]}, indent=1, default=str)
+                       "references": [asdict(r) for r in references], "waves": [asdict(w) for w in waves or []]},
+                      indent=1, default=str)
 

@@ -22,6 +22,10 @@ makes one:
                      a second whatever the timeout)
 With --hogs N, N busy CPU processes run beside every stage (a busy node: the slow steps it
 makes are measured, and the controls judge the candidates under the same load).
+  wave      (the built-in workload) the chosen candidate, with its jitter and with the
+            document's: one rank frozen WAVE_EXTRA_S longer than its timeout, so that every
+            other rank fails at once and re-joins at the store after its backoff (the
+            re-joins per second, and when every rank steps again)
 The built-in workload's candidates are policies (timeout, retries, backoff); a user's job's
 are variants that set its timeout where `job.tune.timeout` says (an argument or an
 environment variable): a job without it is refused with that fix.
@@ -57,14 +61,16 @@ from harness.signals import Terminated
 from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
-from reports.tune import (MARGINS, Candidate, Evidence, Reference, candidates, control_trips, fault_free, halve,
-                          recommendation_text, select, step_interval_s, trial_events, transient_s, tune_json,
-                          write_tradeoff)
+from reports.tune import (DOCUMENT, MARGINS, Candidate, Evidence, Reference, Wave, candidates, control_trips,
+                          fault_free, halve, recommendation_text, rejoin_wave, select, step_interval_s, trial_events,
+                          transient_s, tune_json, write_tradeoff)
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
 KEPT_FIELDS = ("cluster", "workload", "job", "warmup_steps", "groups")  # each stage sets its own name and seed
 FAULT_AT_S = 2.0           # the silent rank stops, after warm-up
 TRANSIENT_GAP_S = 4.0      # between the control's two transients, and after the first
+WAVE_EXTRA_S = 0.5         # the wave's frozen rank thaws this long after the others' timeout
+SILENT_MARGIN_S = 5.0      # a silent stage watches this long past its longest timeout (the hang cap)
 START_S = 10.0             # a trial's bring-up and warm-up, for the estimates only
 FAULT_FREE = "fault_free"  # the measuring stages' one trial
 PROBE_STEPS = 8            # a user's job's probe: enough intervals for a median
@@ -178,7 +184,16 @@ class Stages:
         longest = max([c.timeout for c in cands] + [t for n, t in REFERENCES.items() if n in sides and t < 60])
         return self._cell(f"silent-{round_}", [{"kind": "pause", "target": {"rank": self.target},
                                                 "start": f"{FAULT_AT_S:g}s"}],
-                          sides, seed_for(self.base.seed, "tune", round_), hang_cap=longest + 10)
+                          sides, seed_for(self.base.seed, "tune", round_), hang_cap=longest + SILENT_MARGIN_S)
+
+
+    def wave(self, c: Candidate) -> Cell:
+        """The chosen candidate's retry wave, with its own jitter and with the document's."""
+        sides = {c.name: c.policy(), f"{c.name}_document_jitter": {**c.policy(), "jitter": list(DOCUMENT["jitter"])}}
+        fault = {"kind": "pause", "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s",
+                 "duration": f"{c.timeout + WAVE_EXTRA_S:g}s"}
+        return self._cell("wave", [fault], sides, seed_for(self.base.seed, "tune-wave", 0),
+                          hang_cap=c.timeout + c.backoff_cap + 10)
 
 
 def window_estimate_s(cell: Cell) -> float:
@@ -268,13 +283,18 @@ class Tune:
                 break
         timed = [n for n in select(evidence, len(evidence)) if math.isfinite(evidence[n].detect_s())]
         chosen = timed[0] if timed else None
+        waves: list[Wave] = []
+        if chosen and not job:
+            wave = self.stages.wave(next(c for c in cands if c.name == chosen))
+            if (wave_dir := self.run(wave)) is not None:
+                waves = self._waves(wave_dir, wave)
         variant = None
         if job and chosen:
             variant = self.stages.side(next(c.timeout for c in cands if c.name == chosen))
         text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early,
-                                   variant, self.options.hogs)
+                                   variant, self.options.hogs, waves)
         (self.folder / "tune.md").write_text(text)
-        (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references))
+        (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references, waves))
         write_tradeoff(self.folder / "tradeoff.png", cands, evidence, references)
         if not self.stopped_early:
             write_manifest(self.folder, dataclasses.replace(self.manifest, finished=True))
@@ -299,6 +319,17 @@ class Tune:
             row = table.loc[name]
             evidence[name].transient_detected.append(
                 sum(int(row.get(f"f{i}_detect_ranks", 0) or 0) for i in range(len(cell.scenario.faults))))
+
+    @staticmethod
+    def _waves(run_dir: Path, cell: Cell) -> list[Wave]:
+        table = analyze_run(run_dir).set_index("trial")
+        waves = []
+        for name in cell.policies:
+            rejoins, spread, peak = rejoin_wave(trial_events(run_dir, name))
+            row = table.loc[name]
+            waves.append(Wave(name, tuple(cell.scenario.policy(name).jitter), rejoins, spread, peak,
+                              float(row["ttr_s"]), str(row["outcome"])))
+        return waves
 
     def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
         """Each candidate's time until every other rank knew of the silent one; the
@@ -392,12 +423,15 @@ def dry_run_text(stages: Stages) -> str:
         + ((", and in round 0 the document's 30 s and " + ("the job as written" if stages.job else
                                                            "PyTorch's gloo default") + " beside them")
            if o.references else ""),
+        *([] if stages.job else ["4. a retry wave: the chosen candidate with its jitter and with the document's, "
+                                 "one rank frozen a little longer than its timeout"]),
         *([f"beside every stage: {o.hogs} busy CPU process(es) (--hogs)"] if o.hogs else []),
         f"at most {trial_count(o, stages.job is not None)} trials; budget {o.budget_s:g} s; {estimate}"])
 
 
 def trial_count(options: Options, job: bool) -> int:
-    return 1 + int(job) + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0)
+    """probe (a job), measure, the rounds, the references, the wave (the built-in workload)."""
+    return 1 + int(job) + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0) + (0 if job else 2)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from chaos.errors import UsageError
 from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.run.tune import Options, Stages, Tune, options_of
-from reports.tune import (Evidence, FaultFree, Reference, candidates, control_trips, fault_free, halve,
-                          recommendation_text, select, step_interval_s, transient_s)
+from reports.tune import (Evidence, FaultFree, Reference, Wave, candidates, control_trips, fault_free, halve,
+                          recommendation_text, rejoin_wave, select, step_interval_s, transient_s, wave_jitter)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -30,9 +31,10 @@ def test_a_fast_step_s_margins_are_over_one_step_period():
     assert "3 x the longest fault-free wait (one step period: 0.250 s; the longest step 0.033 s)" in cands[0].rules[0]
     first = cands[0]
     # base: the longest formation 0.06 s rounded up to 0.5 s; 5 retries: 0.5 x 31 = 15.5 s >= 10 s
-    assert (first.backoff_base, first.max_retries, first.backoff_cap, first.jitter) == (0.5, 5, 4.0, (0.1, 1.0))
+    # jitter: 0 to the formation 0.06 s rounded up to 0.1 s
+    assert (first.backoff_base, first.max_retries, first.backoff_cap, first.jitter) == (0.5, 5, 4.0, (0.0, 0.1))
     assert first.policy() == {"base": "retry", "timeout": 1.0, "max_retries": 5, "backoff_base": 0.5,
-                              "backoff_cap": 4.0, "jitter": [0.1, 1.0]}
+                              "backoff_cap": 4.0, "jitter": [0.0, 0.1]}
     assert transient_s(cands) == 0.5
 
 
@@ -41,6 +43,8 @@ def test_a_slow_step_s_margins_are_over_the_step_and_equal_timeouts_are_one_cand
     assert [c.timeout for c in cands] == [4.0, 12.0, 36.0]
     assert "the longest fault-free step: 1.200 s" in cands[1].rules[0]
     assert cands[0].backoff_base == 2.5 and cands[0].max_retries == 3  # 2.5 x 7 = 17.5 s >= 10 s
+    assert cands[0].jitter == (0.0, 2.2)
+    assert candidates(measured(formation_s=0.23))[0].policy()["jitter"] == [0.0, 0.3]  # not 0.30000000000000004
     assert len(candidates(measured(max_s=0.01), margins=(3.0, 3.5))) == 1  # both 1 s
 
 
@@ -151,7 +155,7 @@ def test_the_stages_fault_the_chosen_rank_and_keep_the_scenario_s_cluster(tmp_pa
     assert [f.start for f in control.faults] == [5.0, 9.5] and control.faults[1].duration == 0.5
     silent = stages.silent(0, cands)
     assert silent.policies == ("tuned_1s", "tuned_2_5s", "tuned_7_5s", "document_30s", "pytorch_default")
-    assert silent.scenario.policy("tuned_7_5s").max_retries == 0 and silent.scenario.hang_cap == 40.0
+    assert silent.scenario.policy("tuned_7_5s").max_retries == 0 and silent.scenario.hang_cap == 35.0
     assert stages.silent(1, cands).policies == ("tuned_1s", "tuned_2_5s", "tuned_7_5s")  # references once
     assert (tmp_path / "scenarios" / "silent-0.yaml").read_text().startswith("# chaos tune: stage silent-0 of ")
 
@@ -186,7 +190,7 @@ def test_a_user_job_s_candidates_are_variants_that_set_its_timeout_through_its_k
     silent = stages.silent(0, cands)
     assert silent.policies == ("tuned_1s", "tuned_3s", "tuned_9s", "document_30s", "as_written")
     assert silent.scenario.variants["document_30s"].args == ("--timeout", "30")
-    assert silent.scenario.variants["as_written"].args == () and silent.scenario.hang_cap == 40.0
+    assert silent.scenario.variants["as_written"].args == () and silent.scenario.hang_cap == 35.0
     text = recommendation_text(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s",
                                [Reference("as_written", None, "hung", math.nan, 40.0)], 0.5, None,
                                stages.side(3.0))
@@ -208,3 +212,31 @@ def test_a_tune_is_its_scenario_and_options_but_not_its_budget():
     assert options().digest() == options(budget_s=60.0).digest()  # stopped by the budget: go on with more
     assert options().digest() != options(repeat=3).digest() and options().digest() != options(ranks=8).digest()
     assert options().digest() != options(hogs=2).digest()  # measured beside a busy node: another tune
+
+
+def test_a_retry_wave_is_every_rank_s_first_re_join_and_the_most_in_a_tenth_of_a_second():
+    together = [{"kind": "retry", "t": 10.0 + 0.001 * r, "attempt": 1} for r in range(15)]
+    later = [{"kind": "retry", "t": 20.0, "attempt": 2}, {"kind": "backoff", "t": 9.5, "attempt": 1}]
+    assert rejoin_wave(together + later) == (15, pytest.approx(0.014), pytest.approx(150.0))
+    spread = [{"kind": "retry", "t": 10.0 + 0.25 * r, "attempt": 1} for r in range(4)]
+    assert rejoin_wave(spread) == (4, pytest.approx(0.75), pytest.approx(10.0))
+    assert rejoin_wave([])[0] == 0 and math.isnan(rejoin_wave([])[2])
+
+
+def test_the_wave_keeps_the_candidate_s_jitter_only_where_its_wave_recovered(tmp_path):
+    c = candidates(measured())[1]
+    own = Wave(c.name, c.jitter, 15, 0.09, 60.0, 3.4, "recovered")
+    document = Wave(f"{c.name}_document_jitter", (0.1, 1.0), 15, 0.85, 20.0, 4.2, "recovered")
+    assert wave_jitter(c, [own, document]) == (0.0, 0.1)
+    assert wave_jitter(c, [replace(own, outcome="hung"), document]) == (0.1, 1.0)
+    evidence = {c.name: Evidence([0], [30.0], [0], [2.8], [2.6], ["failed-fast"])}
+    text = recommendation_text(measured(), (c,), evidence, c.name, [], 0.5, None, waves=[own, document])
+    assert "| 0-0.1 s (tuned_2_5s) | 15 | 0.09 s | 60 | 3.40 s | recovered |" in text
+    assert text.index("## A retry wave") < text.index("## Recommended") and '"jitter": [0.0, 0.1]' in text
+    failed = recommendation_text(measured(), (c,), evidence, c.name, [], 0.5, None,
+                                 waves=[replace(own, outcome="hung"), document])
+    assert '"jitter": [0.1, 1.0]' in failed and "the narrower one's retry wave did not recover" in failed
+    wave = Stages(options(), tmp_path).wave(c)
+    assert wave.policies == ("tuned_2_5s", "tuned_2_5s_document_jitter")
+    assert wave.scenario.policy("tuned_2_5s_document_jitter").jitter == (0.1, 1.0)
+    assert wave.scenario.faults[0].duration == 3.0  # 0.5 s longer than the timeout

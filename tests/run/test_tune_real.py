@@ -59,7 +59,9 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
     manifest = json.loads((folder / MANIFEST).read_text())
     assert manifest["finished"] and manifest["done"][0] == stopped["done"][0]  # measured once
     keys = [d["key"].split("/")[0] for d in manifest["done"]]
-    assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0"]
+    # a chosen candidate's retry wave, with its jitter and the document's
+    wave = ["kill_rank-wave"] if resumed.returncode == 0 else []
+    assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0", *wave]
     assert sorted(p.name for p in (folder / RUNS).iterdir()) == sorted(Path(d["run"]).name for d in manifest["done"])
 
     result = json.loads((folder / "tune.json").read_text())
@@ -80,11 +82,15 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
         chosen = result["chosen"]
         assert f"`{chosen}`: timeout" in report and "init_process_group(backend, timeout=timedelta(" in report
         assert result["evidence"][chosen]["false_trips"] == [0] and result["evidence"][chosen]["transient_detected"] == [0]
+        waves = {w["name"]: w for w in result["waves"]}
+        assert set(waves) == {chosen, f"{chosen}_document_jitter"} and "## A retry wave" in report
+        for w in waves.values():  # the 3 ranks not frozen fail at once and re-join
+            assert w["rejoins"] >= 3 and w["peak_per_s"] >= 10, w
     assert (folder / "tradeoff.png").stat().st_size > 0
 
 
-JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks", "3", "--measure", "4s",
-               "--control", "4s", "--repeat", "1", "--no-references", "--budget", "6m"]
+JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks", "2", "--measure", "3s",
+               "--control", "3s", "--repeat", "1", "--no-references", "--budget", "6m"]
 
 
 @pytest.mark.requires_root
