@@ -132,7 +132,7 @@ class Stages:
 
     def candidate_side(self, c: Candidate, retries: bool = True) -> dict[str, Any]:
         if self.job is not None:
-            return self.job.tune.timeout_variant(c.timeout)
+            return self.side(c.timeout)
         return c.policy() if retries else {**c.policy(), "max_retries": 0}
 
     def references(self) -> dict[str, dict[str, Any]]:
@@ -283,14 +283,13 @@ class Tune:
                 break
         timed = [n for n in select(evidence, len(evidence)) if math.isfinite(evidence[n].detect_s())]
         chosen = timed[0] if timed else None
+        best = next((c for c in cands if c.name == chosen), None)
         waves: list[Wave] = []
-        if chosen and not job:
-            wave = self.stages.wave(next(c for c in cands if c.name == chosen))
+        if best and not job:
+            wave = self.stages.wave(best)
             if (wave_dir := self.run(wave)) is not None:
                 waves = self._waves(wave_dir, wave)
-        variant = None
-        if job and chosen:
-            variant = self.stages.side(next(c.timeout for c in cands if c.name == chosen))
+        variant = self.stages.side(best.timeout) if best and job else None
         text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early,
                                    variant, self.options.hogs, waves)
         (self.folder / "tune.md").write_text(text)
@@ -322,10 +321,12 @@ class Tune:
 
     @staticmethod
     def _waves(run_dir: Path, cell: Cell) -> list[Wave]:
-        table = analyze_run(run_dir).set_index("trial")
+        run = load_run(run_dir)  # read once: the metrics and the raw events come from it
+        table = run_frame(run).set_index("trial")
+        events = {trial.name: trial.events.to_dict("records") for trial in run.trials}
         waves = []
         for name in cell.policies:
-            rejoins, spread, peak = rejoin_wave(trial_events(run_dir, name))
+            rejoins, spread, peak = rejoin_wave(events[name])
             row = table.loc[name]
             waves.append(Wave(name, tuple(cell.scenario.policy(name).jitter), rejoins, spread, peak,
                               float(row["ttr_s"]), str(row["outcome"])))
