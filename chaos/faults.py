@@ -33,6 +33,9 @@ class FaultBase(BaseModel):
     reversible: ClassVar[bool] = True
     # A disruptive fault that must end even if the harness dies (see chaos.deadman).
     dead_man: ClassVar[bool] = False
+    # Whether its target's process cannot run at all while it holds: a rank held by one that
+    # never heals can change nothing more, so a trial left with only such ranks is over.
+    freezes: ClassVar[bool] = False
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude={"kind"}).items())
@@ -70,6 +73,7 @@ class Pause(FaultBase):
 
     kind: Literal["pause"] = "pause"
     acts_on: ClassVar[str] = "process"
+    freezes: ClassVar[bool] = True
 
 
 class GpuHang(FaultBase):

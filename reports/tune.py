@@ -28,6 +28,12 @@ The rules (docs/tune.md says why):
               timeout can tell) is recommended (ties: by name).
   halving     every round runs the candidates still in on a new seed; after each, the
               failing ones go and at most half of the rest (the slowest to detect) follow.
+  breaker     the chosen settings run under each fault of --faults twice, without and with a
+              breaker (policy isolation: when the retries run out or the control plane
+              cannot be reached, leave and free what the rank holds). The breaker is
+              recommended when, under every fault where the retries brought every rank
+              back, it did too; a breaker that makes a rank leave on a flap the retries
+              ride out costs the job its run.
 """
 from __future__ import annotations
 
@@ -115,9 +121,10 @@ class Candidate:
     jitter: tuple[float, float]
     rules: tuple[str, ...]
 
-    def policy(self) -> dict[str, Any]:
-        """As a scenario's `policies:` entry (harness.job.policies, base retry)."""
-        return {"base": "retry", "timeout": self.timeout, "max_retries": self.max_retries,
+    def policy(self, breaker: bool = False) -> dict[str, Any]:
+        """As a scenario's `policies:` entry (harness.job.policies: base retry, or isolation,
+        which is retry with a breaker)."""
+        return {"base": "isolation" if breaker else "retry", "timeout": self.timeout, "max_retries": self.max_retries,
                 "backoff_base": self.backoff_base, "backoff_cap": self.backoff_cap, "jitter": list(self.jitter)}
 
 
@@ -257,6 +264,101 @@ def _wave_lines(waves: list[Wave]) -> list[str]:
     return out + [""]
 
 
+# -- per fault ---------------------------------------------------------------------------------
+
+BREAKER_SUFFIX = "_breaker"
+CAME_BACK = ("recovered", "absorbed", "continued")
+
+
+@dataclass(frozen=True)
+class FaultResult:
+    """One setting under one fault of --faults: what it did, by reports.metrics' definitions
+    (times from the fault's start; nan: not observed)."""
+
+    fault: str          # "link_down 10 s", "kill"
+    heals: bool         # the fault ends by itself (a flap, a pause with a duration)
+    setting: str        # the chosen candidate, it with a breaker, or a reference
+    outcome: str
+    detect_ranks: int
+    first_s: float      # the first rank knew
+    last_s: float       # the last rank that knew
+    breaker_s: float    # the first breaker opened
+    back_s: float       # every survivor stepping again (TTR)
+    wasted_rank_s: float
+    hang_cap_s: float
+
+
+def breaker_verdict(results: Iterable[FaultResult], chosen: str) -> tuple[bool, str] | None:
+    """(recommend the breaker, why) from the chosen candidate's runs without and with it;
+    None when they did not run."""
+    results = list(results)
+    own = {r.fault: r for r in results if r.setting == chosen}
+    guarded = {r.fault: r for r in results if r.setting == chosen + BREAKER_SUFFIX}
+    if not guarded:
+        return None
+    for fault, r in own.items():
+        b = guarded.get(fault)
+        if b is not None and r.outcome in CAME_BACK and b.outcome not in CAME_BACK:
+            return False, (f"no breaker: under {fault} it ended {b.outcome} where the retries alone brought every "
+                           f"rank back ({r.outcome}" + (f" in {r.back_s:.2f} s)" if math.isfinite(r.back_s) else ")"))
+    opened = [f"{fault} in {b.breaker_s:.2f} s" for fault, b in guarded.items() if math.isfinite(b.breaker_s)]
+    return True, ("a breaker (policy isolation): under every fault of --faults it came back where the retries "
+                  "alone did" + (f"; it opened under {', '.join(opened)}" if opened else ""))
+
+
+def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
+    """Each healing fault the chosen settings did not come back from where a reference did:
+    a flap longer than the timeout ends a job whose failed collective is not retried."""
+    results = list(results)
+    out = []
+    for r in results:
+        if r.setting != chosen or not r.heals or r.outcome in CAME_BACK:
+            continue
+        back = [x.setting for x in results if x.fault == r.fault and x.outcome in CAME_BACK
+                and not x.setting.startswith(chosen)]
+        if back:
+            out.append(f"Under {r.fault}, `{chosen}` ended {r.outcome} where {', '.join(back)} came back: a fault "
+                       "that outlasts the timeout fails the collective, and only a retry brings the job back from "
+                       "it. Retry failed steps in the job, or choose a timeout above the longest flap it must ride "
+                       "out (`--faults` says which flaps are tried).")
+    return out
+
+
+LEGEND = {BREAKER_SUFFIX: "`*_breaker`: the same settings with a breaker (policy isolation)",
+          "document": "`document`: the document's values (30 s, 3 retries from 2 s, a breaker)",
+          "document_30s": "`document_30s`: the document's 30 s through the job's knob",
+          "pytorch_default": "`pytorch_default`: PyTorch's gloo timeout (1800 s) and nothing else",
+          "as_written": "`as_written`: the job as its command is written"}
+
+
+def _seconds_or(value: float, missing: str = "-") -> str:
+    return f"{value:.2f} s" if math.isfinite(value) else missing
+
+
+def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
+    if not results:
+        return []
+    settings = {r.setting for r in results}
+    legend = [text for key, text in LEGEND.items() if key in settings or any(n.endswith(key) for n in settings)]
+    out = ["## What the settings do, per fault", "", "One rank under each fault of --faults; times from the fault's start; "
+           "wasted rank-seconds: every rank's stalls longer than 3 steps until it left or the trial ended "
+           "(reports.metrics). " + "; ".join(legend) + ".", "",
+           "| fault | setting | ranks that knew: first, last | breaker opened | every rank stepping again | "
+           "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        hung = r.outcome == "hung"
+        knew = (f"{r.first_s:.2f} s, {r.last_s:.2f} s ({r.detect_ranks} ranks)" if r.detect_ranks else "none")
+        wasted = ("-" if not math.isfinite(r.wasted_rank_s) else
+                  f">= {r.wasted_rank_s:.0f} (to the cap)" if hung else f"{r.wasted_rank_s:.0f}")
+        outcome = f"hung >= {r.hang_cap_s:g} s (cap)" if hung else r.outcome
+        out.append(f"| {r.fault} | {r.setting} | {knew} | {_seconds_or(r.breaker_s)} | {_seconds_or(r.back_s)} | "
+                   f"{wasted} | {outcome} |")
+    verdict = breaker_verdict(results, chosen) if chosen else None
+    warnings = flap_warnings(results, chosen) if chosen else []
+    said = ([f"{verdict[1][0].upper()}{verdict[1][1:]}."] if verdict else []) + warnings
+    return out + [""] + [line for text in said for line in (text, "")]
+
+
 # -- the recommendation -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -271,14 +373,30 @@ class Reference:
     hang_cap_s: float
 
 
-def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
-                        chosen: str | None, references: list[Reference], transient: float,
-                        stopped_early: str | None, variant: dict[str, Any] | None = None, hogs: int = 0,
-                        waves: list[Wave] | None = None) -> str:
-    """tune.md: the measurement, the candidates with their rules and evidence, the choice
-    with the lines to paste, and the references measured beside them. `variant`: a user's
-    job's, the chosen candidate's `variants:` entry (its timeout through job.tune); `hogs`:
-    the busy CPU processes beside every stage; `waves`: the chosen candidate's retry waves."""
+@dataclass(frozen=True)
+class Findings:
+    """Everything a tune found, as its report and its JSON say it."""
+
+    measured: FaultFree
+    candidates: tuple[Candidate, ...]
+    evidence: dict[str, Evidence]
+    chosen: str | None
+    references: list[Reference]
+    transient_s: float
+    stopped_early: str | None = None
+    variant: dict[str, Any] | None = None   # a user's job: the chosen candidate's `variants:` entry
+    hogs: int = 0                           # busy CPU processes beside every stage
+    waves: list[Wave] = field(default_factory=list)             # the chosen candidate's retry waves
+    per_fault: list[FaultResult] = field(default_factory=list)  # it and the references under --faults
+
+
+def recommendation_text(f: Findings) -> str:
+    """tune.md: the measurement, the candidates with their rules and evidence, the
+    references measured beside them, the retry wave, what the settings do per fault, and
+    the choice with the lines to paste."""
+    measured, cands, evidence, chosen, references, transient, stopped_early, variant, hogs, waves = (
+        f.measured, f.candidates, f.evidence, f.chosen, f.references, f.transient_s, f.stopped_early, f.variant,
+        f.hogs, f.waves)
     busy = f" Every stage ran beside {hogs} busy CPU process(es) (--hogs {hogs}): a busy node." if hogs else ""
     out = ["# chaos tune", "", f"Fault-free: {measured.line()}.{busy}", ""]
     if stopped_early:
@@ -303,8 +421,7 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
-    waves = waves or []
-    out += ["", *_wave_lines(waves), "## Recommended", ""]
+    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
@@ -324,20 +441,26 @@ def recommendation_text(measured: FaultFree, cands: tuple[Candidate, ...], evide
     if jitter != c.jitter:
         c = replace(c, jitter=jitter, rules=(*c.rules, f"jitter {jitter[0]:g}-{jitter[1]:g} s, the document's: "
                                                        "the narrower one's retry wave did not recover"))
+    verdict = breaker_verdict(f.per_fault, c.name)
+    breaker = bool(verdict and verdict[0])
+    if verdict:
+        c = replace(c, rules=(*c.rules, verdict[1]))
     out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", "For the scenario:", "", "```yaml", "policies:",
-            f"  {c.name}: {json.dumps(c.policy())}", "```", "", "For your own job:", "", "```python",
+            f"  {c.name}: {json.dumps(c.policy(breaker))}", "```", "", "For your own job:", "", "```python",
             "from datetime import timedelta",
             f"dist.init_process_group(backend, timeout=timedelta(seconds={c.timeout:g}))",
             f"# retry a failed step up to {c.max_retries} times, waiting {c.backoff_base:g} s x 2^attempt "
-            f"(at most {c.backoff_cap:g} s) + uniform({c.jitter[0]:g}, {c.jitter[1]:g}) s", "```", ""]
+            f"(at most {c.backoff_cap:g} s) + uniform({c.jitter[0]:g}, {c.jitter[1]:g}) s"
+            + ("; when they run out or the\n# control plane cannot be reached, free what the rank holds and leave "
+               "(the breaker)" if breaker else ""), "```", ""]
     return "\n".join(out) + "\n"
 
 
-def write_tradeoff(path: Path, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
-                   references: list[Reference]) -> None:
+def write_tradeoff(path: Path, f: Findings) -> None:
     """The picture: every rank's time to know of a silent rank against the margin over the
     longest fault-free step, per candidate (a cross where it tripped or missed a transient),
     with the document's and PyTorch's default as lines."""
+    cands, evidence, references = f.candidates, f.evidence, f.references
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -369,10 +492,13 @@ def write_tradeoff(path: Path, cands: tuple[Candidate, ...], evidence: dict[str,
     plt.close(fig)
 
 
-def tune_json(measured: FaultFree, cands: tuple[Candidate, ...], evidence: dict[str, Evidence],
-              chosen: str | None, references: list[Reference], waves: list[Wave] | None = None) -> str:
-    return json.dumps({"fault_free": asdict(measured), "candidates": [asdict(c) for c in cands],
-                       "evidence": {k: asdict(v) for k, v in evidence.items()}, "chosen": chosen,
-                       "references": [asdict(r) for r in references], "waves": [asdict(w) for w in waves or []]},
-                      indent=1, default=str)
+def tune_json(f: Findings) -> str:
+    verdict = breaker_verdict(f.per_fault, f.chosen) if f.chosen else None
+    return json.dumps({"fault_free": asdict(f.measured), "candidates": [asdict(c) for c in f.candidates],
+                       "evidence": {k: asdict(v) for k, v in f.evidence.items()}, "chosen": f.chosen,
+                       "references": [asdict(r) for r in f.references], "waves": [asdict(w) for w in f.waves],
+                       "per_fault": [asdict(r) for r in f.per_fault],
+                       "breaker": None if verdict is None else {"recommended": verdict[0], "why": verdict[1]},
+                       "warnings": flap_warnings(f.per_fault, f.chosen) if f.chosen else [],
+                       "stopped_early": f.stopped_early}, indent=1, default=str)
 

@@ -192,8 +192,9 @@ STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dum
                         optional=("flight", "fault", "flight_answered"))
 AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
-                  "reason: all-exited | settled | hung | deadline | error | cap (steps not "
-                  "observed: ranks still running hang_cap after the last fault action)")
+                  "reason: all-exited | settled | held (every live rank frozen by a fault that "
+                  "never heals) | hung | deadline | error | cap (steps not observed: ranks still "
+                  "running hang_cap after the last fault action)")
 
 
 def schema_problems(event: dict[str, Any]) -> list[str]:

@@ -32,6 +32,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   9   a trial's plan gains `stacks_at_detect`, and its stacks/detect-<i>/ where every live
       process was at fault i's first detection (`stacks_captured` reason detect, with its
       fault); a version 1-8 trial reads as one where none were taken
+  10  `trial_end` gains reason `held`: every rank still alive was frozen by a fault that never
+      heals, so the trial ended then, not at the hang cap (a version 1-9 trial waited for the
+      cap and ended `hung`)
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -5,7 +5,8 @@ A trial goes through its phases, saving the event history as it goes:
     cluster up -> ranks start under the policy -> warm-up steps on every rank
       -> fault timeline: apply (ledger first) ... revert
       -> observe until every rank exited, or every live rank made `settle_steps` steps
-         after the last fault action, or nothing moved for `hang_cap` (hung); a user's job
+         after the last fault action, or every live rank is frozen by a fault that never
+         heals (held: nothing can move any more), or nothing moved for `hang_cap` (hung); a user's job
          that made no step by its start_timeout (steps not observed) is watched until every
          rank exited or `hang_cap` after the last fault action (cap)
       -> teardown on every path (pass, fail, Ctrl-C): faults reverted last-in first-out,
@@ -133,7 +134,7 @@ class Monitor:
 class TrialResult:
     policy: str
     trial_dir: Path
-    end: str          # all-exited | settled | hung | deadline | cap (steps not observed)
+    end: str          # all-exited | settled | held | hung | deadline | cap (steps not observed)
     seconds: float
 
 
@@ -360,6 +361,10 @@ class Trial:
                 return "all-exited"
             if not pending and monitor.all_made(plan.settle_steps):
                 return "settled"
+            if not pending and steps_observed and set(monitor.live) <= frozen_for_good(outstanding, plan):
+                self._say(f"every live rank ({ranks_text(monitor.live)}) is frozen by a fault that never heals: "
+                          "nothing can move any more")
+                return "held"
             idle = now - monitor.last_activity
             if not steps_observed:  # no step can tell hung from training: watch to the cap
                 if not pending and now - t_warm - plan.last_action_s >= plan.hang_cap:
@@ -463,6 +468,13 @@ class Trial:
                       targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
+
+
+def frozen_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
+    """The ranks a fault holds frozen that is still applied once no action is pending (so
+    it never heals while the harness watches)."""
+    return {rank for index, injection in outstanding.items() if injection.applied.fault.freezes
+            for rank in plan.faults[index].targets}
 
 
 def _preload(job: dict | None) -> tuple[str, ...] | None:

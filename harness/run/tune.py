@@ -1,7 +1,8 @@
 """`chaos tune SCENARIO.yaml`: the timeout and retries a job should use, measured on that job.
 
     chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s] [--hogs N]
-                             [--ranks N] [--backend B] [--out DIR] [--no-references] [--dry-run]
+                             [--faults link_down:10s,kill] [--ranks N] [--backend B] [--out DIR]
+                             [--no-references] [--dry-run]
 
 It takes the scenario's cluster, workload or job, and seed (its faults, policies and
 variants are its own business) and runs, each stage a run folder made the way `chaos run`
@@ -26,6 +27,11 @@ makes are measured, and the controls judge the candidates under the same load).
             document's: one rank frozen WAVE_EXTRA_S longer than its timeout, so that every
             other rank fails at once and re-joins at the store after its backoff (the
             re-joins per second, and when every rank steps again)
+  fault-*   one per fault of --faults (default: a link down for RIDE_OUT_S, the longest
+            transient a retry should ride out, or a pause where the backend has no links;
+            and a kill): the chosen candidate, and (the built-in workload) it with a
+            breaker, beside the document's values and PyTorch's default (a user's job: the
+            document's 30 s and the job as written): detection, breaker, recovery, waste
 The built-in workload's candidates are policies (timeout, retries, backoff); a user's job's
 are variants that set its timeout where `job.tune.timeout` says (an argument or an
 environment variable): a job without it is refused with that fix.
@@ -61,9 +67,10 @@ from harness.signals import Terminated
 from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
-from reports.tune import (DOCUMENT, MARGINS, Candidate, Evidence, Reference, Wave, candidates, control_trips,
-                          fault_free, halve, recommendation_text, rejoin_wave, select, step_interval_s, trial_events,
-                          transient_s, tune_json, write_tradeoff)
+from harness.job.policies import policy_spec
+from reports.tune import (BREAKER_SUFFIX, DOCUMENT, MARGINS, RIDE_OUT_S, Candidate, Evidence, FaultResult, Findings,
+                          Reference, Wave, candidates, control_trips, fault_free, halve, recommendation_text,
+                          rejoin_wave, select, step_interval_s, trial_events, transient_s, tune_json, write_tradeoff)
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
 KEPT_FIELDS = ("cluster", "workload", "job", "warmup_steps", "groups")  # each stage sets its own name and seed
@@ -76,6 +83,46 @@ FAULT_FREE = "fault_free"  # the measuring stages' one trial
 PROBE_STEPS = 8            # a user's job's probe: enough intervals for a median
 REFERENCES = {"document_30s": 30.0, "pytorch_default": 1800.0}  # name -> timeout (s); a user's job:
 AS_WRITTEN = "as_written"  # ... the document's 30 s through its knob, and the job as written beside it
+DOCUMENT_VALUES = "document"  # per fault: the document's runner (30 s, 3 retries from 2 s, a breaker)
+UNBOUNDED_S = 60.0         # a wait this long or longer is not watched to its end: hung >= the cap
+FAULT_KINDS = {"link_down": True, "blackhole": True, "pause": False, "kill": False}  # --faults: kind -> on a link
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultChoice:
+    """One fault of --faults, put on the tune's target rank."""
+
+    kind: str
+    duration: float | None  # None: for good (a kill always)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "kill":
+            return "kill"
+        return f"{self.kind} {self.duration:g} s" if self.duration is not None else f"{self.kind} for good"
+
+    @property
+    def stage(self) -> str:
+        return "fault-" + self.label.replace(" ", "-").replace(".", "_")
+
+    def spec(self) -> str:
+        return self.kind if self.duration is None else f"{self.kind}:{self.duration:g}s"
+
+
+def parse_faults(text: str) -> tuple[FaultChoice, ...]:
+    """--faults: KIND[:DURATION] separated by commas (none: no per-fault stage)."""
+    if text.strip() == "none":
+        return ()
+    found = []
+    for item in (part.strip() for part in text.split(",")):
+        kind, _, duration = item.partition(":")
+        if kind not in FAULT_KINDS:
+            raise UsageError(f"--faults {text}: {kind!r} is not one of {', '.join(FAULT_KINDS)}; give e.g. "
+                             "link_down:10s,kill (none: no per-fault stage)")
+        if kind == "kill" and duration:
+            raise UsageError(f"--faults {text}: a kill does not heal; give kill without a duration")
+        found.append(FaultChoice(kind, _seconds("--faults", duration) if duration else None))
+    return tuple(found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +136,7 @@ class Options:
     backend: str | None
     references: bool
     hogs: int = 0
+    faults: tuple[FaultChoice, ...] | None = None  # None: the backend's default (Stages.faults)
 
     def digest(self) -> str:
         """What makes two invocations one tune: the scenario and every option but the
@@ -122,6 +170,13 @@ class Stages:
             self.kept["job"] = {**self.kept["job"], "workdir": self.job.workdir}
         self.target = min(5, self.base.cluster.ranks - 1)
         self.links = backend_class(self.base.cluster.backend).traits.network_faults
+        self.faults = options.faults if options.faults is not None else (
+            FaultChoice("link_down" if self.links else "pause", RIDE_OUT_S), FaultChoice("kill", None))
+        for choice in self.faults:
+            if FAULT_KINDS[choice.kind] and not self.links:
+                raise UsageError(f"--faults {choice.spec()}: the {self.base.cluster.backend} backend cannot put "
+                                 "faults on links; give pause or kill faults (pause:10s,kill), or a backend with "
+                                 "network namespaces (--backend netns)")
 
     def side(self, timeout: float) -> dict[str, Any]:
         """A trial with this timeout and nothing else: a policy of the built-in workload, or
@@ -186,6 +241,29 @@ class Stages:
                                                 "start": f"{FAULT_AT_S:g}s"}],
                           sides, seed_for(self.base.seed, "tune", round_), hang_cap=longest + SILENT_MARGIN_S)
 
+
+    def fault(self, choice: FaultChoice, c: Candidate) -> Cell:
+        """The chosen candidate under one fault of --faults (the built-in workload: also with a
+        breaker), beside the document's values and PyTorch's default (a user's job: the
+        document's 30 s and the job as written). The hang cap lets every side whose waits are
+        bounded (below UNBOUNDED_S) reach its end; the others read hung >= the cap."""
+        entry = {"kind": choice.kind, "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s",
+                 **({"duration": f"{choice.duration:g}s"} if choice.duration is not None else {})}
+        seed = seed_for(self.base.seed, "tune-fault", 0)
+        if self.job is not None:  # a job's variants: their timeouts are all that is known of their waits
+            sides = {c.name: self.candidate_side(c), **(self.references() if self.options.references else {})}
+            waits = [c.timeout] + ([REFERENCES["document_30s"]] if self.options.references else [])
+            return self._cell(choice.stage, [entry], sides, seed, hang_cap=max(waits) + SILENT_MARGIN_S)
+        sides = {c.name: c.policy(), c.name + BREAKER_SUFFIX: c.policy(breaker=True)}
+        if self.options.references:
+            sides.update({DOCUMENT_VALUES: {"base": "isolation"},
+                          "pytorch_default": self.side(REFERENCES["pytorch_default"])})
+        # a policy's longest quiet: a collective or a rendezvous up to its timeout, then its
+        # longest backoff and jitter before the next try
+        waits = [spec.timeout + spec.backoff(max(spec.max_retries, 1)) + spec.jitter[1]
+                 for spec in (policy_spec(name, side) for name, side in sides.items())]
+        return self._cell(choice.stage, [entry], sides, seed,
+                          hang_cap=max((w for w in waits if w < UNBOUNDED_S), default=min(waits)) + SILENT_MARGIN_S)
 
     def wave(self, c: Candidate) -> Cell:
         """The chosen candidate's retry wave, with its own jitter and with the document's."""
@@ -289,12 +367,19 @@ class Tune:
             wave = self.stages.wave(best)
             if (wave_dir := self.run(wave)) is not None:
                 waves = self._waves(wave_dir, wave)
-        variant = self.stages.side(best.timeout) if best and job else None
-        text = recommendation_text(measured, cands, evidence, chosen, references, transient, self.stopped_early,
-                                   variant, self.options.hogs, waves)
+        per_fault: list[FaultResult] = []
+        for choice in self.stages.faults if best else ():
+            cell = self.stages.fault(choice, best)
+            if (fault_dir := self.run(cell)) is None:
+                break
+            per_fault += self._per_fault(fault_dir, cell, choice)
+        findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
+                            self.stages.side(best.timeout) if best and job else None, self.options.hogs, waves,
+                            per_fault)
+        text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
-        (self.folder / "tune.json").write_text(tune_json(measured, cands, evidence, chosen, references, waves))
-        write_tradeoff(self.folder / "tradeoff.png", cands, evidence, references)
+        (self.folder / "tune.json").write_text(tune_json(findings))
+        write_tradeoff(self.folder / "tradeoff.png", findings)
         if not self.stopped_early:
             write_manifest(self.folder, dataclasses.replace(self.manifest, finished=True))
         print(text)
@@ -332,6 +417,18 @@ class Tune:
                               float(row["ttr_s"]), str(row["outcome"])))
         return waves
 
+    @staticmethod
+    def _per_fault(run_dir: Path, cell: Cell, choice: FaultChoice) -> list[FaultResult]:
+        table = analyze_run(run_dir).set_index("trial")
+        results = []
+        for name in cell.policies:
+            row = table.loc[name]
+            results.append(FaultResult(choice.label, choice.duration is not None, name,
+                                       str(row["outcome"]), int(row["detect_ranks"]),
+                                       float(row["ttd_s"]), float(row["ttd_max_s"]), float(row["breaker_open_s"]),
+                                       float(row["ttr_s"]), float(row["wasted_rank_s"]), cell.scenario.hang_cap))
+        return results
+
     def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
         """Each candidate's time until every other rank knew of the silent one; the
         references' beside them."""
@@ -357,7 +454,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", default=str(DEFAULT_SCENARIO),
                         help="a scenario: its cluster, workload or job (with job.tune), and seed are used "
                              "(default: the shipped link-down scenario)")
-    parser.add_argument("--budget", default="15m", help="stop before a stage that would pass it (default 15m)")
+    parser.add_argument("--budget", default="30m", help="stop before a stage that would pass it (default 30m)")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of successive halving, each on a new seed "
                                                               "(default 2)")
     parser.add_argument("--measure", default="60s", help="fault-free time the job is measured for (default 60s)")
@@ -365,6 +462,10 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                                                          "where a detection is a false trip (default 30s)")
     parser.add_argument("--hogs", type=int, default=0, help="busy CPU processes beside every stage: a busy node "
                                                             "(default 0)")
+    parser.add_argument("--faults", help="what the chosen settings are tried under, beside the references: "
+                                         "KIND[:DURATION],... of link_down, blackhole, pause (no duration: for "
+                                         "good) and kill (default: link_down:10s,kill; pause:10s,kill where the "
+                                         "backend has no links; none: skip)")
     parser.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="tunes", help="folder of tune folders (default: ./tunes)")
@@ -393,7 +494,8 @@ def options_of(args: argparse.Namespace) -> Options:
     return Options(scenario_file=Path(args.scenario), budget_s=_seconds("--budget", args.budget),
                    repeat=args.repeat, measure_s=_seconds("--measure", args.measure),
                    control_s=_seconds("--control", args.control), ranks=args.ranks, backend=args.backend,
-                   references=not args.no_references, hogs=args.hogs)
+                   references=not args.no_references, hogs=args.hogs,
+                   faults=None if args.faults is None else parse_faults(args.faults))
 
 
 def dry_run_text(stages: Stages) -> str:
@@ -401,38 +503,49 @@ def dry_run_text(stages: Stages) -> str:
     o = stages.options
     if stages.job is None:
         measure = stages.measure(stages.base.workload.step_period)
-        first = [f"1. measure: {measure.scenario.settle_steps} fault-free steps (--measure {o.measure_s:g} s)",
-                 f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
+        first = [f"measure: {measure.scenario.settle_steps} fault-free steps (--measure {o.measure_s:g} s)",
+                 f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"wait (the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the "
                  "longest group formation (reports.tune)"]
         estimate = f"the measurement alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
     else:
         measure = stages.probe()
         knob = stages.job.tune.timeout
-        first = [f"1. probe: {PROBE_STEPS} fault-free steps of your job, for its step interval; then measure: "
+        first = [f"probe: {PROBE_STEPS} fault-free steps of your job, for its step interval; then measure: "
                  f"--measure {o.measure_s:g} s of fault-free steps",
-                 f"2. candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
+                 f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"step interval, rounded up to {rules.ROUND_S:g} s, given to the job as "
                  + (f"${knob.env}" if hasattr(knob, "env") else repr(knob)) + " (job.tune.timeout)"]
         estimate = f"the probe alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
-    return "\n".join([
-        f"chaos tune {o.scenario_file}: {stages.base.cluster.ranks} ranks on {stages.base.cluster.backend}, "
-        f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
+    steps = [
         *first,
-        f"3. {o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
+        f"{o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
         + (" and a link down" if stages.links else "") + " of half the smallest timeout) and a rank stopped for good"
         + ((", and in round 0 the document's 30 s and " + ("the job as written" if stages.job else
                                                            "PyTorch's gloo default") + " beside them")
            if o.references else ""),
-        *([] if stages.job else ["4. a retry wave: the chosen candidate with its jitter and with the document's, "
+        *([] if stages.job else ["a retry wave: the chosen candidate with its jitter and with the document's, "
                                  "one rank frozen a little longer than its timeout"]),
+        *([f"per fault ({', '.join(f.label for f in stages.faults)}): the chosen candidate"
+           + ("" if stages.job else " without and with a breaker")
+           + (", beside the document's " + ("30 s and the job as written" if stages.job else
+                                            "values and PyTorch's default") if o.references else "")
+           + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else [])]
+    return "\n".join([
+        f"chaos tune {o.scenario_file}: {stages.base.cluster.ranks} ranks on {stages.base.cluster.backend}, "
+        f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
+        *(f"{i}. {step}" for i, step in enumerate(steps, 1)),
         *([f"beside every stage: {o.hogs} busy CPU process(es) (--hogs)"] if o.hogs else []),
-        f"at most {trial_count(o, stages.job is not None)} trials; budget {o.budget_s:g} s; {estimate}"])
+        f"at most {trial_count(stages)} trials; budget {o.budget_s:g} s; {estimate}"])
 
 
-def trial_count(options: Options, job: bool) -> int:
-    """probe (a job), measure, the rounds, the references, the wave (the built-in workload)."""
-    return 1 + int(job) + options.repeat * 2 * len(MARGINS) + (2 if options.references else 0) + (0 if job else 2)
+def trial_count(stages: Stages) -> int:
+    """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
+    the per-fault stages."""
+    o, job = stages.options, stages.job is not None
+    per_fault = (1 if job else 2) + (2 if o.references else 0)
+    return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
+            + len(stages.faults) * per_fault)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
@@ -448,7 +561,7 @@ def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, st
         return 0
     with tempfile.TemporaryDirectory(prefix="chaos-tune-check-") as scratch:
         checked = Stages(options, Path(scratch))  # before anything is made
-        backend_name, job = checked.base.cluster.backend, checked.job is not None
+        backend_name, total = checked.base.cluster.backend, trial_count(checked)
     require_privileges("chaos tune", backend_name)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -459,7 +572,6 @@ def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, st
     folder, manifest = open_night(out, options.digest(), options.scenario_file, None,
                                   lambda night, started: {"started": started, **info},
                                   datetime.datetime.now(datetime.timezone.utc))
-    total = trial_count(options, job)
     progress = NightProgress(Progress(quiet=args.quiet), total, sum(d.trials for d in manifest.done), time.monotonic,
                              label="tune")
     if manifest.done:

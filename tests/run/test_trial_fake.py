@@ -39,6 +39,14 @@ faults:
 expect: {timeout: {outcome: recovered, recover_within: 12s}}
 """
 
+# rank 2 frozen for good, the others killed: nothing can move any more
+HELD = HEADER + """\
+hang_cap: 30s
+faults:
+  - {kind: pause, target: {rank: 2}, start: 1s}
+  - {kind: kill, target: {ranks: [0, 1, 3]}, start: 2s}
+"""
+
 
 def run_trial(tmp_path: Path, text: str):
     path = tmp_path / "scenario.yaml"
@@ -92,6 +100,23 @@ def test_the_hang_cap_stops_a_trial_whose_ranks_stop_stepping(tmp_path: Path) ->
     assert reports.format_table(reports.analyze_run(run_dir)).count(">= 5 s (hung)") == 1
     assert reports.trial_failures(row) == ["outcome: expected recovered, measured hung",
                                            "recover_within 12 s: time to recover nothing measured: hung >= 5 s"]
+
+
+def test_a_trial_whose_every_live_rank_is_frozen_for_good_ends_at_once_not_at_the_hang_cap(tmp_path: Path) -> None:
+    _, result, events, journal, run_dir = run_trial(tmp_path, HELD)
+    assert result.end == "held"
+    killed = next(e["t"] for e in events if e["kind"] == "fault_applied" and e["index"] == 1)
+    end = next(e["t"] for e in events if e["kind"] == "trial_end")
+    assert end - killed < 2.0  # not the 30 s cap
+    assert [e for e in events if e["kind"] == "hang_detected"] == []
+    assert ("revert", "pause", (2,)) in journal  # thawed at teardown, then stopped
+    [row] = reports.analyze_run(run_dir).to_dict("records")
+    assert row["outcome"] != "hung"
+
+
+def test_a_rank_frozen_for_good_beside_live_ones_still_waits_for_the_hang_cap(tmp_path: Path) -> None:
+    _, result, _, _, _ = run_trial(tmp_path, HELD.replace("ranks: [0, 1, 3]", "ranks: [0, 1]"))
+    assert result.end == "hung"
 
 
 def test_the_warm_up_deadline_counts_the_warm_up_steps_at_the_step_period(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import pytest
 from chaos.errors import UsageError
 from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
-from harness.run.tune import Options, Stages, Tune, options_of
-from reports.tune import (Evidence, FaultFree, Reference, Wave, candidates, control_trips, fault_free, halve,
-                          recommendation_text, rejoin_wave, select, step_interval_s, transient_s, wave_jitter)
+from harness.run.tune import FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
+from reports.tune import (Evidence, FaultFree, FaultResult, Findings, Reference, Wave, breaker_verdict, candidates,
+                          control_trips, fault_free, flap_warnings, halve, recommendation_text, rejoin_wave, select, step_interval_s,
+                          transient_s, wave_jitter)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -84,12 +85,12 @@ def test_the_recommendation_gives_the_lines_to_paste_and_says_when_none_passed()
     found = {cands[0].name: evidence(transient=2, silent=1.2), cands[1].name: evidence(silent=2.7)}
     refs = [Reference("document_30s", 30.0, "failed-fast", 30.2, 40.0),
             Reference("pytorch_default", 1800.0, "hung", math.nan, 40.0)]
-    text = recommendation_text(measured(), cands, found, cands[1].name, refs, 0.5, None)
+    text = recommendation_text(Findings(measured(), cands, found, cands[1].name, refs, 0.5, None))
     assert "`tuned_2_5s`: timeout 2.5 s" in text and "timeout=timedelta(seconds=2.5)" in text
     assert '"max_retries": 5' in text and "| document_30s | 30 s | 30.20 s | failed-fast |" in text
     assert "not within the trial (hung >= 40 s cap)" in text and "| tuned_1s | 1 s (3 x) | 0 in 30 s" in text
     assert "0 of 1 |" in text and "not run" in text  # tuned_1s missed the transient; 7.5 s never ran
-    none = recommendation_text(measured(), cands, found, None, [], 0.5, "the budget (60 s) would be passed")
+    none = recommendation_text(Findings(measured(), cands, found, None, [], 0.5, "the budget (60 s) would be passed"))
     assert "No candidate passed" in none and "**Stopped early: the budget (60 s) would be passed.**" in none
 
 
@@ -163,7 +164,7 @@ def test_the_stages_fault_the_chosen_rank_and_keep_the_scenario_s_cluster(tmp_pa
 def test_bad_input_names_the_flag_and_the_fix(tmp_path):
     args = argparse.Namespace(scenario=str(REPO / "scenarios" / "kill_rank.yaml"), budget="soon", repeat=2,
                               measure="60s", control="30s", ranks=None, backend=None, no_references=False,
-                              hogs=0)
+                              hogs=0, faults=None)
     with pytest.raises(UsageError, match="--budget soon: .* is not"):
         options_of(args)
     with pytest.raises(UsageError, match=r"--hogs -1: give 0 to \d+ \(4 per usable CPU\) busy processes"):
@@ -191,13 +192,13 @@ def test_a_user_job_s_candidates_are_variants_that_set_its_timeout_through_its_k
     assert silent.policies == ("tuned_1s", "tuned_3s", "tuned_9s", "document_30s", "as_written")
     assert silent.scenario.variants["document_30s"].args == ("--timeout", "30")
     assert silent.scenario.variants["as_written"].args == () and silent.scenario.hang_cap == 35.0
-    text = recommendation_text(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s",
+    text = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s",
                                [Reference("as_written", None, "hung", math.nan, 40.0)], 0.5, None,
-                               stages.side(3.0))
+                               stages.side(3.0)))
     assert "For your job: --timeout 3 on its command line (job.tune.timeout)" in text
     assert 'tuned_3s: {"args": ["--timeout", "3"]}' in text and "| as_written | the job's own |" in text
     assert "policies:" not in text
-    busy = recommendation_text(measured(), cands, {}, None, [], 0.5, None, hogs=2)
+    busy = recommendation_text(Findings(measured(), cands, {}, None, [], 0.5, None, hogs=2))
     assert "Every stage ran beside 2 busy CPU process(es) (--hogs 2): a busy node." in busy
 
 
@@ -230,13 +231,105 @@ def test_the_wave_keeps_the_candidate_s_jitter_only_where_its_wave_recovered(tmp
     assert wave_jitter(c, [own, document]) == (0.0, 0.1)
     assert wave_jitter(c, [replace(own, outcome="hung"), document]) == (0.1, 1.0)
     evidence = {c.name: Evidence([0], [30.0], [0], [2.8], [2.6], ["failed-fast"])}
-    text = recommendation_text(measured(), (c,), evidence, c.name, [], 0.5, None, waves=[own, document])
+    text = recommendation_text(Findings(measured(), (c,), evidence, c.name, [], 0.5, None, waves=[own, document]))
     assert "| 0-0.1 s (tuned_2_5s) | 15 | 0.09 s | 60 | 3.40 s | recovered |" in text
     assert text.index("## A retry wave") < text.index("## Recommended") and '"jitter": [0.0, 0.1]' in text
-    failed = recommendation_text(measured(), (c,), evidence, c.name, [], 0.5, None,
-                                 waves=[replace(own, outcome="hung"), document])
+    failed = recommendation_text(Findings(measured(), (c,), evidence, c.name, [], 0.5, None,
+                                 waves=[replace(own, outcome="hung"), document]))
     assert '"jitter": [0.1, 1.0]' in failed and "the narrower one's retry wave did not recover" in failed
     wave = Stages(options(), tmp_path).wave(c)
     assert wave.policies == ("tuned_2_5s", "tuned_2_5s_document_jitter")
     assert wave.scenario.policy("tuned_2_5s_document_jitter").jitter == (0.1, 1.0)
     assert wave.scenario.faults[0].duration == 3.0  # 0.5 s longer than the timeout
+
+
+# -- per fault: --faults, its stages, the breaker ---------------------------------------------
+
+def test_faults_are_kinds_with_an_optional_duration_and_bad_ones_name_the_fix(tmp_path):
+    assert parse_faults("link_down:10s, kill,blackhole") == (
+        FaultChoice("link_down", 10.0), FaultChoice("kill", None), FaultChoice("blackhole", None))
+    assert parse_faults("none") == ()
+    assert [f.label for f in parse_faults("pause:2.5s,blackhole,kill")] == ["pause 2.5 s", "blackhole for good", "kill"]
+    assert FaultChoice("pause", 2.5).stage == "fault-pause-2_5-s"
+    with pytest.raises(UsageError, match="'loss' is not one of link_down, blackhole, pause, kill; give e.g."):
+        parse_faults("loss:10s")
+    with pytest.raises(UsageError, match="a kill does not heal; give kill without a duration"):
+        parse_faults("kill:5s")
+    with pytest.raises(UsageError, match="--faults soon: "):
+        parse_faults("pause:soon")
+    assert [f.label for f in Stages(options(), tmp_path).faults] == ["link_down 10 s", "kill"]
+    assert [f.label for f in Stages(options(backend="local"), tmp_path).faults] == ["pause 10 s", "kill"]
+    with pytest.raises(UsageError, match="--faults link_down:10s: the local backend cannot put faults on links"):
+        Stages(options(backend="local", faults=(FaultChoice("link_down", 10.0),)), tmp_path)
+
+
+def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_document_and_pytorch(tmp_path):
+    stages = Stages(options(), tmp_path)
+    c = candidates(measured())[1]  # 2.5 s, 5 retries from 0.5 s, capped at 4 s
+    cell = stages.fault(FaultChoice("link_down", 10.0), c)
+    assert cell.policies == ("tuned_2_5s", "tuned_2_5s_breaker", "document", "pytorch_default")
+    s = cell.scenario
+    assert (s.policy("tuned_2_5s").base, s.policy("tuned_2_5s_breaker").base) == ("retry", "isolation")
+    assert s.policy("document").timeout == 30.0 and s.policy("document").breaker
+    assert s.policy("pytorch_default").timeout == 1800.0
+    # the document's longest quiet: 30 s + its third backoff (8 s) + 1 s of jitter, and 5 s past it
+    assert s.hang_cap == 44.0 and [(f.fault.kind, f.start, f.duration) for f in s.faults] == [("link_down", 2.0, 10.0)]
+    alone = Stages(options(references=False), tmp_path).fault(FaultChoice("kill", None), c)
+    assert alone.policies == ("tuned_2_5s", "tuned_2_5s_breaker") and alone.scenario.faults[0].duration is None
+    assert alone.scenario.hang_cap == 2.5 + 4.0 + 0.1 + 5.0
+    job = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml"), tmp_path)
+    c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
+    cell = job.fault(FaultChoice("kill", None), c)
+    assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 and trial_count(job) == 2 + 12 + 2 + 2 * 3
+
+
+def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
+    return FaultResult(fault, fault != "kill", setting, outcome, 16, 2.5, 2.6, breaker, back, 40.0, 44.0)
+
+
+def test_the_breaker_is_recommended_only_where_it_came_back_wherever_the_retries_did():
+    flap = [result("link_down 10 s", "c", "recovered", back=12.1), result("link_down 10 s", "c_breaker", "isolated",
+                                                                            breaker=2.6)]
+    kill = [result("kill", "c", "retries-exhausted"), result("kill", "c_breaker", "isolated", breaker=9.4)]
+    assert breaker_verdict(flap + kill, "c") == (False, "no breaker: under link_down 10 s it ended isolated where "
+                                                        "the retries alone brought every rank back (recovered in "
+                                                        "12.10 s)")
+    yes = breaker_verdict(kill, "c")
+    assert yes is not None and yes[0] and yes[1].endswith("it opened under kill in 9.40 s")
+    assert breaker_verdict([result("kill", "c", "retries-exhausted")], "c") is None  # not measured: not said
+
+
+def test_the_report_shows_each_fault_and_pastes_the_breaker_only_when_recommended():
+    cands = candidates(measured())
+    c = cands[1]
+    evidence = {c.name: Evidence([0], [30.0], [0], [2.8], [2.6], ["failed-fast"])}
+    kill = [result("kill", c.name, "retries-exhausted"), result("kill", c.name + "_breaker", "isolated", breaker=9.4),
+            result("kill", "pytorch_default", "hung")]
+    text = recommendation_text(Findings(measured(), cands, evidence, c.name, [], 0.5, per_fault=kill))
+    assert "## What the settings do, per fault" in text and "| kill | tuned_2_5s_breaker | 2.50 s, 2.60 s (16 ranks) " \
+        "| 9.40 s | - | 40 | isolated |" in text
+    assert "| kill | pytorch_default | 2.50 s, 2.60 s (16 ranks) | - | - | >= 40 (to the cap) | hung >= 44 s (cap) |" \
+        in text
+    assert '"base": "isolation"' in text and "(the breaker)" in text
+    flap = [result("link_down 10 s", c.name, "recovered", back=12.1),
+            result("link_down 10 s", c.name + "_breaker", "isolated", breaker=2.6)]
+    text = recommendation_text(Findings(measured(), cands, evidence, c.name, [], 0.5, per_fault=flap + kill))
+    assert '"base": "retry"' in text and "no breaker: under link_down 10 s it ended isolated" in text
+
+
+def test_a_flap_the_chosen_timeout_does_not_come_back_from_is_said_where_a_reference_did():
+    """A user's job without retries: its short timeout turns a 10 s flap that 30 s absorbs
+    into a crash; the report says so beside the figures (and a kill is nobody's flap)."""
+    cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
+    c = cands[1]
+    runs = [result("link_down 10 s", c.name, "crashed"), result("link_down 10 s", "document_30s", "absorbed"),
+            result("link_down 10 s", "as_written", "absorbed"), result("kill", c.name, "crashed"),
+            result("kill", "document_30s", "crashed")]
+    [warning] = flap_warnings(runs, c.name)
+    assert warning.startswith("Under link_down 10 s, `tuned_3s` ended crashed where document_30s, as_written came back")
+    assert flap_warnings(runs[:1] + runs[3:], c.name) == []  # no reference came back: nothing to compare with
+    text = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, c.name, [], 0.5,
+                                        variant={"args": ["--timeout", "3"]}, per_fault=runs))
+    assert warning in text and "`document_30s`: the document's 30 s through the job's knob" in text
+    assert "`as_written`: the job as its command is written" in text and "_breaker" not in text

@@ -1,6 +1,7 @@
 """`chaos tune` for real, through the installed `chaos` command, as CI's slice of it: 4
-netns ranks, a short measurement and control, one round, no references; interrupted with
-Ctrl-C in its second stage, then resumed to the end by the same command. The candidates
+netns ranks, a short measurement and control, one round, no references, one short fault
+for the per-fault stage; interrupted with Ctrl-C in its second stage, then resumed to the
+end by the same command. The candidates
 come from the measured steps, each is judged from its own trials, and the report says which
 one to use and why (or that none passed)."""
 from __future__ import annotations
@@ -20,7 +21,7 @@ from runfolder.events import EVENTS_FILE, read_events
 from tests.conftest import CHAOS, REPO
 
 COMMAND = ["tune", str(REPO / "scenarios" / "kill_rank.yaml"), "--ranks", "4", "--measure", "6s", "--control", "4s",
-           "--repeat", "1", "--no-references", "--budget", "6m"]
+           "--repeat", "1", "--no-references", "--faults", "pause:3s", "--budget", "8m"]
 STAGE_DEADLINE_S = 90.0
 TUNE_DEADLINE_S = 420.0
 
@@ -60,8 +61,8 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
     assert manifest["finished"] and manifest["done"][0] == stopped["done"][0]  # measured once
     keys = [d["key"].split("/")[0] for d in manifest["done"]]
     # a chosen candidate's retry wave, with its jitter and the document's
-    wave = ["kill_rank-wave"] if resumed.returncode == 0 else []
-    assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0", *wave]
+    chosen_stages = ["kill_rank-wave", "kill_rank-fault-pause-3-s"] if resumed.returncode == 0 else []
+    assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0", *chosen_stages]
     assert sorted(p.name for p in (folder / RUNS).iterdir()) == sorted(Path(d["run"]).name for d in manifest["done"])
 
     result = json.loads((folder / "tune.json").read_text())
@@ -86,11 +87,22 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
         assert set(waves) == {chosen, f"{chosen}_document_jitter"} and "## A retry wave" in report
         for w in waves.values():  # the 3 ranks not frozen fail at once and re-join
             assert w["rejoins"] >= 3 and w["peak_per_s"] >= 10, w
+        # a 3 s pause, the chosen settings without and with a breaker: each a measured row
+        rows = {r["setting"]: r for r in result["per_fault"]}
+        assert set(rows) == {chosen, f"{chosen}_breaker"} and "## What the settings do, per fault" in report
+        timeout = next(c["timeout"] for c in result["candidates"] if c["name"] == chosen)
+        for row in rows.values():
+            assert row["fault"] == "pause 3 s" and row["outcome"] in ("recovered", "absorbed", "isolated"), row
+            if timeout < 3:  # the pause outlasts the timeout: detected at it, not before
+                assert row["detect_ranks"] >= 3 and timeout <= row["first_s"] + 0.3, row
+        came_back = ("recovered", "absorbed")  # the breaker is kept only where it came back as the retries did
+        assert result["breaker"]["recommended"] == (rows[f"{chosen}_breaker"]["outcome"] in came_back
+                                                    or rows[chosen]["outcome"] not in came_back)
     assert (folder / "tradeoff.png").stat().st_size > 0
 
 
 JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks", "2", "--measure", "3s",
-               "--control", "3s", "--repeat", "1", "--no-references", "--budget", "6m"]
+               "--control", "3s", "--repeat", "1", "--no-references", "--faults", "kill", "--budget", "7m"]
 
 
 @pytest.mark.requires_root
@@ -105,8 +117,10 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
     assert done.returncode in (0, 1), done.stderr
     [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
     manifest = json.loads((folder / MANIFEST).read_text())
+    per_fault = ["byo_link_down-fault-kill"] if done.returncode == 0 else []
     assert [d["key"].split("/")[0] for d in manifest["done"]] == \
-        ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0"]
+        ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0",
+         *per_fault]
     assert "the job's step interval: 0.2" in done.stderr or "the job's step interval: 0.3" in done.stderr
     result = json.loads((folder / "tune.json").read_text())
     measured = result["fault_free"]
@@ -122,3 +136,7 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         chosen = next(c for c in result["candidates"] if c["name"] == result["chosen"])
         assert f"For your job: --timeout {chosen['timeout']:g} on its command line (job.tune.timeout)" in report
         assert "policies:" not in report
+        # the job under a kill: its own code, no breaker of ours; the peer knew from its socket
+        [row] = result["per_fault"]
+        assert (row["fault"], row["setting"]) == ("kill", chosen["name"]) and row["detect_ranks"] >= 1, row
+        assert math.isnan(row["breaker_s"]) and result["breaker"] is None
