@@ -56,6 +56,7 @@ from typing import Any, Callable
 import yaml
 
 from chaos.errors import UsageError
+from chaos.faults import FaultBase, parse_fault
 from chaos.units import parse_duration
 from harness.cluster.backends import BACKEND_NAMES, backend_class
 from harness.run.nightly import Cell, Manifest, NightProgress, open_night, run_cells, seed_for, write_manifest
@@ -85,7 +86,7 @@ REFERENCES = {"document_30s": 30.0, "pytorch_default": 1800.0}  # name -> timeou
 AS_WRITTEN = "as_written"  # ... the document's 30 s through its knob, and the job as written beside it
 DOCUMENT_VALUES = "document"  # per fault: the document's runner (30 s, 3 retries from 2 s, a breaker)
 UNBOUNDED_S = 60.0         # a wait this long or longer is not watched to its end: hung >= the cap
-FAULT_KINDS = {"link_down": True, "blackhole": True, "pause": False, "kill": False}  # --faults: kind -> on a link
+TRIED_KINDS = ("link_down", "blackhole", "pause", "kill")  # --faults: those that need only a rank and a time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +97,14 @@ class FaultChoice:
     duration: float | None  # None: for good (a kill always)
 
     @property
+    def fault(self) -> FaultBase:
+        return parse_fault({"kind": self.kind})
+
+    @property
     def label(self) -> str:
-        if self.kind == "kill":
-            return "kill"
-        return f"{self.kind} {self.duration:g} s" if self.duration is not None else f"{self.kind} for good"
+        if self.duration is not None:
+            return f"{self.kind} {self.duration:g} s"
+        return f"{self.kind} for good" if self.fault.reversible else self.kind  # a kill is for good anyway
 
     @property
     def stage(self) -> str:
@@ -116,11 +121,11 @@ def parse_faults(text: str) -> tuple[FaultChoice, ...]:
     found = []
     for item in (part.strip() for part in text.split(",")):
         kind, _, duration = item.partition(":")
-        if kind not in FAULT_KINDS:
-            raise UsageError(f"--faults {text}: {kind!r} is not one of {', '.join(FAULT_KINDS)}; give e.g. "
+        if kind not in TRIED_KINDS:
+            raise UsageError(f"--faults {text}: {kind!r} is not one of {', '.join(TRIED_KINDS)}; give e.g. "
                              "link_down:10s,kill (none: no per-fault stage)")
-        if kind == "kill" and duration:
-            raise UsageError(f"--faults {text}: a kill does not heal; give kill without a duration")
+        if duration and not parse_fault({"kind": kind}).reversible:
+            raise UsageError(f"--faults {text}: a {kind} does not heal; give {kind} without a duration")
         found.append(FaultChoice(kind, _seconds("--faults", duration) if duration else None))
     return tuple(found)
 
@@ -173,7 +178,7 @@ class Stages:
         self.faults = options.faults if options.faults is not None else (
             FaultChoice("link_down" if self.links else "pause", RIDE_OUT_S), FaultChoice("kill", None))
         for choice in self.faults:
-            if FAULT_KINDS[choice.kind] and not self.links:
+            if choice.fault.acts_on == "link" and not self.links:
                 raise UsageError(f"--faults {choice.spec()}: the {self.base.cluster.backend} backend cannot put "
                                  "faults on links; give pause or kill faults (pause:10s,kill), or a backend with "
                                  "network namespaces (--backend netns)")
