@@ -1,6 +1,6 @@
 """`chaos tune SCENARIO.yaml`: the timeout and retries a job should use, measured on that job.
 
-    chaos tune SCENARIO.yaml [--budget 15m] [--repeat 2] [--measure 60s] [--control 30s] [--hogs N]
+    chaos tune SCENARIO.yaml [--budget 30m] [--repeat 2] [--measure 60s] [--control 30s] [--hogs N]
                              [--faults link_down:10s,kill] [--ranks N] [--backend B] [--out DIR]
                              [--no-references] [--dry-run]
 
