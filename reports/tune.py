@@ -315,7 +315,7 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
         if r.setting != chosen or not r.heals or r.outcome in CAME_BACK:
             continue
         back = [x.setting for x in results if x.fault == r.fault and x.outcome in CAME_BACK
-                and not x.setting.startswith(chosen)]
+                and x.setting not in (chosen, chosen + BREAKER_SUFFIX)]
         if back:
             out.append(f"Under {r.fault}, `{chosen}` ended {r.outcome} where {', '.join(back)} came back: a fault "
                        "that outlasts the timeout fails the collective, and only a retry brings the job back from "

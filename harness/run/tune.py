@@ -101,8 +101,12 @@ class FaultChoice:
         return parse_fault({"kind": self.kind})
 
     @property
+    def heals(self) -> bool:
+        return self.duration is not None
+
+    @property
     def label(self) -> str:
-        if self.duration is not None:
+        if self.heals:
             return f"{self.kind} {self.duration:g} s"
         return f"{self.kind} for good" if self.fault.reversible else self.kind  # a kill is for good anyway
 
@@ -111,7 +115,7 @@ class FaultChoice:
         return "fault-" + self.label.replace(" ", "-").replace(".", "_")
 
     def spec(self) -> str:
-        return self.kind if self.duration is None else f"{self.kind}:{self.duration:g}s"
+        return f"{self.kind}:{self.duration:g}s" if self.heals else self.kind
 
 
 def parse_faults(text: str) -> tuple[FaultChoice, ...]:
@@ -253,7 +257,7 @@ class Stages:
         document's 30 s and the job as written). The hang cap lets every side whose waits are
         bounded (below UNBOUNDED_S) reach its end; the others read hung >= the cap."""
         entry = {"kind": choice.kind, "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s",
-                 **({"duration": f"{choice.duration:g}s"} if choice.duration is not None else {})}
+                 **({"duration": f"{choice.duration:g}s"} if choice.heals else {})}
         seed = seed_for(self.base.seed, "tune-fault", 0)
         if self.job is not None:  # a job's variants: their timeouts are all that is known of their waits
             sides = {c.name: self.candidate_side(c), **(self.references() if self.options.references else {})}
@@ -379,8 +383,8 @@ class Tune:
                 break
             per_fault += self._per_fault(fault_dir, cell, choice)
         findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
-                            self.stages.side(best.timeout) if best and job else None, self.options.hogs, waves,
-                            per_fault)
+                            variant=self.stages.side(best.timeout) if best and job else None,
+                            hogs=self.options.hogs, waves=waves, per_fault=per_fault)
         text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(findings))
@@ -428,7 +432,7 @@ class Tune:
         results = []
         for name in cell.policies:
             row = table.loc[name]
-            results.append(FaultResult(choice.label, choice.duration is not None, name,
+            results.append(FaultResult(choice.label, choice.heals, name,
                                        str(row["outcome"]), int(row["detect_ranks"]),
                                        float(row["ttd_s"]), float(row["ttd_max_s"]), float(row["breaker_open_s"]),
                                        float(row["ttr_s"]), float(row["wasted_rank_s"]), cell.scenario.hang_cap))
