@@ -26,6 +26,12 @@ The rules (docs/tune.md says why):
               rank detected them). Of those that pass, the one whose every rank knew soonest
               of a rank gone silent (stopped, never resumed: a hung host, which only a
               timeout can tell) is recommended (ties: by name).
+  detector    (the elastic policies) suspect_after DETECTOR_MARGINS times the longest
+              fault-free heartbeat gap the control plane recorded while the job was
+              measured, rounded up to the heartbeat period, at least MIN_HEARTBEATS
+              periods. Each runs as an elastic policy: a fault-free control (a suspicion is
+              a false trip), then a rank stopped for good; of those that tripped nothing and
+              with which every rank knew, the one every rank knew soonest with.
   halving     every round runs the candidates still in on a new seed; after each, the
               failing ones go and at most half of the rest (the slowest to detect) follow.
   breaker     the chosen settings run under each fault of --faults twice, without and with a
@@ -46,6 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from runfolder.events import DETECTION_KINDS, EVENTS_FILE, GROUP_READY, RETRY, STEP, read_events
+from runfolder.heartbeats import HeartbeatGaps
 from runfolder.layout import trial_dir
 
 MARGINS = (3.0, 10.0, 30.0)
@@ -359,6 +366,106 @@ def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
     return out + [""] + [line for text in said for line in (text, "")]
 
 
+# -- the failure detector -------------------------------------------------------------------
+
+DETECTOR_MARGINS = (2.0, 5.0)   # 5: NVIDIA's resiliency extension's safety factor over observed intervals
+MIN_HEARTBEATS = 4              # suspect_after is at least this many heartbeat periods
+DETECTOR_DEFAULT = "detector_default"  # the elastic policies' own threshold (harness.job.policies)
+
+
+@dataclass(frozen=True)
+class DetectorCandidate:
+    """A failure detector threshold for the elastic policies, with the rule that gave it."""
+
+    name: str
+    margin: float
+    suspect_after: float
+    rule: str
+
+
+def detector_candidates(gaps: HeartbeatGaps, interval_s: float, margins: tuple[float, ...] = DETECTOR_MARGINS
+                        ) -> tuple[DetectorCandidate, ...]:
+    """suspect_after: a margin over the longest fault-free heartbeat gap, rounded up to a
+    heartbeat period, at least MIN_HEARTBEATS periods; one per distinct value."""
+    least = MIN_HEARTBEATS * interval_s
+    found: dict[float, DetectorCandidate] = {}
+    for margin in margins:
+        threshold = max(round_up(margin * gaps.max_s, interval_s), round(least, 6))
+        rule = (f"suspect_after {threshold:g} s: {margin:g} x the longest fault-free heartbeat gap "
+                f"({gaps.max_s:.3f} s, rank {gaps.max_rank}, of {gaps.gaps} gaps) rounded up to the "
+                f"{interval_s:g} s heartbeat period, at least {MIN_HEARTBEATS} periods")
+        name = f"detector_{str(threshold).replace('.', '_').removesuffix('_0')}s"
+        found.setdefault(threshold, DetectorCandidate(name, margin, threshold, rule))
+    return tuple(found.values())
+
+
+@dataclass
+class DetectorEvidence:
+    """One threshold's trials: fault-free control, then one rank stopped for good."""
+
+    suspect_after: float
+    false_trips: list[int] = field(default_factory=list)
+    control_s: list[float] = field(default_factory=list)
+    every_s: list[float] = field(default_factory=list)   # every other rank knew of the silent one (nan: not all)
+    first_s: list[float] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)
+
+    @property
+    def passes(self) -> bool:
+        return (bool(self.control_s) and not any(self.false_trips) and bool(self.every_s)
+                and not any(math.isnan(t) for t in self.every_s))
+
+    def detect_s(self) -> float:
+        return statistics.median(self.every_s) if self.passes else math.inf
+
+
+def choose_detector(evidence: dict[str, DetectorEvidence], candidates: Iterable[DetectorCandidate]) -> str | None:
+    """Of the candidate thresholds that tripped nothing and with which every rank knew of
+    the silent one in every trial, the one whose every rank knew soonest (ties: the larger
+    threshold, the further from a false trip)."""
+    passing = [c for c in candidates if c.name in evidence and evidence[c.name].passes]
+    return min(passing, key=lambda c: (evidence[c.name].detect_s(), -c.suspect_after)).name if passing else None
+
+
+def elastic_policy(c: Candidate, detector: DetectorCandidate | None, interval_s: float) -> dict[str, Any]:
+    """The elastic policy with the chosen timeout, and the threshold (None: its default)."""
+    return {"base": "elastic", "timeout": c.timeout,
+            "detector": {"interval": interval_s, "suspect_after": detector.suspect_after} if detector else {}}
+
+
+def _detector_choice(f: "Findings") -> list[str]:
+    if not f.detector_evidence:
+        return []
+    detector = f.chosen_detector
+    if detector is None:
+        return ["For the elastic policies: no threshold passed (each tripped in a fault-free control or missed the "
+                "silent rank somewhere); keep the timeout alone, or give the detector a longer control.", ""]
+    return [f"`{detector.name}` (the elastic policies' failure detector): {detector.rule}; of the thresholds that "
+            "tripped nothing and with which every rank knew of the silent one, the one it knew soonest with.", ""]
+
+
+def _detector_lines(f: "Findings") -> list[str]:
+    if f.gaps is None:
+        return []
+    g = f.gaps
+    out = ["## The failure detector (elastic policies)", "",
+           f"Fault-free heartbeat gaps at the control plane: {g.gaps} over {g.watched_s:.0f} s, median "
+           f"{g.quantile_s(0.5):.3f} s, p99 {g.quantile_s(0.99):.3f} s, max {g.max_s:.3f} s (rank {g.max_rank}). "
+           "Each threshold below ran an elastic policy: a fault-free control (a suspicion there is a false trip), "
+           "then one rank stopped for good.", ""]
+    if not f.detector_evidence:
+        return out + ["(not run: the budget ended first, or no chosen timeout)", ""]
+    out += ["| threshold | suspect_after | false trips (controls) | every rank knew of a silent rank | passes |",
+            "|---|---|---|---|---|"]
+    for name, e in f.detector_evidence.items():
+        known = [t for t in e.every_s if not math.isnan(t)]
+        knew = (f"median {statistics.median(known):.2f} s of {len(e.every_s)}" if len(known) == len(e.every_s)
+                else f"{len(known)} of {len(e.every_s)} trials")
+        out.append(f"| {name} | {e.suspect_after:g} s | {sum(e.false_trips)} in {sum(e.control_s):.0f} s over "
+                   f"{len(e.control_s)} controls | {knew} | {'yes' if e.passes else 'no'} |")
+    return out + [""]
+
+
 # -- the recommendation -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -388,6 +495,15 @@ class Findings:
     hogs: int = 0                           # busy CPU processes beside every stage
     waves: list[Wave] = field(default_factory=list)             # the chosen candidate's retry waves
     per_fault: list[FaultResult] = field(default_factory=list)  # it and the references under --faults
+    gaps: HeartbeatGaps | None = None                           # fault-free heartbeat gaps (the built-in workload)
+    detectors: tuple[DetectorCandidate, ...] = ()
+    detector_evidence: dict[str, DetectorEvidence] = field(default_factory=dict)  # with the default's
+    detector_interval_s: float = 0.0
+
+    @property
+    def chosen_detector(self) -> DetectorCandidate | None:
+        name = choose_detector(self.detector_evidence, self.detectors)
+        return next((d for d in self.detectors if d.name == name), None)
 
 
 def recommendation_text(f: Findings) -> str:
@@ -421,7 +537,7 @@ def recommendation_text(f: Findings) -> str:
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
-    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), "## Recommended", ""]
+    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), *_detector_lines(f), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
@@ -445,8 +561,12 @@ def recommendation_text(f: Findings) -> str:
     breaker = bool(verdict and verdict[0])
     if verdict:
         c = replace(c, rules=(*c.rules, verdict[1]))
-    out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", "For the scenario:", "", "```yaml", "policies:",
-            f"  {c.name}: {json.dumps(c.policy(breaker))}", "```", "", "For your own job:", "", "```python",
+    detector = f.chosen_detector
+    elastic = ([f"  {c.name}_elastic: {json.dumps(elastic_policy(c, detector, f.detector_interval_s))}"]
+               if detector else [])
+    out += [f"`{c.name}`: " + "; ".join(c.rules) + ".", "", *_detector_choice(f), "For the scenario:", "",
+            "```yaml", "policies:", f"  {c.name}: {json.dumps(c.policy(breaker))}", *elastic, "```", "",
+            "For your own job:", "", "```python",
             "from datetime import timedelta",
             f"dist.init_process_group(backend, timeout=timedelta(seconds={c.timeout:g}))",
             f"# retry a failed step up to {c.max_retries} times, waiting {c.backoff_base:g} s x 2^attempt "
@@ -500,5 +620,9 @@ def tune_json(f: Findings) -> str:
                        "per_fault": [asdict(r) for r in f.per_fault],
                        "breaker": None if verdict is None else {"recommended": verdict[0], "why": verdict[1]},
                        "warnings": flap_warnings(f.per_fault, f.chosen) if f.chosen else [],
+                       "heartbeat_gaps": None if f.gaps is None else json.loads(f.gaps.to_json()),
+                       "detectors": [asdict(d) for d in f.detectors],
+                       "detector_evidence": {k: asdict(v) for k, v in f.detector_evidence.items()},
+                       "detector": None if f.chosen_detector is None else f.chosen_detector.name,
                        "stopped_early": f.stopped_early}, indent=1, default=str)
 

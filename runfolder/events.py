@@ -157,7 +157,9 @@ FAULT_APPLIED = _kind("fault_applied", HARNESS,
                       optional=TRAFFIC_BEFORE)
 FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
                        "t: the kernel acknowledged the revert; teardown: true when it was the "
-                       "harness cleaning up, not the fault healing", optional=("teardown", *TRAFFIC_DURING))
+                       "harness cleaning up, not the fault healing, and t when the revert began (the "
+                       "harness stopped watching then: a rank it thawed may act before the kernel "
+                       "acknowledges)", optional=("teardown", *TRAFFIC_DURING))
 GPU_MEMORY_RELEASED = _kind("gpu_memory_released", HARNESS, ("breaker_t", "held"),
                             "rank `rank`'s process holds at most 512 MiB of GPU memory (NVML per "
                             "pid; 0 once it exited), watched from its breaker_open at breaker_t; "
@@ -192,7 +194,8 @@ STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dum
                         optional=("flight", "fault", "flight_answered"))
 AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
-                  "reason: all-exited | settled | held (every live rank frozen by a fault that "
+                  "reason: all-exited | settled (every live rank not frozen for good made the "
+                  "settle steps) | held (every live rank frozen by a fault that "
                   "never heals) | hung | deadline | error | cap (steps not observed: ranks still "
                   "running hang_cap after the last fault action)")
 

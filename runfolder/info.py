@@ -35,6 +35,11 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   10  `trial_end` gains reason `held`: every rank still alive was frozen by a fault that never
       heals, so the trial ended then, not at the hang cap (a version 1-9 trial waited for the
       cap and ended `hung`)
+  11  a trial whose policy has a failure detector gains heartbeat_gaps.json (runfolder.heartbeats:
+      the gaps between every rank's heartbeats at the control plane); `trial_end` reason
+      `settled` counts no rank frozen by a fault that never heals (a version 1-10 trial
+      waited for it to the deadline); a teardown's `fault_reverted` is timed when the revert
+      began (before, when the kernel acknowledged it: a thawed rank's events could come first)
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

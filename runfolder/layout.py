@@ -15,6 +15,9 @@
                                               harness.run.stacks; reports.stuck reads them)
     RUN_DIR/trials/<policy>/flight/rNNN.json  a rank's flight recorder at the hang cap: the
                                               collectives it entered (harness.job.flight)
+    RUN_DIR/trials/<policy>/heartbeat_gaps.json   the gaps between every rank's heartbeats at
+                                              the control plane (runfolder.heartbeats; a policy
+                                              with a failure detector only)
     RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
                                               written by `reports` (or into `--out DIR`)
     OUT/compare.md                            `chaos report RUN_DIR... --out OUT`, several runs

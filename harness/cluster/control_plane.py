@@ -8,6 +8,7 @@ from pathlib import Path
 from chaos.ledger import Ledger
 from harness.cluster.launcher import Launcher, wait_for_text
 from harness.job.control import LISTENING
+from runfolder.heartbeats import HEARTBEAT_GAPS_FILE
 
 CONTROL_READY_TIMEOUT_S = 20.0
 
@@ -17,5 +18,6 @@ def start_control(launcher: Launcher, ledger: Ledger, ns_path: str | None, run_d
     """The control plane in the network namespace at `ns_path` (None: the launcher's own),
     listening on `host`:`port`; returns once it listens."""
     log = run_dir / "logs" / "control.log"
-    launcher.spawn(ledger, "control", "control", ns_path, str(log), {"port": port, "host": host})
+    launcher.spawn(ledger, "control", "control", ns_path, str(log),
+                   {"port": port, "host": host, "gaps": str(run_dir / HEARTBEAT_GAPS_FILE)})
     wait_for_text(log, LISTENING, CONTROL_READY_TIMEOUT_S)

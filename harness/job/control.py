@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from harness.job.detector import HeartbeatServer
@@ -31,6 +33,7 @@ GENERATION_KEY = "generation"
 REJOIN_REQUESTS_KEY = "rejoin/requests"
 LISTENING = "control plane listening"
 STALL_LOGGED = "control plane: not running for"  # in the control plane's log, per stall
+GAPS_LAST_WRITE_S = 2.0  # on SIGTERM, the heartbeat gaps' last write gets this long
 
 
 def heartbeat_port(store_port: int) -> int:
@@ -38,12 +41,13 @@ def heartbeat_port(store_port: int) -> int:
     return store_port + 1
 
 
-def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0") -> HeartbeatServer:
+def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0",
+                     on_gap: Callable[[int, float], None] | None = None) -> HeartbeatServer:
     """The failure detector's server, telling in its digests the store's rejoin counter."""
     from harness.job.detector import HeartbeatServer
 
     return HeartbeatServer(port, host, rejoin_requests=lambda: store.add(REJOIN_REQUESTS_KEY, 0),
-                           on_stall=_log_stall)
+                           on_stall=_log_stall, on_gap=on_gap)
 
 
 def _log_stall(secs: float) -> None:
@@ -64,10 +68,19 @@ def main(config: dict[str, Any]) -> int:
     store = dist.TCPStore(host, config["port"], is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=30))
     store.set(GENERATION_KEY, "0")
-    heartbeat_server(heartbeat_port(config["port"]), store, host).start()
+    gaps, stopped = None, threading.Event()
+    if config.get("gaps"):  # where the trial keeps its heartbeat gaps (runfolder.heartbeats)
+        from harness.job.gaps import GapRecorder, keep_writing
+
+        gaps = GapRecorder()
+        writer = keep_writing(gaps, Path(config["gaps"]), stopped)
+    heartbeat_server(heartbeat_port(config["port"]), store, host, gaps.gap if gaps else None).start()
     print(f"{LISTENING} on port {config['port']}", flush=True)
     try:
         while True:
             signal.pause()
     except Terminated:
+        if gaps is not None:
+            stopped.set()
+            writer.join(GAPS_LAST_WRITE_S)
         return 0

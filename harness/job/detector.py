@@ -188,6 +188,7 @@ class _Member:
     gen: int = -1
     floor_s: float = 0.0     # as its lease announced (0 until then: every silence is told)
     leases: int = 0          # open TCP leases (a reconnect briefly has two)
+    seq: int = 0             # of its last heartbeat
     closed: bool = False     # every lease it opened has closed: the process is gone
     arrivals: collections.deque | None = None  # (t, seq) in the loss window
 
@@ -204,10 +205,12 @@ class HeartbeatServer:
     def __init__(self, port: int, host: str = "0.0.0.0",
                  clock: Callable[[], float] = time.monotonic,
                  rejoin_requests: Callable[[], int] = lambda: 0,
-                 on_stall: Callable[[float], None] = lambda secs: None) -> None:
+                 on_stall: Callable[[float], None] = lambda secs: None,
+                 on_gap: Callable[[int, float], None] | None = None) -> None:
         self.clock = clock
         self.rejoin_requests = rejoin_requests
         self.on_stall = on_stall  # told the seconds of each stall of its own it discounts
+        self.on_gap = on_gap      # told (rank, seconds) of every gap between a rank's heartbeats (harness.job.gaps)
         self._asks = 0
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind((host, port))
@@ -346,6 +349,11 @@ class HeartbeatServer:
             rank, seq, gen = beat
             now = self.clock()
             member = self._member(rank)
+            # a gap as judged (a stall of the server's own discounted); a heart that
+            # started its count anew belongs to a new process of the rank: no gap
+            if self.on_gap is not None and member.accrual.last is not None and seq > member.seq:
+                self.on_gap(rank, now - member.accrual.last)
+            member.seq = seq
             member.accrual.heartbeat(now)
             member.addr, member.gen = addr, gen
             assert member.arrivals is not None

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, UsageError
@@ -121,8 +121,10 @@ class Monitor:
     def live(self) -> list[int]:
         return [r for r in range(self.ranks) if r not in self.exited]
 
-    def all_made(self, steps: int) -> bool:
-        return bool(self.live) and all(self.fewest(self.steps_since, r, missing=-1) >= steps for r in self.live)
+    def all_made(self, steps: int, frozen: Collection[int] = ()) -> bool:
+        """Every live rank but the `frozen` ones made `steps` since the mark (and one did)."""
+        moving = [r for r in self.live if r not in frozen]
+        return bool(moving) and all(self.fewest(self.steps_since, r, missing=-1) >= steps for r in moving)
 
     def summary(self) -> str:
         steps = [self.step_of.get(r, 0) for r in self.live] or [0]
@@ -359,9 +361,11 @@ class Trial:
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
                 return "all-exited"
-            if not pending and monitor.all_made(plan.settle_steps):
+            # a rank frozen for good never steps again: the others settle without it
+            frozen = frozen_for_good(outstanding, plan) if not pending and steps_observed else set()
+            if not pending and monitor.all_made(plan.settle_steps, frozen):
                 return "settled"
-            if not pending and steps_observed and set(monitor.live) <= frozen_for_good(outstanding, plan):
+            if not pending and steps_observed and set(monitor.live) <= frozen:
                 self._say(f"every live rank ({ranks_text(monitor.live)}) is frozen by a fault that never heals: "
                           "nothing can move any more")
                 return "held"
@@ -460,11 +464,12 @@ class Trial:
         planned = self.plan.faults[index]
         # Counted just before the revert: what it lets through at once (TCP's queued
         # retransmissions) is not the fault's; and a failed count never keeps a fault on.
+        began = self.clock()
         try:
             during = traffic.reverting(index)
         finally:
             t = outstanding.pop(index).revert()
-        recorder.emit(kinds.FAULT_REVERTED, t=t, index=index, fault_kind=planned.kind,
+        recorder.emit(kinds.FAULT_REVERTED, t=began if teardown else t, index=index, fault_kind=planned.kind,
                       targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))

@@ -9,7 +9,8 @@ variants are its own business) and runs, each stage a run folder made the way `c
 makes one:
 
   probe     a user's job only: a few fault-free steps, to learn its step interval
-  measure   the job without faults for --measure (trial fault_free: nothing to trip);
+  measure   the job without faults for --measure (trial fault_free: nothing to trip; the
+            built-in workload's hearts beat, and the control plane records their gaps);
             reports.tune derives the candidates from it (rules written out there)
   round r   (r < --repeat, a new seed each; successive halving between rounds)
             control  the candidates still in, a trial each: --control of fault-free
@@ -21,8 +22,6 @@ makes one:
                      one rank stops (SIGSTOP, never resumed: a hung host, which only a
                      timeout tells; a killed process's peers hear of it from gloo within
                      a second whatever the timeout)
-With --hogs N, N busy CPU processes run beside every stage (a busy node: the slow steps it
-makes are measured, and the controls judge the candidates under the same load).
   wave      (the built-in workload) the chosen candidate, with its jitter and with the
             document's: one rank frozen WAVE_EXTRA_S longer than its timeout, so that every
             other rank fails at once and re-joins at the store after its backoff (the
@@ -32,6 +31,12 @@ makes are measured, and the controls judge the candidates under the same load).
             and a kill): the chosen candidate, and (the built-in workload) it with a
             breaker, beside the document's values and PyTorch's default (a user's job: the
             document's 30 s and the job as written): detection, breaker, recovery, waste
+  detector  (the built-in workload) r < --repeat: the elastic policy with the chosen timeout,
+            once per failure detector threshold (from the heartbeat gaps the control plane
+            recorded while measuring), and in round 0 its default beside them: --control
+            fault-free, then one rank stopped for good
+With --hogs N, N busy CPU processes run beside every stage (a busy node: the slow steps it
+makes are measured, and the controls judge the candidates under the same load).
 The built-in workload's candidates are policies (timeout, retries, backoff); a user's job's
 are variants that set its timeout where `job.tune.timeout` says (an argument or an
 environment variable): a job without it is refused with that fix.
@@ -68,10 +73,14 @@ from harness.signals import Terminated
 from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
-from harness.job.policies import policy_spec
-from reports.tune import (BREAKER_SUFFIX, DOCUMENT, MARGINS, RIDE_OUT_S, Candidate, Evidence, FaultResult, Findings,
-                          Reference, Wave, candidates, control_trips, fault_free, halve, recommendation_text,
-                          rejoin_wave, select, step_interval_s, trial_events, transient_s, tune_json, write_tradeoff)
+from harness.job.policies import DetectorSpec, policy_spec
+from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, RIDE_OUT_S, Candidate,
+                          DetectorCandidate, DetectorEvidence, Evidence, FaultResult, Findings, Reference, Wave,
+                          candidates, control_trips, detector_candidates, elastic_policy, fault_free, halve,
+                          recommendation_text, rejoin_wave, select, step_interval_s, trial_events, transient_s,
+                          tune_json, write_tradeoff)
+from runfolder.heartbeats import read_heartbeat_gaps
+from runfolder.layout import trial_dir
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
 KEPT_FIELDS = ("cluster", "workload", "job", "warmup_steps", "groups")  # each stage sets its own name and seed
@@ -178,6 +187,7 @@ class Stages:
         if self.job is not None:  # the stages' files live in the tune folder: the job's folder made absolute
             self.kept["job"] = {**self.kept["job"], "workdir": self.job.workdir}
         self.target = min(5, self.base.cluster.ranks - 1)
+        self.heartbeat_s = DetectorSpec().interval  # not tuned: the thresholds are counted in its periods
         self.links = backend_class(self.base.cluster.backend).traits.network_faults
         self.faults = options.faults if options.faults is not None else (
             FaultChoice("link_down" if self.links else "pause", RIDE_OUT_S), FaultChoice("kill", None))
@@ -216,7 +226,13 @@ class Stages:
         return Cell(load_scenario(path), path, tuple(sides), 0, reproduce_command(path, list(sides), seed))
 
     def _fault_free(self) -> dict[str, dict]:
-        return {FAULT_FREE: {} if self.job is not None else {"base": "baseline"}}
+        """A user's job as it is; the built-in workload with the failure detector's hearts
+        beating (its server records their gaps: runfolder.heartbeats) but no silence
+        shorter than UNBOUNDED_S judged, so that nothing it hears changes the steps."""
+        if self.job is not None:
+            return {FAULT_FREE: {}}
+        return {FAULT_FREE: {"base": "baseline", "detector": {"interval": self.heartbeat_s,
+                                                             "suspect_after": UNBOUNDED_S}}}
 
     def probe(self) -> Cell:
         """A user's job's few fault-free steps: its step interval sizes the measurement."""
@@ -273,6 +289,16 @@ class Stages:
                  for spec in (policy_spec(name, side) for name, side in sides.items())]
         return self._cell(choice.stage, [entry], sides, seed,
                           hang_cap=max((w for w in waits if w < UNBOUNDED_S), default=min(waits)) + SILENT_MARGIN_S)
+
+    def detector(self, round_: int, c: Candidate, thresholds: tuple[DetectorCandidate, ...]) -> Cell:
+        """The elastic policy with the chosen timeout, once per threshold (and in round 0
+        its own default beside them): --control fault-free, then one rank stopped for good."""
+        sides = {d.name: elastic_policy(c, d, self.heartbeat_s) for d in thresholds}
+        if round_ == 0 and self.options.references:
+            sides[DETECTOR_DEFAULT] = elastic_policy(c, None, self.heartbeat_s)
+        fault = {"kind": "pause", "target": {"rank": self.target}, "start": f"{self.options.control_s:g}s"}
+        return self._cell(f"detector-{round_}", [fault], sides, seed_for(self.base.seed, "tune-detector", round_),
+                          hang_cap=c.timeout + SILENT_MARGIN_S)
 
     def wave(self, c: Candidate) -> Cell:
         """The chosen candidate's retry wave, with its own jitter and with the document's."""
@@ -347,9 +373,10 @@ class Tune:
         if job:  # a user's job paces itself: its interval, from a few steps
             period = step_interval_s(trial_events(self._measured(self.stages.probe()), FAULT_FREE))
             self.progress.show(f"the job's step interval: {period:.3f} s (median of its probe's)")
-        measured = fault_free(trial_events(self._measured(self.stages.measure(period)), FAULT_FREE),
-                              0.0 if job else period)
+        measure_dir = self._measured(self.stages.measure(period))
+        measured = fault_free(trial_events(measure_dir, FAULT_FREE), 0.0 if job else period)
         self.progress.show(f"fault-free: {measured.line()}")
+        gaps = None if job else read_heartbeat_gaps(trial_dir(measure_dir, FAULT_FREE))
         cands = candidates(measured, with_retries=not job)
         transient = transient_s(cands)
         evidence: dict[str, Evidence] = {c.name: Evidence() for c in cands}
@@ -382,9 +409,13 @@ class Tune:
             if (fault_dir := self.run(cell)) is None:
                 break
             per_fault += self._per_fault(fault_dir, cell, choice)
+        thresholds = detector_candidates(gaps, self.stages.heartbeat_s) if gaps and gaps.gaps else ()
+        detector_evidence = self._detectors(best, thresholds) if best and thresholds else {}
         findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
                             variant=self.stages.side(best.timeout) if best and job else None,
-                            hogs=self.options.hogs, waves=waves, per_fault=per_fault)
+                            hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
+                            detectors=thresholds, detector_evidence=detector_evidence,
+                            detector_interval_s=self.stages.heartbeat_s)
         text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(findings))
@@ -412,6 +443,30 @@ class Tune:
             row = table.loc[name]
             evidence[name].transient_detected.append(
                 sum(int(row.get(f"f{i}_detect_ranks", 0) or 0) for i in range(len(cell.scenario.faults))))
+
+    def _detectors(self, c: Candidate, thresholds: tuple[DetectorCandidate, ...]) -> dict[str, DetectorEvidence]:
+        """Each threshold's (and the default's) false trips before the silent rank, and the
+        time until every other rank knew of it, round by round."""
+        evidence: dict[str, DetectorEvidence] = {}
+        survivors = self.stages.base.cluster.ranks - 1
+        for round_ in range(self.options.repeat):
+            cell = self.stages.detector(round_, c, thresholds)
+            if (run_dir := self.run(cell)) is None:
+                break
+            run = load_run(run_dir)  # read once: the metrics and the raw events come from it
+            table = run_frame(run).set_index("trial")
+            records = {trial.name: trial.events.to_dict("records") for trial in run.trials}
+            for name in cell.policies:
+                events, row = records[name], table.loc[name]
+                first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+                trips, watched = control_trips(events, first)
+                e = evidence.setdefault(name, DetectorEvidence(cell.scenario.policy(name).detector.suspect_after))
+                e.false_trips.append(trips)
+                e.control_s.append(watched)
+                e.every_s.append(float(row["ttd_max_s"]) if int(row["detect_ranks"]) >= survivors else math.nan)
+                e.first_s.append(float(row["ttd_s"]))
+                e.outcomes.append(str(row["outcome"]))
+        return evidence
 
     @staticmethod
     def _waves(run_dir: Path, cell: Cell) -> list[Wave]:
@@ -539,7 +594,12 @@ def dry_run_text(stages: Stages) -> str:
            + ("" if stages.job else " without and with a breaker")
            + (", beside the document's " + ("30 s and the job as written" if stages.job else
                                             "values and PyTorch's default") if o.references else "")
-           + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else [])]
+           + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else []),
+        *([] if stages.job else [
+            f"{o.repeat} round(s) of the elastic policies' failure detector: thresholds of "
+            f"{', '.join(f'{m:g}x' for m in rules.DETECTOR_MARGINS)} the longest fault-free heartbeat gap (recorded "
+            "while measuring)" + (", and in round 0 its default beside them" if o.references else "")
+            + f", each a control ({o.control_s:g} s fault-free), then a rank stopped for good"])]
     return "\n".join([
         f"chaos tune {o.scenario_file}: {stages.base.cluster.ranks} ranks on {stages.base.cluster.backend}, "
         f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
@@ -550,11 +610,12 @@ def dry_run_text(stages: Stages) -> str:
 
 def trial_count(stages: Stages) -> int:
     """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
-    the per-fault stages."""
+    the per-fault stages, the detector's rounds (the built-in workload)."""
     o, job = stages.options, stages.job is not None
     per_fault = (1 if job else 2) + (2 if o.references else 0)
+    detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
     return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
-            + len(stages.faults) * per_fault)
+            + len(stages.faults) * per_fault + detector)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:

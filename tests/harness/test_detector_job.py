@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from runfolder.heartbeats import read_heartbeat_gaps
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
@@ -59,6 +60,11 @@ def test_elastic_goes_on_with_15_after_a_kill(chaos_check, leaves_nothing):
     [kill] = [e for e in trial_events(checks["elastic"]) if e["kind"] == "fault_applied"]
     assert max(first.values()) - kill["t"] <= KILLED_TTD_S
     assert row["ttr_s"] <= STEPPING_AGAIN_S
+    # the control plane kept every rank's heartbeat gaps, rank 5's up to its kill
+    gaps = read_heartbeat_gaps(checks["elastic"].trial_dir)
+    assert sorted(gaps.ranks) == list(range(16)) and all(g.gaps > 0 for g in gaps.ranks.values())
+    assert 0.04 <= gaps.quantile_s(0.5) <= 0.1
+    assert gaps.ranks[5].gaps < min(g.gaps for rank, g in gaps.ranks.items() if rank != 5)
 
 
 def test_elastic_goes_on_with_15_when_a_host_goes_silent_for_good(chaos_check, leaves_nothing):

@@ -9,7 +9,7 @@ import pytest
 
 import reports
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.orchestrator import POLL_S, Trial, start_run
+from harness.run.orchestrator import Monitor, POLL_S, Trial, start_run
 from harness.run.plan import build_plan
 from harness.run.progress import Progress
 from harness.run.scenario import load_scenario
@@ -146,3 +146,12 @@ def test_a_relative_out_gives_an_absolute_run_folder(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     run_dir = start_run(Path("runs"), load_scenario(path), path, ["timeout"], "fake", "chaos run scenario.yaml")
     assert run_dir.is_absolute() and run_dir.parent == tmp_path / "runs"
+
+
+def test_ranks_settle_without_one_frozen_for_good_and_never_with_none_left_moving(tmp_path: Path) -> None:
+    """An elastic job goes on without a rank stopped for good: the others' steps settle the
+    trial then, not the deadline; with every live rank frozen nothing settles (held does)."""
+    monitor = Monitor(tmp_path / "events.jsonl", ranks=3, last_activity=0.0,
+                      steps_since={(0, 0): 4, (1, 0): 5})
+    assert not monitor.all_made(4) and monitor.all_made(4, frozen={2})
+    assert not monitor.all_made(6, frozen={2}) and not monitor.all_made(0, frozen={0, 1, 2})

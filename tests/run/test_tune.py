@@ -4,6 +4,7 @@ cell runner (harness.run.tune); tests/run/test_tune_real.py runs a real one."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -13,10 +14,13 @@ import pytest
 from chaos.errors import UsageError
 from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
-from harness.run.tune import FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
-from reports.tune import (Evidence, FaultFree, FaultResult, Findings, Reference, Wave, breaker_verdict, candidates,
-                          control_trips, fault_free, flap_warnings, halve, recommendation_text, rejoin_wave, select, step_interval_s,
-                          transient_s, wave_jitter)
+from harness.job.policies import DetectorSpec
+from harness.run.tune import FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
+from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings, Reference,
+                          Wave, breaker_verdict, candidates, choose_detector, control_trips, detector_candidates,
+                          fault_free, flap_warnings, halve, recommendation_text, rejoin_wave, select,
+                          step_interval_s, transient_s, tune_json, wave_jitter)
+from runfolder.heartbeats import HeartbeatGaps, bucket_of
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -281,7 +285,7 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 and trial_count(job) == 2 + 12 + 2 + 2 * 3
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 3
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
@@ -333,3 +337,69 @@ def test_a_flap_the_chosen_timeout_does_not_come_back_from_is_said_where_a_refer
                                         variant={"args": ["--timeout", "3"]}, per_fault=runs))
     assert warning in text and "`document_30s`: the document's 30 s through the job's knob" in text
     assert "`as_written`: the job as its command is written" in text and "_breaker" not in text
+
+
+# -- the failure detector's threshold ----------------------------------------------------------
+
+def gaps(max_s: float = 0.054, n: int = 1750) -> HeartbeatGaps:
+    return HeartbeatGaps(gaps=n, max_s=max_s, max_rank=1, watched_s=22.0, buckets={bucket_of(0.05): n - 1,
+                                                                                     bucket_of(max_s): 1})
+
+
+def test_detector_thresholds_are_margins_over_the_longest_gap_in_heartbeat_periods():
+    regular = detector_candidates(gaps(0.054), 0.05)  # 2 x 0.054 -> 0.15, under 4 periods; 5 x -> 0.3
+    assert [(d.name, d.suspect_after) for d in regular] == [("detector_0_2s", 0.2), ("detector_0_3s", 0.3)]
+    assert regular[1].rule.startswith("suspect_after 0.3 s: 5 x the longest fault-free heartbeat gap (0.054 s, "
+                                      "rank 1, of 1750 gaps) rounded up to the 0.05 s heartbeat period")
+    busy = detector_candidates(gaps(0.41), 0.05)  # a node whose hearts fell silent for 0.41 s
+    assert [d.suspect_after for d in busy] == [0.85, 2.05]
+    assert [d.suspect_after for d in detector_candidates(gaps(0.01), 0.05)] == [0.2]  # one per distinct value
+
+
+def detector_evidence(trips: int = 0, every: float = 0.3, suspect_after: float = 0.3) -> DetectorEvidence:
+    return DetectorEvidence(suspect_after, [trips], [30.0], [every], [every - 0.01], ["continued"])
+
+
+def test_the_detector_chosen_tripped_nothing_and_every_rank_knew_soonest_with_it():
+    d = detector_candidates(gaps(0.054), 0.05)
+    found = {"detector_0_2s": detector_evidence(trips=1, every=0.19, suspect_after=0.2),
+             "detector_0_3s": detector_evidence(every=0.29), DETECTOR_DEFAULT: detector_evidence(every=0.1, suspect_after=0.4)}
+    assert choose_detector(found, d) == "detector_0_3s"  # the default is beside them, not a candidate
+    missed = {"detector_0_3s": DetectorEvidence(0.3, [0], [30.0], [math.nan], [0.2], ["continued"])}
+    assert choose_detector(missed, d) is None
+    assert choose_detector({"detector_0_2s": detector_evidence(every=0.3, suspect_after=0.2),
+                            "detector_0_3s": detector_evidence(every=0.3)}, d) == "detector_0_3s"  # tie: larger
+
+
+def test_the_report_pastes_the_elastic_policy_with_the_chosen_threshold_or_says_none_passed():
+    cands, d = candidates(measured()), detector_candidates(gaps(0.054), 0.05)
+    c = cands[1]
+    ok = {c.name: Evidence([0], [30.0], [0], [2.8], [2.6], ["failed-fast"])}
+    found = {"detector_0_2s": detector_evidence(every=0.19, suspect_after=0.2), "detector_0_3s": detector_evidence(),
+             DETECTOR_DEFAULT: detector_evidence(every=0.38, suspect_after=0.4)}
+    findings = Findings(measured(), cands, ok, c.name, [], 0.5, gaps=gaps(), detectors=d, detector_evidence=found,
+                        detector_interval_s=0.05)
+    text = recommendation_text(findings)
+    assert "## The failure detector (elastic policies)" in text and "max 0.054 s (rank 1)" in text
+    assert "| detector_default | 0.4 s | 0 in 30 s over 1 controls | median 0.38 s of 1 | yes |" in text
+    assert ('  tuned_2_5s_elastic: {"base": "elastic", "timeout": 2.5, "detector": {"interval": 0.05, '
+            '"suspect_after": 0.2}}') in text and "`detector_0_2s` (the elastic policies' failure detector)" in text
+    assert json.loads(tune_json(findings))["detector"] == "detector_0_2s"
+    tripped = {name: replace(e, false_trips=[2]) for name, e in found.items()}
+    text = recommendation_text(replace(findings, detector_evidence=tripped))
+    assert "no threshold passed" in text and "_elastic" not in text
+
+
+def test_the_detector_stage_runs_each_threshold_as_an_elastic_policy_then_stops_a_rank(tmp_path):
+    stages = Stages(options(), tmp_path)
+    c, d = candidates(measured())[1], detector_candidates(gaps(0.054), 0.05)
+    cell = stages.detector(0, c, d)
+    assert cell.policies == ("detector_0_2s", "detector_0_3s", DETECTOR_DEFAULT)
+    spec = cell.scenario.policy("detector_0_2s")
+    assert spec.elastic and spec.timeout == 2.5 and spec.detector.suspect_after == 0.2
+    assert cell.scenario.policy(DETECTOR_DEFAULT).detector.suspect_after == DetectorSpec().suspect_after
+    [fault] = cell.scenario.faults
+    assert (fault.fault.kind, fault.start, fault.duration, fault.target.rank) == ("pause", 5.0, None, 3)
+    assert stages.detector(1, c, d).policies == ("detector_0_2s", "detector_0_3s")  # the default once
+    measure = stages.measure(0.25).scenario.policy(FAULT_FREE)  # the hearts beat; no silence judged
+    assert measure.detector is not None and measure.detector.suspect_after >= 60

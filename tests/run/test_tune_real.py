@@ -61,7 +61,8 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
     assert manifest["finished"] and manifest["done"][0] == stopped["done"][0]  # measured once
     keys = [d["key"].split("/")[0] for d in manifest["done"]]
     # a chosen candidate's retry wave, with its jitter and the document's
-    chosen_stages = ["kill_rank-wave", "kill_rank-fault-pause-3-s"] if resumed.returncode == 0 else []
+    chosen_stages = (["kill_rank-wave", "kill_rank-fault-pause-3-s", "kill_rank-detector-0"]
+                     if resumed.returncode == 0 else [])
     assert keys == ["kill_rank-measure", "kill_rank-control-0", "kill_rank-silent-0", *chosen_stages]
     assert sorted(p.name for p in (folder / RUNS).iterdir()) == sorted(Path(d["run"]).name for d in manifest["done"])
 
@@ -98,6 +99,19 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
         came_back = ("recovered", "absorbed")  # the breaker is kept only where it came back as the retries did
         assert result["breaker"]["recommended"] == (rows[f"{chosen}_breaker"]["outcome"] in came_back
                                                     or rows[chosen]["outcome"] not in came_back)
+        # the failure detector: thresholds over the heartbeat gaps recorded while measuring,
+        # each an elastic policy whose every other rank knew of the silent rank after it
+        gaps = result["heartbeat_gaps"]
+        assert gaps["gaps"] > 0 and sorted(gaps["ranks"]) == ["0", "1", "2", "3"] and 0 < gaps["max_s"] < 5
+        assert [d["suspect_after"] for d in result["detectors"]] == sorted({
+            round(max(0.2, math.ceil(m * gaps["max_s"] / 0.05 - 1e-9) * 0.05), 6) for m in (2, 5)})
+        assert set(result["detector_evidence"]) == {d["name"] for d in result["detectors"]}
+        for name, e in result["detector_evidence"].items():
+            assert len(e["control_s"]) == 1 and e["control_s"][0] > 0, name
+            knew = e["every_s"][0]
+            assert math.isnan(knew) or e["suspect_after"] - 0.1 <= knew < timeout, (name, e)
+        if result["detector"] is not None:
+            assert f'"suspect_after": {result["detector_evidence"][result["detector"]]["suspect_after"]:g}}}' in report
     assert (folder / "tradeoff.png").stat().st_size > 0
 
 
