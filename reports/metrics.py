@@ -17,7 +17,10 @@ Definitions (the one definition of each; every report repeats them):
   departed rank       a rank whose process ended before the observation end and was not
                       started again: exit reason failed-fast / retries-exhausted /
                       isolated / crashed, killed by a kill fault aimed at it, or ended by
-                      another signal or a non-zero exit code. The others are survivors.
+                      another signal or a non-zero exit code. The others are survivors; a
+                      survivor the last membership after fault start left out (an elastic
+                      job going on without a rank frozen for good) is not waited for:
+                      "every survivor" below means every one still in the job.
   crash               a departure by exit reason crashed, by SIGABRT (crashed-by-abort:
                       NCCL's watchdog tore it down), by a signal that no kill fault
                       explains, or by a non-zero exit code with no policy exit reason.
@@ -113,7 +116,7 @@ import pandas as pd
 
 from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
-                              HOST_DROPS, MACHINE_STEAL, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
+                              HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.state import check_state
 from runfolder.info import TrialInfo
@@ -187,6 +190,7 @@ class TrialFacts:
     step_times: dict[int, tuple[tuple[float, ...], ...]] = field(repr=False)
     traffic: tuple[LinkTraffic, ...] = ()  # per application of a fault on the network
     steps_observed: bool = True         # False: a user's job that made no step by its start_timeout
+    left_out: tuple[int, ...] = ()      # survivors the final membership left out (elastic)
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -201,8 +205,13 @@ class TrialFacts:
         return tuple(d for d in self.departures.values() if is_crash(d))
 
     @property
+    def going_on(self) -> tuple[int, ...]:
+        """The survivors still in the job: those the final membership did not leave out."""
+        return tuple(r for r in self.survivors if r not in self.left_out)
+
+    @property
     def all_survivors_resumed(self) -> bool:
-        return bool(self.survivors) and all(r in self.resumed for r in self.survivors)
+        return bool(self.going_on) and all(r in self.resumed for r in self.going_on)
 
 
 def is_crash(departure: Departure) -> bool:
@@ -401,6 +410,16 @@ def _final_world(events: pd.DataFrame, start: float) -> int | None:
     return int(groups.iloc[-1]["world"]) if len(groups) and "world" in groups else None
 
 
+def _final_members(events: pd.DataFrame, start: float, end: float) -> tuple[int, ...] | None:
+    """The members of the last membership agreed after `start` and before `end` (None: none
+    was: the job's group never changed its members)."""
+    agreed = _of_kind(events, MEMBERSHIP)
+    agreed = agreed[(agreed["t"] >= start) & (agreed["t"] < end)]
+    if not len(agreed):
+        return None
+    return tuple(int(r) for r in agreed.sort_values("t").iloc[-1]["members"])
+
+
 def _step_times(events: pd.DataFrame) -> dict[int, tuple[tuple[float, ...], ...]]:
     """Each rank's step times per process of its host (local_rank; one process without it)."""
     steps = _of_kind(events, STEP)
@@ -438,7 +457,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     end = _observation_end(events)
     steps = _step_times(events)
     gone = departures(events, ranks, faults, end)
-    detections, cause, resumed, world, opens = {}, "", {}, None, {}
+    detections, cause, resumed, world, opens, left_out = {}, "", {}, None, {}, ()
     if faults:
         fault = faults[0]
         detections, cause = _first_detections(events, min(fault.start, fault.requested), end)
@@ -447,6 +466,8 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
         survivors = tuple(r for r in ranks if r not in gone)
         resumed = _resumed(events, survivors, fault, detections, steps, end)
         world = _final_world(events, fault.start)
+        members = _final_members(events, fault.start, end)
+        left_out = () if members is None else tuple(r for r in survivors if r not in members)
         breakers = _of_kind(events, BREAKER_OPEN)
         breakers = breakers[breakers["t"] >= fault.start]
         opens = {int(r): float(t) for r, t in breakers.groupby("rank")["t"].min().items()}
@@ -454,7 +475,8 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
                       detections=detections, detection_cause=cause, departures=gone,
                       resumed=resumed, final_world=world, breaker_opens=opens,
                       end_reason=_end_reason(events), stopped_at=_stopped_at(events), step_times=steps,
-                      traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)))
+                      traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)),
+                      left_out=left_out)
 
 
 @dataclass(frozen=True)
@@ -808,7 +830,7 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
                      detect_ranks=len(firsts), detect_cause=facts.detection_cause)
     resumed_at = NAN
     if outcome in ("recovered", "continued", "absorbed"):
-        resumed_at = max(facts.resumed[r] for r in facts.survivors)
+        resumed_at = max(facts.resumed[r] for r in facts.going_on)
     if outcome in ("recovered", "continued"):
         times.update(ttr_s=resumed_at - start, ttr_after_end_s=resumed_at - fault.end)
     if facts.breaker_opens:

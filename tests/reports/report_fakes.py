@@ -210,6 +210,23 @@ def continued() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
+def continued_without_a_frozen_rank() -> tuple[Events, TrialInfo]:
+    """r3 stopped for good (a pause never healed); the survivors suspect it, leave it out,
+    and go on as 3 from 10.8 s; r3 is still alive, frozen, when the harness stops watching."""
+    h = History(policy="elastic")
+    h.steps(0.0, FAULT_AT)
+    h.fault(kind="pause", targets=(3,))
+    survivors = [0, 1, 2]
+    h.each(survivors, 10.4, "suspect", peer=3, via="heartbeat", cause="heartbeat", silent_s=0.4, gen=0, waited_s=0.0)
+    h.each(survivors, 10.7, "exclude", peers=[3], gen=0, reasons={"3": "rank 3 silent"})
+    h.each(survivors, 10.72, "group_ready", gen=1, world=3, group_rank=0, secs=0.01)
+    h.each(survivors, 10.72, "membership", gen=1, world=3, members=survivors, left_out=[3], joined=[])
+    h.each(survivors, 10.75, "restored", step=40, gen=1, source="peer", peer=0, bytes=1024)
+    h.steps(10.8, 16.0, ranks=survivors, gen=1)
+    h.end(16.0, survivors=survivors)
+    return h.done()
+
+
 def rejoined() -> tuple[Events, TrialInfo]:
     """Link down on r3 10-20 s; survivors go on as 3 at 11.2 s; r3 is let back in at 20.4 s
     and all four step from 20.6 s."""

@@ -85,6 +85,12 @@ def test_continued_reports_the_smaller_world():
     assert math.isnan(row["ttr_after_end_s"])  # a kill does not heal
 
 
+def test_an_elastic_job_going_on_without_a_rank_frozen_for_good_continued():
+    row = metrics_of(fakes.continued_without_a_frozen_rank())  # r3 frozen, left out; 0-2 step from 10.8 s
+    assert row["outcome"] == "continued" and row["final_world"] == 3 and row["departed"] == 0
+    assert row["ttr_s"] == pytest.approx(0.802) and row["detect_ranks"] == 3
+
+
 def test_a_rank_let_back_in_makes_the_trial_recovered_with_its_rejoin_time():
     row = metrics_of(fakes.rejoined())  # link down on r3 10-20 s, let back in at 20.4 s
     assert row["final_world"] == 4 and row["departed"] == 0
