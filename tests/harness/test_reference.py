@@ -16,7 +16,7 @@ from reports.trajectory import TOLERANCE
 from tests.conftest import REPO
 
 RANKS = """
-import datetime, json, sys
+import datetime, json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, {repo!r})
 from harness.job.config import WorkloadSpec
@@ -27,7 +27,11 @@ store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timed
 group = dist.ProcessGroupGloo(store, rank, 4, datetime.timedelta(seconds=60))
 workload = Workload(WorkloadSpec(), seed=7, rank=rank)
 losses = [round(workload.train_step(lambda t: group.allreduce([t]).wait(), 4), 5) for _ in range(12)]
-print(json.dumps(losses))
+print(json.dumps(losses), flush=True)
+# out at once: tearing the group down at interpreter exit can abort in gloo's threads
+# ("terminate called without an active exception", once in CI), and an abort loses what
+# is still buffered
+os._exit(0)
 """
 
 
