@@ -10,6 +10,7 @@ rank 0's weights to every rank, which repairs the weights: not the momentum it l
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -64,4 +65,8 @@ while step < args.steps:
         open(args.marker, "w").close()
         sys.exit(1)
 dist.barrier()
+# DDP released before the group, as in sharded.py: holding it, a worker's exit aborted in gloo
+# ("terminate called without an active exception") once in CI, and the restarted job failed
+del ddp, optimizer, model
+gc.collect()
 dist.destroy_process_group()
