@@ -309,6 +309,12 @@ class Stages:
                           hang_cap=c.timeout + c.backoff_cap + 10)
 
 
+def stage_read(run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
+    """A stage's metrics by trial and each trial's raw events, from one read of its run folder."""
+    run = load_run(run_dir)
+    return run_frame(run).set_index("trial"), {trial.name: trial.events.to_dict("records") for trial in run.trials}
+
+
 def window_estimate_s(cell: Cell) -> float:
     """A stage's seconds from its own windows: start, faults, settle steps, and the hang cap
     a faulted trial may wait (an estimate, said as one)."""
@@ -431,9 +437,7 @@ class Tune:
     def _controls(run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> None:
         """Each candidate's false trips before the first transient, and the ranks that
         detected the transients."""
-        run = load_run(run_dir)  # read once: the metrics and the raw events come from it
-        table = run_frame(run).set_index("trial")
-        records = {trial.name: trial.events.to_dict("records") for trial in run.trials}
+        table, records = stage_read(run_dir)
         for name in cell.policies:
             events = records[name]
             first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
@@ -453,9 +457,7 @@ class Tune:
             cell = self.stages.detector(round_, c, thresholds)
             if (run_dir := self.run(cell)) is None:
                 break
-            run = load_run(run_dir)  # read once: the metrics and the raw events come from it
-            table = run_frame(run).set_index("trial")
-            records = {trial.name: trial.events.to_dict("records") for trial in run.trials}
+            table, records = stage_read(run_dir)
             for name in cell.policies:
                 events, row = records[name], table.loc[name]
                 first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
@@ -470,9 +472,7 @@ class Tune:
 
     @staticmethod
     def _waves(run_dir: Path, cell: Cell) -> list[Wave]:
-        run = load_run(run_dir)  # read once: the metrics and the raw events come from it
-        table = run_frame(run).set_index("trial")
-        events = {trial.name: trial.events.to_dict("records") for trial in run.trials}
+        table, events = stage_read(run_dir)
         waves = []
         for name in cell.policies:
             rejoins, spread, peak = rejoin_wave(events[name])
