@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import time
 
@@ -91,6 +92,10 @@ def main() -> None:
     # Every rank finishes its last collective before any tears down: a rank whose peer
     # closed the connection mid-teardown can abort in gloo's destructor.
     dist.barrier()
+    # DDP holds the training group: released before the groups go, or its destructor runs
+    # against a destroyed group at exit and can abort in gloo
+    del ddp
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -32,6 +32,13 @@ The rules (docs/tune.md says why):
               periods. Each runs as an elastic policy: a fault-free control (a suspicion is
               a false trip), then a rank stopped for good; of those that tripped nothing and
               with which every rank knew, the one every rank knew soonest with.
+  restarts    (a user's job with job.tune.max_restarts: torchrun) the chosen timeout under
+              torchrun, one rank paused RESTART_EXTRA_S longer than it, so that every
+              agent restarts its workers: with torchrun's default (no restarts), with
+              RESTART_EPISODES, and with them on a store of the workers' own
+              (OWN_STORE_ENV). --max-restarts is the restarts the most-restarted agent made
+              for that one episode times RESTART_EPISODES; the environment variable is
+              recommended only where the shared store's side did not come back and the own one did.
   halving     every round runs the candidates still in on a new seed; after each, the
               failing ones go and at most half of the rest (the slowest to detect) follow.
   breaker     the chosen settings run under each fault of --faults twice, without and with a
@@ -466,6 +473,93 @@ def _detector_lines(f: "Findings") -> list[str]:
     return out + [""]
 
 
+# -- torchrun's restarts (a user's job with job.tune.max_restarts: torchrun) -----------------
+
+RESTART_EPISODES = 3      # fault episodes a run rides out by restarting: torchrun's default before 1.10
+RESTART_EXTRA_S = 3.0     # the pause outlasts the timeout by this: every collective times out, every agent restarts
+# torchrun's workers meet on the rendezvous's own store by default, their keys told apart by
+# each agent's own restart count, which agents that restarted for different reasons do not
+# share (pytorch/pytorch#135712, #108158); with this set, each round's workers get a store of their own
+OWN_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+@dataclass(frozen=True)
+class RestartResult:
+    """The job under torchrun with one --max-restarts, after a pause longer than its timeout
+    (times from the fault's start; nan: not observed)."""
+
+    setting: str
+    max_restarts: int
+    own_store: bool           # OWN_STORE_ENV set
+    outcome: str
+    used: int                 # the most restarts one host's agent made (its worker processes begun after the fault)
+    back_s: float             # every rank stepping again (TTR)
+    wasted_rank_s: float
+    hang_cap_s: float
+
+
+def restarts_used(events: Iterable[dict[str, Any]], since: float) -> int:
+    """The most worker processes one rank began at or after `since` (rank_start): the
+    restarts its agent made, each restart starting every worker of the host again."""
+    starts: dict[int, int] = {}
+    for e in events:
+        if e.get("kind") == "rank_start" and float(e["t"]) >= since:
+            starts[int(e["rank"])] = starts.get(int(e["rank"]), 0) + 1
+    return max(starts.values(), default=0)
+
+
+def restart_choice(results: Iterable[RestartResult]) -> RestartResult | None:
+    """Of the sides with restarts that brought every rank back, torch's own store first (no
+    environment to set), then the soonest back."""
+    back = [r for r in results if r.max_restarts and r.outcome in CAME_BACK]
+    return min(back, key=lambda r: (r.own_store, r.back_s)) if back else None
+
+
+def max_restarts_of(r: RestartResult) -> tuple[int, str]:
+    """--max-restarts and its rule: an agent's restarts per episode (measured) times RESTART_EPISODES."""
+    per_episode = max(r.used, 1)
+    n = per_episode * RESTART_EPISODES
+    return n, (f"--max-restarts {n}: {RESTART_EPISODES} fault episodes a run rides out (torchrun's default before "
+               f"1.10) x {per_episode} restart(s) the most-restarted agent made for one (measured: a pause "
+               f"{RESTART_EXTRA_S:g} s longer than the timeout); torchrun counts restarts per agent and never "
+               "gives one back" + ("" if n == r.max_restarts else f" (the trial ran --max-restarts {r.max_restarts})"))
+
+
+def _restart_lines(results: list[RestartResult]) -> list[str]:
+    if not results:
+        return []
+    out = ["## torchrun's restarts", "", f"The chosen timeout under torchrun, one rank paused {RESTART_EXTRA_S:g} s "
+           "longer than it: every worker's collective times out and each agent restarts its workers; times from "
+           "the pause's start. Own store: " + ", ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + ".", "",
+           "| setting | --max-restarts | store | restarts (most by one agent) | every rank stepping again | "
+           "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        hung = r.outcome == "hung"
+        wasted = ("-" if not math.isfinite(r.wasted_rank_s) else
+                  f">= {r.wasted_rank_s:.0f} (to the cap)" if hung else f"{r.wasted_rank_s:.0f}")
+        out.append(f"| {r.setting} | {r.max_restarts} | {'own' if r.own_store else 'shared (default)'} | {r.used} | "
+                   f"{_seconds_or(r.back_s)} | {wasted} | {f'hung >= {r.hang_cap_s:g} s (cap)' if hung else r.outcome} |")
+    return out + [""]
+
+
+def _restart_choice_lines(results: list[RestartResult]) -> list[str]:
+    if not results:
+        return []
+    chosen = restart_choice(results)
+    if chosen is None:
+        return ["Under torchrun, no --max-restarts tried brought every rank back after the pause: the job's "
+                "restarts do not recover it here; see the table above and each trial's logs (torchrun's own).", ""]
+    n, rule = max_restarts_of(chosen)
+    shared = [r for r in results if r.max_restarts and not r.own_store]
+    env = ""
+    if chosen.own_store:
+        env = " ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + " "
+        rule += (f"; {env.strip()}: with the shared store the restarted job ended "
+                 + ", ".join(r.outcome for r in shared) + " where its own store brought it back")
+    return [f"For torchrun: {rule}; every rank stepped again {chosen.back_s:.2f} s after the pause began.", "",
+            "```sh", f"{env}torchrun --max-restarts {n} ...", "```", ""]
+
+
 # -- the recommendation -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -499,6 +593,7 @@ class Findings:
     detectors: tuple[DetectorCandidate, ...] = ()
     detector_evidence: dict[str, DetectorEvidence] = field(default_factory=dict)  # with the default's
     detector_interval_s: float = 0.0
+    restarts: list[RestartResult] = field(default_factory=list)  # a user's job under torchrun (job.tune.max_restarts)
 
     @property
     def chosen_detector(self) -> DetectorCandidate | None:
@@ -537,7 +632,8 @@ def recommendation_text(f: Findings) -> str:
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
-    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), *_detector_lines(f), "## Recommended", ""]
+    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), *_detector_lines(f),
+            *_restart_lines(f.restarts), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
@@ -552,7 +648,7 @@ def recommendation_text(f: Findings) -> str:
             "from datetime import timedelta", f"timeout = timedelta(seconds={c.timeout:g})",
             "dist.init_process_group(backend, timeout=timeout)  # or a group made for training after start-up",
             "```", "", "As a variant of the scenario:", "", "```yaml", "variants:",
-            f"  {c.name}: {json.dumps(variant)}", "```", ""])
+            f"  {c.name}: {json.dumps(variant)}", "```", "", *_restart_choice_lines(f.restarts)])
     jitter = wave_jitter(c, waves)
     if jitter != c.jitter:
         c = replace(c, jitter=jitter, rules=(*c.rules, f"jitter {jitter[0]:g}-{jitter[1]:g} s, the document's: "
@@ -612,6 +708,14 @@ def write_tradeoff(path: Path, f: Findings) -> None:
     plt.close(fig)
 
 
+def _max_restarts_json(results: list[RestartResult]) -> dict[str, Any] | None:
+    chosen = restart_choice(results)
+    if chosen is None:
+        return None
+    n, rule = max_restarts_of(chosen)
+    return {"max_restarts": n, "env": OWN_STORE_ENV if chosen.own_store else {}, "from": chosen.setting, "rule": rule}
+
+
 def tune_json(f: Findings) -> str:
     verdict = breaker_verdict(f.per_fault, f.chosen) if f.chosen else None
     return json.dumps({"fault_free": asdict(f.measured), "candidates": [asdict(c) for c in f.candidates],
@@ -624,5 +728,7 @@ def tune_json(f: Findings) -> str:
                        "detectors": [asdict(d) for d in f.detectors],
                        "detector_evidence": {k: asdict(v) for k, v in f.detector_evidence.items()},
                        "detector": None if f.chosen_detector is None else f.chosen_detector.name,
+                       "restarts": [asdict(r) for r in f.restarts],
+                       "max_restarts": _max_restarts_json(f.restarts),
                        "stopped_early": f.stopped_early}, indent=1, default=str)
 

@@ -71,14 +71,18 @@ class EnvKnob(BaseModel):
 
 
 class JobKnobs(BaseModel):
-    """Where `chaos tune` sets the job's settings (`job.tune:`): each knob either arguments
-    appended to the command with {seconds} in them ("--timeout {seconds}") or an environment
-    variable ({env: NAME}) that the job reads."""
+    """Where `chaos tune` sets the job's settings (`job.tune:`): the timeout either as arguments
+    appended to the command with {seconds} in them ("--timeout {seconds}") or as an environment
+    variable ({env: NAME}) that the job reads; torchrun's --max-restarts where the job runs
+    under torchrun (`max_restarts: torchrun`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout: str | EnvKnob = Field(description="the job's process-group timeout in seconds: \"--timeout "
                                                "{seconds}\" appended to the command, or {env: NAME}")
+    max_restarts: Literal["torchrun"] | None = Field(
+        default=None, description="torchrun: the job runs under torchrun, whose --max-restarts chaos tune "
+                                  "sets (the tune runs it under torchrun whatever job.launcher says)")
 
     @field_validator("timeout")
     @classmethod
@@ -94,6 +98,13 @@ class JobKnobs(BaseModel):
         if isinstance(self.timeout, EnvKnob):
             return {"env": {self.timeout.env: text}}
         return {"args": [arg.replace(SECONDS_FIELD, text) for arg in self.timeout.split()]}
+
+    def restarts_variant(self, seconds: float, max_restarts: int, env: dict[str, str]) -> dict[str, Any]:
+        """The `variants:` entry that runs the job under torchrun with this timeout, this
+        --max-restarts and `env` besides."""
+        timed = self.timeout_variant(seconds)
+        merged = {**timed.get("env", {}), **env}
+        return {**timed, **({"env": merged} if merged else {}), "launcher": "torchrun", "max_restarts": max_restarts}
 
 
 class JobSpec(BaseModel):

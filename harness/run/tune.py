@@ -31,6 +31,10 @@ makes one:
             and a kill): the chosen candidate, and (the built-in workload) it with a
             breaker, beside the document's values and PyTorch's default (a user's job: the
             document's 30 s and the job as written): detection, breaker, recovery, waste
+  restarts  (a user's job with job.tune.max_restarts: torchrun) the chosen timeout under
+            torchrun, one rank paused RESTART_EXTRA_S longer than it (every agent restarts
+            its workers): torchrun's default of no restarts (a reference), RESTART_EPISODES
+            restarts, and those on a store of the workers' own (OWN_STORE_ENV)
   detector  (the built-in workload) r < --repeat: the elastic policy with the chosen timeout,
             once per failure detector threshold (from the heartbeat gaps the control plane
             recorded while measuring), and in round 0 its default beside them: --control
@@ -74,11 +78,12 @@ from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
 from harness.job.policies import DetectorSpec, policy_spec
-from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, RIDE_OUT_S, Candidate,
-                          DetectorCandidate, DetectorEvidence, Evidence, FaultResult, Findings, Reference, Wave,
+from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, OWN_STORE_ENV,
+                          RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S, Candidate, DetectorCandidate,
+                          DetectorEvidence, Evidence, FaultResult, Findings, Reference, RestartResult, Wave,
                           candidates, control_trips, detector_candidates, elastic_policy, fault_free, halve,
-                          recommendation_text, rejoin_wave, select, step_interval_s, trial_events, transient_s,
-                          tune_json, write_tradeoff)
+                          recommendation_text, rejoin_wave, restarts_used, select, step_interval_s, trial_events,
+                          transient_s, tune_json, write_tradeoff)
 from runfolder.heartbeats import read_heartbeat_gaps
 from runfolder.layout import trial_dir
 
@@ -94,6 +99,7 @@ PROBE_STEPS = 8            # a user's job's probe: enough intervals for a median
 REFERENCES = {"document_30s": 30.0, "pytorch_default": 1800.0}  # name -> timeout (s); a user's job:
 AS_WRITTEN = "as_written"  # ... the document's 30 s through its knob, and the job as written beside it
 DOCUMENT_VALUES = "document"  # per fault: the document's runner (30 s, 3 retries from 2 s, a breaker)
+RESTART_WATCH_S = 45.0     # a restart of every agent: a rendezvous of all hosts, then the workers' start
 UNBOUNDED_S = 60.0         # a wait this long or longer is not watched to its end: hung >= the cap
 TRIED_KINDS = ("link_down", "blackhole", "pause", "kill")  # --faults: those that need only a rank and a time
 
@@ -290,6 +296,24 @@ class Stages:
         return self._cell(choice.stage, [entry], sides, seed,
                           hang_cap=max((w for w in waits if w < UNBOUNDED_S), default=min(waits)) + SILENT_MARGIN_S)
 
+    @property
+    def tunes_restarts(self) -> bool:
+        return self.job is not None and self.job.tune.max_restarts == "torchrun"
+
+    def restarts(self, c: Candidate) -> Cell:
+        """The chosen timeout under torchrun, one rank paused RESTART_EXTRA_S longer than it:
+        RESTART_EPISODES restarts on torch's shared store and on the workers' own, and (a
+        reference) torchrun's default of none."""
+        knobs, n = self.job.tune, RESTART_EPISODES
+        sides = {**({"restarts_0": knobs.restarts_variant(c.timeout, 0, {})} if self.options.references else {}),
+                 f"restarts_{n}": knobs.restarts_variant(c.timeout, n, {}),
+                 f"restarts_{n}_own_store": knobs.restarts_variant(c.timeout, n, OWN_STORE_ENV)}
+        pause = c.timeout + RESTART_EXTRA_S
+        fault = {"kind": "pause", "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s",
+                 "duration": f"{pause:g}s"}
+        return self._cell("restarts", [fault], sides, seed_for(self.base.seed, "tune-restarts", 0),
+                          hang_cap=pause + RESTART_WATCH_S)
+
     def detector(self, round_: int, c: Candidate, thresholds: tuple[DetectorCandidate, ...]) -> Cell:
         """The elastic policy with the chosen timeout, once per threshold (and in round 0
         its own default beside them): --control fault-free, then one rank stopped for good."""
@@ -415,13 +439,18 @@ class Tune:
             if (fault_dir := self.run(cell)) is None:
                 break
             per_fault += self._per_fault(fault_dir, cell, choice)
+        restarts: list[RestartResult] = []
+        if best and self.stages.tunes_restarts:
+            cell = self.stages.restarts(best)
+            if (restarts_dir := self.run(cell)) is not None:
+                restarts = self._restarts(restarts_dir, cell)
         thresholds = detector_candidates(gaps, self.stages.heartbeat_s) if gaps and gaps.gaps else ()
         detector_evidence = self._detectors(best, thresholds) if best and thresholds else {}
         findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
                             variant=self.stages.side(best.timeout) if best and job else None,
                             hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
                             detectors=thresholds, detector_evidence=detector_evidence,
-                            detector_interval_s=self.stages.heartbeat_s)
+                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts)
         text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(findings))
@@ -491,6 +520,20 @@ class Tune:
                                        str(row["outcome"]), int(row["detect_ranks"]),
                                        float(row["ttd_s"]), float(row["ttd_max_s"]), float(row["breaker_open_s"]),
                                        float(row["ttr_s"]), float(row["wasted_rank_s"]), cell.scenario.hang_cap))
+        return results
+
+    @staticmethod
+    def _restarts(run_dir: Path, cell: Cell) -> list[RestartResult]:
+        table, records = stage_read(run_dir)
+        results = []
+        for name in cell.policies:
+            events, row = records[name], table.loc[name]
+            job = cell.scenario.variants[name].applied_to(cell.scenario.job)
+            since = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+            own_store = all(job.env.get(k) == v for k, v in OWN_STORE_ENV.items())
+            results.append(RestartResult(name, job.max_restarts, own_store, str(row["outcome"]),
+                                         restarts_used(events, since), float(row["ttr_s"]),
+                                         float(row["wasted_rank_s"]), cell.scenario.hang_cap))
         return results
 
     def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
@@ -595,6 +638,10 @@ def dry_run_text(stages: Stages) -> str:
            + (", beside the document's " + ("30 s and the job as written" if stages.job else
                                             "values and PyTorch's default") if o.references else "")
            + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else []),
+        *([f"torchrun's restarts (job.tune.max_restarts): the chosen timeout under torchrun, one rank paused "
+           f"{RESTART_EXTRA_S:g} s longer than it, with --max-restarts {RESTART_EPISODES} on torch's shared store and "
+           "on the workers' own" + (", and torchrun's default (0) beside them" if o.references else "")]
+          if stages.tunes_restarts else []),
         *([] if stages.job else [
             f"{o.repeat} round(s) of the elastic policies' failure detector: thresholds of "
             f"{', '.join(f'{m:g}x' for m in rules.DETECTOR_MARGINS)} the longest fault-free heartbeat gap (recorded "
@@ -610,12 +657,14 @@ def dry_run_text(stages: Stages) -> str:
 
 def trial_count(stages: Stages) -> int:
     """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
-    the per-fault stages, the detector's rounds (the built-in workload)."""
+    the per-fault stages, torchrun's restarts (a job's knob), the detector's rounds (the
+    built-in workload)."""
     o, job = stages.options, stages.job is not None
     per_fault = (1 if job else 2) + (2 if o.references else 0)
+    restarts = 2 + int(o.references) if stages.tunes_restarts else 0
     detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
     return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
-            + len(stages.faults) * per_fault + detector)
+            + len(stages.faults) * per_fault + restarts + detector)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:

@@ -17,9 +17,10 @@ from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
 from harness.run.tune import FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
 from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings, Reference,
-                          Wave, breaker_verdict, candidates, choose_detector, control_trips, detector_candidates,
-                          fault_free, flap_warnings, halve, recommendation_text, rejoin_wave, select,
-                          step_interval_s, transient_s, tune_json, wave_jitter)
+                          RestartResult, Wave, breaker_verdict, candidates, choose_detector, control_trips,
+                          detector_candidates, fault_free, flap_warnings, halve, max_restarts_of, recommendation_text,
+                          rejoin_wave, restart_choice, restarts_used, select, step_interval_s, transient_s, tune_json,
+                          wave_jitter)
 from runfolder.heartbeats import HeartbeatGaps, bucket_of
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -285,7 +286,7 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 3
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 3 + 3  # restarts
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
@@ -403,3 +404,70 @@ def test_the_detector_stage_runs_each_threshold_as_an_elastic_policy_then_stops_
     assert stages.detector(1, c, d).policies == ("detector_0_2s", "detector_0_3s")  # the default once
     measure = stages.measure(0.25).scenario.policy(FAULT_FREE)  # the hearts beat; no silence judged
     assert measure.detector is not None and measure.detector.suspect_after >= 60
+
+
+# -- torchrun's restarts (a user's job with job.tune.max_restarts: torchrun) ---------------------
+
+def restart(setting: str, n: int, own: bool, outcome: str, used: int = 1, back: float = math.nan) -> RestartResult:
+    return RestartResult(setting, n, own, outcome, used, back, 120.0, 48.0)
+
+
+def test_the_restarts_stage_runs_the_chosen_timeout_under_torchrun_paused_past_it(tmp_path):
+    stages = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4), tmp_path)
+    assert stages.tunes_restarts
+    c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]  # 3 s
+    cell = stages.restarts(c)
+    assert cell.policies == ("restarts_0", "restarts_3", "restarts_3_own_store")
+    s = cell.scenario
+    jobs = {name: s.variants[name].applied_to(s.job) for name in cell.policies}
+    assert {(j.launcher, j.max_restarts, j.command[-2:]) for j in jobs.values()} == \
+        {("torchrun", 0, ("--timeout", "3")), ("torchrun", 3, ("--timeout", "3"))}
+    assert jobs["restarts_3_own_store"].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in jobs["restarts_3"].env
+    [pause] = s.faults
+    assert (pause.fault.kind, pause.target.rank, pause.duration) == ("pause", stages.target, 6.0)  # 3 s past 3 s
+    assert s.hang_cap == 6.0 + 45.0
+    no_refs = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
+                     tmp_path)
+    assert no_refs.restarts(c).policies == ("restarts_3", "restarts_3_own_store")
+    assert trial_count(stages) == trial_count(no_refs) + 1 + 2 + 2 * len(stages.faults)  # restarts_0; references
+    assert not Stages(options(), tmp_path).tunes_restarts  # the built-in workload: no torchrun
+
+
+def test_a_torchrun_knob_is_the_word_torchrun(tmp_path):
+    text = (REPO / "scenarios" / "byo_link_down.yaml").read_text().replace("max_restarts: torchrun", "max_restarts: 3")
+    (tmp_path / "job.yaml").write_text(text.replace("workdir: ../examples", f"workdir: {REPO / 'examples'}"))
+    with pytest.raises(Exception, match=r"job\.tune\.max_restarts.*'torchrun'"):
+        Stages(options(scenario_file=tmp_path / "job.yaml"), tmp_path / "stages")
+
+
+def test_max_restarts_is_an_episode_s_restarts_times_the_episodes_and_the_store_only_where_it_mattered():
+    shared, own = restart("restarts_3", 3, False, "recovered", back=21.0), restart("restarts_3_own_store", 3, True,
+                                                                                  "recovered", back=19.0)
+    none = restart("restarts_0", 0, False, "crashed")
+    assert restart_choice([none, shared, own]) == shared  # both came back: no environment to set
+    assert restart_choice([none]) is None and restart_choice([restart("restarts_3", 3, False, "hung")]) is None
+    n, rule = max_restarts_of(shared)
+    assert n == 3 and rule.startswith("--max-restarts 3: 3 fault episodes") and "(the trial ran" not in rule
+    twice = replace(own, used=2)
+    assert max_restarts_of(twice)[0] == 6 and max_restarts_of(twice)[1].endswith("(the trial ran --max-restarts 3)")
+    cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
+    stuck = replace(shared, outcome="hung", back_s=math.nan)
+    text = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, cands[1].name, [], 0.5,
+                                        variant={"args": ["--timeout", "3"]}, restarts=[none, stuck, own]))
+    assert "## torchrun's restarts" in text and "| restarts_3 | 3 | shared (default) | 1 | - | >= 120 (to the cap) " \
+        "| hung >= 48 s (cap) |" in text
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --max-restarts 3 ..." in text
+    assert "with the shared store the restarted job ended hung where its own store brought it back" in text
+    assert json.loads(tune_json(Findings(measured(), cands, {}, None, [], 0.5, restarts=[none, stuck, own])))[
+        "max_restarts"]["env"] == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    lost = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, cands[1].name, [], 0.5,
+                                        variant={"args": ["--timeout", "3"]}, restarts=[none, stuck]))
+    assert "no --max-restarts tried brought every rank back" in lost and "torchrun --max-restarts" not in lost
+
+
+def test_an_agent_s_restarts_are_its_rank_s_processes_begun_after_the_fault():
+    events = [{"kind": "rank_start", "rank": r, "t": 0.1} for r in range(4)] + [
+        {"kind": "fault_applied", "t": 2.0}, {"kind": "rank_start", "rank": 1, "t": 9.0},
+        {"kind": "rank_start", "rank": 1, "t": 15.0}, {"kind": "rank_start", "rank": 2, "t": 9.1}]
+    assert restarts_used(events, 2.0) == 2 and restarts_used(events[:4], 2.0) == 0

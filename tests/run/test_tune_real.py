@@ -131,10 +131,10 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
     assert done.returncode in (0, 1), done.stderr
     [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
     manifest = json.loads((folder / MANIFEST).read_text())
-    per_fault = ["byo_link_down-fault-kill"] if done.returncode == 0 else []
+    chosen_stages = ["byo_link_down-fault-kill", "byo_link_down-restarts"] if done.returncode == 0 else []
     assert [d["key"].split("/")[0] for d in manifest["done"]] == \
         ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0",
-         *per_fault]
+         *chosen_stages]
     assert "the job's step interval: 0.2" in done.stderr or "the job's step interval: 0.3" in done.stderr
     result = json.loads((folder / "tune.json").read_text())
     measured = result["fault_free"]
@@ -154,3 +154,14 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         [row] = result["per_fault"]
         assert (row["fault"], row["setting"]) == ("kill", chosen["name"]) and row["detect_ranks"] >= 1, row
         assert math.isnan(row["breaker_s"]) and result["breaker"] is None
+        # job.tune.max_restarts: torchrun: the chosen timeout under real torchrun agents, paused
+        # past it: every worker's collective timed out and an agent restarted its workers
+        restarts = {r["setting"]: r for r in result["restarts"]}
+        assert list(restarts) == ["restarts_3", "restarts_3_own_store"], restarts
+        assert all(r["used"] >= 1 for r in restarts.values()), restarts
+        recommended = result["max_restarts"]
+        if recommended is not None:
+            assert f"torchrun --max-restarts {recommended['max_restarts']} ..." in report
+            assert restarts[recommended["from"]]["outcome"] in ("recovered", "absorbed", "continued")
+        else:
+            assert "no --max-restarts tried brought every rank back" in report
