@@ -20,6 +20,10 @@ for a rank that was beating (a rank is suspect after `suspect_after`, 0.4 s by d
 digest that says more raises a false alarm; under the floor it says none), and whether the
 stand-ins kept their schedule (if they did not, the silences are theirs).
 
+`--gaps` runs each size's control plane a second time recording every rank's heartbeat
+gaps, as it does for `chaos tune`'s measurement (harness.job.gaps, written every 2 s into a
+scratch file), beside the one that does not: what the record costs the server.
+
 `--tree DIR` (repeatable) runs each size's control plane from another checkout too, e.g.
 the code before a change (`git worktree add /tmp/before HEAD~1`), beside this one's, with
 the same stand-ins; its digests are read with its own `parse_digest` (the format changes).
@@ -38,6 +42,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +51,7 @@ from typing import Any, Callable
 from harness.job.control import LISTENING, heartbeat_port
 from harness.job.detector import MAX_RANKS, TICK_S, floor_for, parse_digest
 from harness.job.policies import DetectorSpec
+from runfolder.heartbeats import HEARTBEAT_GAPS_FILE, read_heartbeat_gaps
 
 READERS = 8
 OnDigest = Callable[[int, bytes, float], None]  # (the reader's rank, the digest, when it came)
@@ -55,7 +61,8 @@ START_S = 60.0  # the control plane's start (it imports torch)
 SERVER = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
           "os.getppid() == int(sys.argv[2]) or sys.exit(0); "
           "from harness.job.control import main; "
-          "sys.exit(main({'port': int(sys.argv[1]), 'host': '127.0.0.1'}))")
+          "sys.exit(main({'port': int(sys.argv[1]), 'host': '127.0.0.1', "
+          "**({'gaps': sys.argv[3]} if len(sys.argv) > 3 else {})}))")
 
 
 @dataclass(frozen=True)
@@ -86,12 +93,13 @@ def free_port() -> int:
                 continue
 
 
-def start_server(port: int, tree: Path | None) -> tuple[subprocess.Popen, list[str]]:
-    """The control plane (this checkout's, or `tree`'s), listening; and what it said before
-    (that it runs at nice 0)."""
+def start_server(port: int, tree: Path | None, gaps: Path | None = None) -> tuple[subprocess.Popen, list[str]]:
+    """The control plane (this checkout's, or `tree`'s; recording heartbeat gaps into `gaps`
+    if given), listening; and what it said before (that it runs at nice 0)."""
     # -P: the installed harness (or PYTHONPATH's), never one in the working directory
     env = os.environ if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
-    server = subprocess.Popen([sys.executable, "-P", "-c", SERVER, str(port), str(os.getpid())],
+    server = subprocess.Popen([sys.executable, "-P", "-c", SERVER, str(port), str(os.getpid()),
+                               *([str(gaps)] if gaps else [])],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert server.stdout is not None
     said: list[str] = []
@@ -196,9 +204,10 @@ def digest_reader(tree: Path | None) -> Callable[[bytes, float], Any]:
     return module.parse_digest
 
 
-def measure(ranks: int, seconds: float, detector: DetectorSpec, tree: Path | None) -> Figures:
+def measure(ranks: int, seconds: float, detector: DetectorSpec, tree: Path | None, gaps: Path | None = None
+            ) -> Figures:
     port = free_port()
-    server, said = start_server(port, tree)
+    server, said = start_server(port, tree, gaps)
     parse = digest_reader(tree)
     for line in said:
         print(f"({ranks} ranks) {line}", file=sys.stderr)
@@ -276,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--seconds", type=float, default=10.0, help="measured per size (default 10)")
+    parser.add_argument("--gaps", action="store_true",
+                        help="also run this checkout's control plane recording heartbeat gaps (chaos tune's)")
     parser.add_argument("--tree", type=Path, action="append", default=[], metavar="DIR",
                         help="also run the control plane from this checkout (repeatable)")
     args = parser.parse_args(argv)
@@ -298,14 +309,25 @@ def main(argv: list[str] | None = None) -> int:
           "| longest silence a digest reported for a beating rank: p99 / max | false alarm at suspect_after "
           f"{defaults.suspect_after:g} s | heartbeats sent on time | heartbeats the server's socket dropped |")
     print("|---|---|---|---|---|---|---|---|---|")
-    trees: list[Path | None] = [None, *(t.resolve() for t in args.tree)]
-    for ranks in args.ranks:
-        for tree in trees:
-            try:
-                cells = row(measure(ranks, args.seconds, defaults, tree), defaults.suspect_after)
-            except (RuntimeError, OSError) as exc:
-                cells = f"failed: {exc} | | | | | | |"
-            print(f"| {ranks} | {tree or 'this checkout'} | {cells}", flush=True)
+    # (label, checkout, records gaps)
+    sides: list[tuple[str, Path | None, bool]] = [("this checkout", None, False),
+                                                  *([("this checkout, recording gaps", None, True)] if args.gaps else []),
+                                                  *((str(t.resolve()), t.resolve(), False) for t in args.tree)]
+    with tempfile.TemporaryDirectory(prefix="control-plane-gaps-") as scratch:
+        for ranks in args.ranks:
+            for label, tree, gaps in sides:
+                record = Path(scratch) / str(ranks) if gaps else None
+                try:
+                    if record is not None:
+                        record.mkdir()
+                    cells = row(measure(ranks, args.seconds, defaults, tree, record and record / HEARTBEAT_GAPS_FILE),
+                                defaults.suspect_after)
+                except (RuntimeError, OSError) as exc:
+                    cells = f"failed: {exc} | | | | | | |"
+                if record is not None:  # what it wrote by its last write (it is killed, as at a trial's end)
+                    recorded = read_heartbeat_gaps(record)
+                    label += f" ({recorded.gaps if recorded else 0:,} gaps on file)"
+                print(f"| {ranks} | {label} | {cells}", flush=True)
     return 0
 
 

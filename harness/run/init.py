@@ -82,7 +82,8 @@ expect:                           # what each variant must do; `chaos run` fails
 """
 
 TIMEOUT_VARIANT = "  timeout_5s: {args: [--timeout, \"5\"]}  # your script's own --timeout option\n"
-TUNE_LINE = '  tune: {timeout: "--timeout {seconds}"}  # where `chaos tune` sets its timeout\n'
+TUNE_LINE = ('  tune: {timeout: "--timeout {seconds}"}  # where `chaos tune` sets its timeout; under torchrun\n'
+             "  #   add max_restarts: torchrun, and it tries torchrun's --max-restarts too\n")
 NO_TUNE = ('  # tune: {timeout: "--timeout {seconds}"}  # where `chaos tune` sets its timeout: the option or\n'
            "  #   {env: NAME} your script reads it from\n")
 NO_TIMEOUT = ("  # timeout_5s: {args: [--timeout, \"5\"]}  # your script has no --timeout option: "

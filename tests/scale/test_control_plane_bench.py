@@ -31,13 +31,17 @@ def control_planes() -> list[str]:
 
 
 def test_it_prints_each_sizes_figures_from_digests_it_read():
-    """Each size, with this checkout's control plane and a tree's (here the same checkout,
-    its digests read by the tree's own reader)."""
-    done = control_plane_bench("--ranks", "4", "16", "--seconds", "1", "--tree", str(BENCH.parents[1]))
+    """Each size, with this checkout's control plane, it recording heartbeat gaps (--gaps),
+    and a tree's (here the same checkout, its digests read by the tree's own reader)."""
+    done = control_plane_bench("--ranks", "4", "16", "--seconds", "1", "--gaps", "--tree", str(BENCH.parents[1]))
     assert done.returncode == 0, done.stderr
     assert control_planes() == []
-    for ranks, tree in itertools.product((4, 16), ("this checkout", str(BENCH.parents[1]))):
-        [row] = [line for line in done.stdout.splitlines() if line.startswith(f"| {ranks} | {tree} |")]
+    recording = "this checkout, recording gaps"
+    for ranks, tree in itertools.product((4, 16), ("this checkout", recording, str(BENCH.parents[1]))):
+        [row] = [line for line in done.stdout.splitlines() if line.startswith(f"| {ranks} | {tree} ")]
+        if tree == recording:  # the gaps the server recorded: about one per heartbeat, on file by its last write
+            gaps = int(re.search(r"\(([\d,]+) gaps on file\)", row).group(1).replace(",", ""))
+            assert gaps >= ranks, row
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         assert re.fullmatch(r"\d+%", cells[1]), row
         # a digest: a 20-byte header and 21 bytes per rank it lists; beating ranks are not listed
