@@ -34,6 +34,7 @@ the stand-ins, so its figures are an upper bound on the time it needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import resource
@@ -313,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     sides: list[tuple[str, Path | None, bool]] = [("this checkout", None, False),
                                                   *([("this checkout, recording gaps", None, True)] if args.gaps else []),
                                                   *((str(t.resolve()), t.resolve(), False) for t in args.tree)]
-    with tempfile.TemporaryDirectory(prefix="control-plane-gaps-") as scratch:
+    # only with --gaps: a bench killed before its end leaves no folder it did not need
+    with tempfile.TemporaryDirectory(prefix="control-plane-gaps-") if args.gaps else contextlib.nullcontext() as scratch:
         for ranks in args.ranks:
             for label, tree, gaps in sides:
                 record = Path(scratch) / str(ranks) if gaps else None

@@ -5,6 +5,7 @@ import itertools
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,7 +67,12 @@ def test_bad_arguments_say_what_to_give(args, says):
     assert says in done.stderr and "Traceback" not in done.stderr
 
 
+def scratch_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("control-plane-gaps-*"))
+
+
 def test_its_control_plane_dies_with_it_even_when_it_is_killed():
+    before = scratch_folders()
     bench = subprocess.Popen([sys.executable, str(BENCH), "--ranks", "4", "--seconds", "30"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -85,3 +91,4 @@ def test_its_control_plane_dies_with_it_even_when_it_is_killed():
     while control_planes() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert control_planes() == []
+    assert scratch_folders() == before  # without --gaps it makes no folder a SIGKILL would leave
