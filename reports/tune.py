@@ -206,6 +206,11 @@ class Evidence:
         return statistics.median(known) if known else math.inf
 
 
+def fault_start(events: Iterable[dict[str, Any]]) -> float:
+    """When a trial's first fault was applied (inf: none was)."""
+    return next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+
+
 def control_trips(events: list[dict[str, Any]], until_t: float) -> tuple[int, float]:
     """Detecting events before `until_t` (the first fault) after warm-up, and the seconds watched."""
     warm = next((float(e["t"]) for e in events if e.get("kind") == "warmup_done"), None)
@@ -349,6 +354,14 @@ def _seconds_or(value: float, missing: str = "-") -> str:
     return f"{value:.2f} s" if math.isfinite(value) else missing
 
 
+def _wasted_and_outcome(outcome: str, wasted_rank_s: float, hang_cap_s: float) -> tuple[str, str]:
+    """A table's wasted rank-seconds and outcome cells: a hung trial's, to the cap."""
+    hung = outcome == "hung"
+    wasted = ("-" if not math.isfinite(wasted_rank_s) else
+              f">= {wasted_rank_s:.0f} (to the cap)" if hung else f"{wasted_rank_s:.0f}")
+    return wasted, f"hung >= {hang_cap_s:g} s (cap)" if hung else outcome
+
+
 def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
     if not results:
         return []
@@ -360,11 +373,8 @@ def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
            "| fault | setting | ranks that knew: first, last | breaker opened | every rank stepping again | "
            "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        hung = r.outcome == "hung"
         knew = (f"{r.first_s:.2f} s, {r.last_s:.2f} s ({r.detect_ranks} ranks)" if r.detect_ranks else "none")
-        wasted = ("-" if not math.isfinite(r.wasted_rank_s) else
-                  f">= {r.wasted_rank_s:.0f} (to the cap)" if hung else f"{r.wasted_rank_s:.0f}")
-        outcome = f"hung >= {r.hang_cap_s:g} s (cap)" if hung else r.outcome
+        wasted, outcome = _wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)
         out.append(f"| {r.fault} | {r.setting} | {knew} | {_seconds_or(r.breaker_s)} | {_seconds_or(r.back_s)} | "
                    f"{wasted} | {outcome} |")
     verdict = breaker_verdict(results, chosen) if chosen else None
@@ -534,11 +544,9 @@ def _restart_lines(results: list[RestartResult]) -> list[str]:
            "| setting | --max-restarts | store | restarts (most by one agent) | every rank stepping again | "
            "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        hung = r.outcome == "hung"
-        wasted = ("-" if not math.isfinite(r.wasted_rank_s) else
-                  f">= {r.wasted_rank_s:.0f} (to the cap)" if hung else f"{r.wasted_rank_s:.0f}")
+        wasted, outcome = _wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)
         out.append(f"| {r.setting} | {r.max_restarts} | {'own' if r.own_store else 'shared (default)'} | {r.used} | "
-                   f"{_seconds_or(r.back_s)} | {wasted} | {f'hung >= {r.hang_cap_s:g} s (cap)' if hung else r.outcome} |")
+                   f"{_seconds_or(r.back_s)} | {wasted} | {outcome} |")
     return out + [""]
 
 

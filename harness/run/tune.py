@@ -81,7 +81,7 @@ from harness.job.policies import DetectorSpec, policy_spec
 from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, OWN_STORE_ENV,
                           RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S, Candidate, DetectorCandidate,
                           DetectorEvidence, Evidence, FaultResult, Findings, Reference, RestartResult, Wave,
-                          candidates, control_trips, detector_candidates, elastic_policy, fault_free, halve,
+                          candidates, control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
                           recommendation_text, rejoin_wave, restarts_used, select, step_interval_s, trial_events,
                           transient_s, tune_json, write_tradeoff)
 from runfolder.heartbeats import read_heartbeat_gaps
@@ -469,7 +469,7 @@ class Tune:
         table, records = stage_read(run_dir)
         for name in cell.policies:
             events = records[name]
-            first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+            first = fault_start(events)
             trips, watched = control_trips(events, first)
             evidence[name].false_trips.append(trips)
             evidence[name].control_s.append(watched)
@@ -489,7 +489,7 @@ class Tune:
             table, records = stage_read(run_dir)
             for name in cell.policies:
                 events, row = records[name], table.loc[name]
-                first = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+                first = fault_start(events)
                 trips, watched = control_trips(events, first)
                 e = evidence.setdefault(name, DetectorEvidence(cell.scenario.policy(name).detector.suspect_after))
                 e.false_trips.append(trips)
@@ -529,7 +529,7 @@ class Tune:
         for name in cell.policies:
             events, row = records[name], table.loc[name]
             job = cell.scenario.variants[name].applied_to(cell.scenario.job)
-            since = next((float(e["t"]) for e in events if e.get("kind") == "fault_applied"), math.inf)
+            since = fault_start(events)
             own_store = all(job.env.get(k) == v for k, v in OWN_STORE_ENV.items())
             results.append(RestartResult(name, job.max_restarts, own_store, str(row["outcome"]),
                                          restarts_used(events, since), float(row["ttr_s"]),
