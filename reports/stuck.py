@@ -2,9 +2,10 @@
 
 Every dumped process is described by its main thread's innermost frames (py-spy lists
 them innermost first) and its role (a torchrun agent, a worker it started, a rank); the
-processes are grouped by role and where they wait (the innermost function and the first
-frame of the job's own code: not the standard library, not an installed package), and each
-group says its ranks:
+processes are grouped by role and where they wait (the collective, and the innermost frame
+of the job's own code: not the standard library, not an installed package, so that ranks
+caught at different lines of one wait are one group), and each group says its ranks and
+which of them py-spy caught elsewhere inside that wait:
 
     15 ranks in _wait (group.py:262) <- all_reduce (group.py:236); own code: train_step (workload.py:57)
     7 torchrun agents in rendezvous for 8 nodes (--nnodes): _delay (utils.py:181) <- ... (ranks 0-5,7); rank 6 gone: SIGKILL (the kill fault at +0.0 s)
@@ -219,14 +220,32 @@ def detect_summary(trial_dir: Path, events: Iterable[Mapping[str, Any]], ranks: 
     return " | ".join(parts)
 
 
+def _group_key(process: Process, ranks: int) -> tuple[Any, ...]:
+    """Processes that wait in the same collective from the same frame of their own code are
+    one group, wherever inside the library py-spy caught each (the wait's loop or its callee:
+    one wait); a process in no known wait is grouped by its innermost frames."""
+    names = " ".join(str(f.get("name")) for f in process.frames).lower()
+    wait = next((label for mark, label in WAITS if mark in names), None)
+    if process.error or not process.frames or wait is None:
+        return (process.role, where(process, ranks))
+    own = _own(process.frames) if process.role != "torchrun agent" else None
+    return (process.role, process.stopped, wait, _frame(own) if own is not None else None)
+
+
 def _groups_text(processes: list[Process], ranks: int) -> list[str]:
-    groups: dict[tuple[str, str], list[int]] = {}
+    groups: dict[tuple[Any, ...], list[Process]] = {}
     for process in processes:
-        groups.setdefault((process.role, where(process, ranks)), []).append(process.rank)
+        groups.setdefault(_group_key(process, ranks), []).append(process)
     parts = []
-    for (role, place), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        count = len(members)
+    for members in sorted(groups.values(), key=lambda ps: (-len(ps), ps[0].role, where(ps[0], ranks))):
+        places: dict[str, list[Process]] = {}
+        for process in members:
+            places.setdefault(where(process, ranks), []).append(process)
+        ordered = sorted(places.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        role, count = members[0].role, len(members)
         noun = {"rank": "rank", "torchrun agent": "torchrun agent", "worker": "worker",
                 "process": "process"}[role] + ("" if count == 1 else ("es" if role == "process" else "s"))
-        parts.append(f"{count} {noun} {place} (ranks {_ranks_text(members)})")
+        caught = "".join(f"; {_ranks_text([p.rank for p in ps])} caught at "
+                         + " <- ".join(_frame(f) for f in ps[0].frames[:INNERMOST]) for _, ps in ordered[1:])
+        parts.append(f"{count} {noun} {ordered[0][0]} (ranks {_ranks_text([p.rank for p in members])}{caught})")
     return parts

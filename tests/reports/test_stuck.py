@@ -49,6 +49,19 @@ def test_ranks_waiting_in_one_place_are_one_group_with_their_own_frame(tmp_path)
                        "(group.py:236); own code: Workload.train_step (workload.py:54) (ranks 0-4,6-15)")
 
 
+def test_a_rank_caught_elsewhere_in_the_same_wait_joins_its_group_and_another_call_site_does_not(tmp_path):
+    in_callee = IN_ALL_REDUCE[1:]  # py-spy read rank 7 between the wait's loop and its callee
+    in_eval = IN_ALL_REDUCE[:2] + [frame("Workload.evaluate", "/repo/harness/job/workload.py", 80)]
+    entries = [(r, 100 + r, None, "python -m harness.job.rank",
+                in_callee if r == 7 else in_eval if r == 9 else IN_ALL_REDUCE) for r in range(16)]
+    summary = stuck_summary(read_stacks(stacks(tmp_path, entries)), [], 16)
+    assert summary == ("15 ranks in all_reduce: GlooGroup._wait (group.py:262) <- GlooGroup.all_reduce "
+                       "(group.py:236); own code: Workload.train_step (workload.py:54) (ranks 0-8,10-15; 7 caught at "
+                       "GlooGroup.all_reduce (group.py:236) <- Workload.train_step (workload.py:54)); "
+                       "1 rank in all_reduce: GlooGroup._wait (group.py:262) <- GlooGroup.all_reduce (group.py:236); "
+                       "own code: Workload.evaluate (workload.py:80) (ranks 9)")
+
+
 def test_torchrun_agents_wait_in_rendezvous_for_their_nodes_and_the_killed_host_is_named(tmp_path):
     entries = [(r, 100 + r, None, "/venv/bin/python /venv/bin/torchrun --nnodes=8 ...", IN_RENDEZVOUS)
                for r in range(8) if r != 6]
