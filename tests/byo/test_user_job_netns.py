@@ -105,7 +105,9 @@ def test_a_killed_ranks_peer_reports_it_and_exits(tmp_path, leaves_nothing):
 
 def test_torchrun_agents_restart_workers_that_time_out_and_they_resume(tmp_path, leaves_nothing):
     # --init-timeout too: a worker restarted while the link is down must give up in its
-    # start-up, or it waits there PyTorch's 30 min and the trial is hung (seen once in CI)
+    # start-up, or it waits there PyTorch's 30 min and the trial is hung (seen once in CI).
+    # Each round's workers on a store of their own: on the rendezvous's shared store a
+    # restarted worker can read a stale round's address and the job crashes (docs/own-job.md)
     example = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
     out = tmp_path / "out"
     path = tmp_path / "torchrun.yaml"
@@ -115,6 +117,7 @@ job:
             --checkpoint, "{{trial_dir}}/c.pt", --checkpoint-every, "5"]
   launcher: torchrun
   max_restarts: 2
+  env: {{TORCH_DISABLE_SHARE_RDZV_TCP_STORE: "1"}}
 warmup_steps: 8
 faults:
   - {{kind: link_down, target: {{rank: 1}}, start: 1s, duration: 8s}}
@@ -132,11 +135,5 @@ settle_steps: 8
     events = events_of(out)
     assert any(e["kind"] == "job_output" and e["cause"] == "agent" for e in events)
     logs = "".join(p.read_text() for p in out.glob("*/trials/*/logs/r00*.log"))
-    if row["outcome"] == "crashed":
-        # torchrun's own failure, seen in CI on 2026-12-02 (and once before, not captured):
-        # after the heal every restarted worker of rank 1 was refused by rank 0 at the address
-        # it read from the store, until its agent ran out of restarts (docs/own-job.md)
-        assert "Connection refused" in logs and "ChildFailedError" in logs
-    else:
-        assert row["outcome"] == "recovered" and "resumed from" in logs
+    assert row["outcome"] == "recovered" and "resumed from" in logs, logs[-2000:]
     no_process_left(events)
