@@ -286,6 +286,7 @@ def _wave_lines(waves: list[Wave]) -> list[str]:
 # -- per fault ---------------------------------------------------------------------------------
 
 BREAKER_SUFFIX = "_breaker"
+TORCHRUN_SUFFIX = "_torchrun"   # a user's job: the chosen timeout under torchrun with the restarts chosen
 CAME_BACK = ("recovered", "absorbed", "continued")
 
 
@@ -333,9 +334,14 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
     for r in results:
         if r.setting != chosen or not r.heals or r.outcome in CAME_BACK:
             continue
-        back = [x.setting for x in results if x.fault == r.fault and x.outcome in CAME_BACK
-                and x.setting not in (chosen, chosen + BREAKER_SUFFIX)]
-        if back:
+        ours = (chosen, chosen + BREAKER_SUFFIX, chosen + TORCHRUN_SUFFIX)
+        back = [x.setting for x in results if x.fault == r.fault and x.outcome in CAME_BACK and x.setting not in ours]
+        restarted = next((x for x in results if x.fault == r.fault and x.setting == chosen + TORCHRUN_SUFFIX
+                          and x.outcome in CAME_BACK), None)
+        if restarted is not None:
+            out.append(f"Under {r.fault}, `{chosen}` ended {r.outcome}; under torchrun with the restarts recommended "
+                       f"below it came back: every rank stepping again {restarted.back_s:.2f} s after the fault began.")
+        elif back:
             out.append(f"Under {r.fault}, `{chosen}` ended {r.outcome} where {', '.join(back)} came back: a fault "
                        "that outlasts the timeout fails the collective, and only a retry brings the job back from "
                        "it. Retry failed steps in the job, or choose a timeout above the longest flap it must ride "
@@ -344,6 +350,8 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
 
 
 LEGEND = {BREAKER_SUFFIX: "`*_breaker`: the same settings with a breaker (policy isolation)",
+          TORCHRUN_SUFFIX: "`*_torchrun`: the same timeout under torchrun with the --max-restarts (and store) "
+                           "recommended below",
           "document": "`document`: the document's values (30 s, 3 retries from 2 s, a breaker)",
           "document_30s": "`document_30s`: the document's 30 s through the job's knob",
           "pytorch_default": "`pytorch_default`: PyTorch's gloo timeout (1800 s) and nothing else",
@@ -640,8 +648,8 @@ def recommendation_text(f: Findings) -> str:
         known = f"{r.detect_s:.2f} s" if not math.isnan(r.detect_s) else f"not within the trial (hung >= {r.hang_cap_s:g} s cap)"
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
-    out += ["", *_wave_lines(waves), *_fault_lines(f.per_fault, chosen), *_detector_lines(f),
-            *_restart_lines(f.restarts), "## Recommended", ""]
+    out += ["", *_wave_lines(waves), *_restart_lines(f.restarts), *_fault_lines(f.per_fault, chosen),
+            *_detector_lines(f), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]

@@ -81,8 +81,9 @@ from harness.job.policies import DetectorSpec, policy_spec
 from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, OWN_STORE_ENV,
                           RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S, Candidate, DetectorCandidate,
                           DetectorEvidence, Evidence, FaultResult, Findings, Reference, RestartResult, Wave,
-                          candidates, control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
-                          recommendation_text, rejoin_wave, restarts_used, select, step_interval_s, trial_events,
+                          TORCHRUN_SUFFIX, candidates, control_trips, detector_candidates, elastic_policy, fault_free,
+                          fault_start, halve, max_restarts_of, recommendation_text, rejoin_wave, restart_choice,
+                          restarts_used, select, step_interval_s, trial_events,
                           transient_s, tune_json, write_tradeoff)
 from runfolder.heartbeats import read_heartbeat_gaps
 from runfolder.layout import trial_dir
@@ -273,18 +274,25 @@ class Stages:
                           sides, seed_for(self.base.seed, "tune", round_), hang_cap=longest + SILENT_MARGIN_S)
 
 
-    def fault(self, choice: FaultChoice, c: Candidate) -> Cell:
+    def fault(self, choice: FaultChoice, c: Candidate, restarts: RestartResult | None = None) -> Cell:
         """The chosen candidate under one fault of --faults (the built-in workload: also with a
-        breaker), beside the document's values and PyTorch's default (a user's job: the
-        document's 30 s and the job as written). The hang cap lets every side whose waits are
-        bounded (below UNBOUNDED_S) reach its end; the others read hung >= the cap."""
+        breaker; a user's job: also under torchrun with the restarts `restarts` chose), beside
+        the document's values and PyTorch's default (a user's job: the document's 30 s and the
+        job as written). The hang cap lets every side whose waits are bounded (below
+        UNBOUNDED_S) reach its end; the others read hung >= the cap."""
         entry = {"kind": choice.kind, "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s",
                  **({"duration": f"{choice.duration:g}s"} if choice.heals else {})}
         seed = seed_for(self.base.seed, "tune-fault", 0)
         if self.job is not None:  # a job's variants: their timeouts are all that is known of their waits
-            sides = {c.name: self.candidate_side(c), **(self.references() if self.options.references else {})}
+            sides = {c.name: self.candidate_side(c)}
             waits = [c.timeout] + ([REFERENCES["document_30s"]] if self.options.references else [])
-            return self._cell(choice.stage, [entry], sides, seed, hang_cap=max(waits) + SILENT_MARGIN_S)
+            hang_cap = max(waits) + SILENT_MARGIN_S
+            if restarts is not None:  # its agents restart once the timeout (and a flap) has passed
+                sides[c.name + TORCHRUN_SUFFIX] = self.job.tune.restarts_variant(
+                    c.timeout, max_restarts_of(restarts)[0], OWN_STORE_ENV if restarts.own_store else {})
+                hang_cap = max(hang_cap, max(choice.duration or 0.0, c.timeout) + RESTART_WATCH_S)
+            sides.update(self.references() if self.options.references else {})
+            return self._cell(choice.stage, [entry], sides, seed, hang_cap=hang_cap)
         sides = {c.name: c.policy(), c.name + BREAKER_SUFFIX: c.policy(breaker=True)}
         if self.options.references:
             sides.update({DOCUMENT_VALUES: {"base": "isolation"},
@@ -433,17 +441,17 @@ class Tune:
             wave = self.stages.wave(best)
             if (wave_dir := self.run(wave)) is not None:
                 waves = self._waves(wave_dir, wave)
-        per_fault: list[FaultResult] = []
-        for choice in self.stages.faults if best else ():
-            cell = self.stages.fault(choice, best)
-            if (fault_dir := self.run(cell)) is None:
-                break
-            per_fault += self._per_fault(fault_dir, cell, choice)
         restarts: list[RestartResult] = []
         if best and self.stages.tunes_restarts:
             cell = self.stages.restarts(best)
             if (restarts_dir := self.run(cell)) is not None:
                 restarts = self._restarts(restarts_dir, cell)
+        per_fault: list[FaultResult] = []
+        for choice in self.stages.faults if best else ():
+            cell = self.stages.fault(choice, best, restart_choice(restarts))
+            if (fault_dir := self.run(cell)) is None:
+                break
+            per_fault += self._per_fault(fault_dir, cell, choice)
         thresholds = detector_candidates(gaps, self.stages.heartbeat_s) if gaps and gaps.gaps else ()
         detector_evidence = self._detectors(best, thresholds) if best and thresholds else {}
         findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
@@ -633,15 +641,16 @@ def dry_run_text(stages: Stages) -> str:
            if o.references else ""),
         *([] if stages.job else ["a retry wave: the chosen candidate with its jitter and with the document's, "
                                  "one rank frozen a little longer than its timeout"]),
-        *([f"per fault ({', '.join(f.label for f in stages.faults)}): the chosen candidate"
-           + ("" if stages.job else " without and with a breaker")
-           + (", beside the document's " + ("30 s and the job as written" if stages.job else
-                                            "values and PyTorch's default") if o.references else "")
-           + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else []),
         *([f"torchrun's restarts (job.tune.max_restarts): the chosen timeout under torchrun, one rank paused "
            f"{RESTART_EXTRA_S:g} s longer than it, with --max-restarts {RESTART_EPISODES} on torch's shared store and "
            "on the workers' own" + (", and torchrun's default (0) beside them" if o.references else "")]
           if stages.tunes_restarts else []),
+        *([f"per fault ({', '.join(f.label for f in stages.faults)}): the chosen candidate"
+           + (" without and with a breaker" if not stages.job else
+              ", and under torchrun with the restarts chosen" if stages.tunes_restarts else "")
+           + (", beside the document's " + ("30 s and the job as written" if stages.job else
+                                            "values and PyTorch's default") if o.references else "")
+           + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else []),
         *([] if stages.job else [
             f"{o.repeat} round(s) of the elastic policies' failure detector: thresholds of "
             f"{', '.join(f'{m:g}x' for m in rules.DETECTOR_MARGINS)} the longest fault-free heartbeat gap (recorded "
@@ -657,10 +666,10 @@ def dry_run_text(stages: Stages) -> str:
 
 def trial_count(stages: Stages) -> int:
     """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
-    the per-fault stages, torchrun's restarts (a job's knob), the detector's rounds (the
+    torchrun's restarts (a job's knob), the per-fault stages, the detector's rounds (the
     built-in workload)."""
     o, job = stages.options, stages.job is not None
-    per_fault = (1 if job else 2) + (2 if o.references else 0)
+    per_fault = (1 + int(stages.tunes_restarts) if job else 2) + (2 if o.references else 0)
     restarts = 2 + int(o.references) if stages.tunes_restarts else 0
     detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
     return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)

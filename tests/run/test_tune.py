@@ -286,7 +286,7 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 3 + 3  # restarts
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 4 + 3  # the restarts, per fault under torchrun too
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
@@ -464,6 +464,38 @@ def test_max_restarts_is_an_episode_s_restarts_times_the_episodes_and_the_store_
     lost = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, cands[1].name, [], 0.5,
                                         variant={"args": ["--timeout", "3"]}, restarts=[none, stuck]))
     assert "no --max-restarts tried brought every rank back" in lost and "torchrun --max-restarts" not in lost
+
+
+def test_a_job_s_fault_stage_runs_the_chosen_timeout_under_torchrun_with_the_restarts_chosen(tmp_path):
+    stages = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4), tmp_path)
+    c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]  # 3 s
+    own = restart("restarts_3_own_store", 3, True, "recovered", used=2, back=31.0)
+    cell = stages.fault(FaultChoice("link_down", 10.0), c, own)
+    assert cell.policies == ("tuned_3s", "tuned_3s_torchrun", "document_30s", "as_written")
+    s = cell.scenario
+    job = s.variants["tuned_3s_torchrun"].applied_to(s.job)
+    assert (job.launcher, job.max_restarts, job.command[-2:]) == ("torchrun", 6, ("--timeout", "3"))  # 2 x 3 episodes
+    assert job.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert s.hang_cap == 10.0 + 45.0  # the flap, then a restart of every agent
+    killed = stages.fault(FaultChoice("kill", None), c, replace(own, own_store=False, used=1))
+    job = killed.scenario.variants["tuned_3s_torchrun"].applied_to(killed.scenario.job)
+    assert job.max_restarts == 3 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in job.env
+    assert killed.scenario.hang_cap == 3.0 + 45.0
+    assert stages.fault(FaultChoice("kill", None), c).policies == ("tuned_3s", "document_30s", "as_written")
+    # the report: the flap the timeout alone did not come back from, which torchrun's restarts did
+    cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
+    flap = [FaultResult("link_down 10 s", True, "tuned_3s", "crashed", 3, 3.1, 3.2, math.nan, math.nan, 30.0, 55.0),
+            FaultResult("link_down 10 s", True, "tuned_3s_torchrun", "recovered", 3, 3.1, 3.2, math.nan, 38.5, 90.0,
+                        55.0),
+            FaultResult("link_down 10 s", True, "as_written", "absorbed", 0, math.nan, math.nan, math.nan, math.nan,
+                        40.0, 55.0)]
+    text = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s", [], 0.5,
+                                        variant={"args": ["--timeout", "3"]}, per_fault=flap, restarts=[own]))
+    assert "`*_torchrun`: the same timeout under torchrun" in text
+    assert text.index("## torchrun's restarts") < text.index("## What the settings do, per fault")
+    assert ("Under link_down 10 s, `tuned_3s` ended crashed; under torchrun with the restarts recommended below it "
+            "came back: every rank stepping again 38.50 s after the fault began.") in text
+    assert "where as_written came back" not in text
 
 
 def test_an_agent_s_restarts_are_its_rank_s_processes_begun_after_the_fault():

@@ -131,7 +131,7 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
     assert done.returncode in (0, 1), done.stderr
     [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
     manifest = json.loads((folder / MANIFEST).read_text())
-    chosen_stages = ["byo_link_down-fault-kill", "byo_link_down-restarts"] if done.returncode == 0 else []
+    chosen_stages = ["byo_link_down-restarts", "byo_link_down-fault-kill"] if done.returncode == 0 else []
     assert [d["key"].split("/")[0] for d in manifest["done"]] == \
         ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0",
          *chosen_stages]
@@ -151,8 +151,9 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         assert f"For your job: --timeout {chosen['timeout']:g} on its command line (job.tune.timeout)" in report
         assert "policies:" not in report
         # the job under a kill: its own code, no breaker of ours; the peer knew from its socket
-        [row] = result["per_fault"]
-        assert (row["fault"], row["setting"]) == ("kill", chosen["name"]) and row["detect_ranks"] >= 1, row
+        rows = {r["setting"]: r for r in result["per_fault"]}
+        row = rows[chosen["name"]]
+        assert row["fault"] == "kill" and row["detect_ranks"] >= 1, row
         assert math.isnan(row["breaker_s"]) and result["breaker"] is None
         # job.tune.max_restarts: torchrun: the chosen timeout under real torchrun agents, paused
         # past it: every worker's collective timed out and an agent restarted its workers
@@ -163,5 +164,11 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         if recommended is not None:
             assert f"torchrun --max-restarts {recommended['max_restarts']} ..." in report
             assert restarts[recommended["from"]]["outcome"] in ("recovered", "absorbed", "continued")
+            # and what they do under the kill, beside the timeout alone
+            under = yaml.safe_load((folder / "scenarios" / "fault-kill.yaml").read_text())["variants"]
+            torchrun = under[chosen["name"] + "_torchrun"]
+            assert (torchrun["launcher"], torchrun["max_restarts"]) == ("torchrun", recommended["max_restarts"])
+            assert set(rows) == {chosen["name"], chosen["name"] + "_torchrun"}, rows
         else:
             assert "no --max-restarts tried brought every rank back" in report
+            assert set(rows) == {chosen["name"]}, rows
