@@ -56,7 +56,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from runfolder.events import DETECTION_KINDS, EVENTS_FILE, GROUP_READY, RETRY, STEP, read_events
 from runfolder.heartbeats import HeartbeatGaps
@@ -306,6 +306,7 @@ class FaultResult:
     back_s: float       # every survivor stepping again (TTR)
     wasted_rank_s: float
     hang_cap_s: float
+    stuck_in: str = ""  # a hung trial: where each process was at the cap (reports.stuck)
 
 
 def breaker_verdict(results: Iterable[FaultResult], chosen: str) -> tuple[bool, str] | None:
@@ -358,6 +359,15 @@ LEGEND = {BREAKER_SUFFIX: "`*_breaker`: the same settings with a breaker (policy
           "as_written": "`as_written`: the job as its command is written"}
 
 
+def _stuck_lines(rows: Iterable[FaultResult | RestartResult], label: Callable[[Any], str]) -> list[str]:
+    """Where each hung trial's processes were at its cap, read from outside (py-spy)."""
+    hung = [r for r in rows if r.outcome == "hung" and r.stuck_in]
+    if not hung:
+        return []
+    return (["Where the hung trials were at the cap (py-spy, from outside):", ""]
+            + [f"- {label(r)}: stuck in: {r.stuck_in}" for r in hung] + [""])
+
+
 def _seconds_or(value: float, missing: str = "-") -> str:
     return f"{value:.2f} s" if math.isfinite(value) else missing
 
@@ -388,7 +398,8 @@ def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
     verdict = breaker_verdict(results, chosen) if chosen else None
     warnings = flap_warnings(results, chosen) if chosen else []
     said = ([f"{verdict[1][0].upper()}{verdict[1][1:]}."] if verdict else []) + warnings
-    return out + [""] + [line for text in said for line in (text, "")]
+    return (out + [""] + _stuck_lines(results, lambda r: f"{r.fault}, `{r.setting}`")
+            + [line for text in said for line in (text, "")])
 
 
 # -- the failure detector -------------------------------------------------------------------
@@ -514,6 +525,7 @@ class RestartResult:
     back_s: float             # every rank stepping again (TTR)
     wasted_rank_s: float
     hang_cap_s: float
+    stuck_in: str = ""        # a hung trial: where each process was at the cap (reports.stuck)
 
 
 def restarts_used(events: Iterable[dict[str, Any]], since: float) -> int:
@@ -555,7 +567,7 @@ def _restart_lines(results: list[RestartResult]) -> list[str]:
         wasted, outcome = _wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)
         out.append(f"| {r.setting} | {r.max_restarts} | {'own' if r.own_store else 'shared (default)'} | {r.used} | "
                    f"{_seconds_or(r.back_s)} | {wasted} | {outcome} |")
-    return out + [""]
+    return out + [""] + _stuck_lines(results, lambda r: f"`{r.setting}`")
 
 
 def _restart_choice_lines(results: list[RestartResult]) -> list[str]:

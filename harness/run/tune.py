@@ -527,7 +527,8 @@ class Tune:
             results.append(FaultResult(choice.label, choice.heals, name,
                                        str(row["outcome"]), int(row["detect_ranks"]),
                                        float(row["ttd_s"]), float(row["ttd_max_s"]), float(row["breaker_open_s"]),
-                                       float(row["ttr_s"]), float(row["wasted_rank_s"]), cell.scenario.hang_cap))
+                                       float(row["ttr_s"]), float(row["wasted_rank_s"]), cell.scenario.hang_cap,
+                                       str(row["stuck_in"] or "")))
         return results
 
     @staticmethod
@@ -541,7 +542,8 @@ class Tune:
             own_store = all(job.env.get(k) == v for k, v in OWN_STORE_ENV.items())
             results.append(RestartResult(name, job.max_restarts, own_store, str(row["outcome"]),
                                          restarts_used(events, since), float(row["ttr_s"]),
-                                         float(row["wasted_rank_s"]), cell.scenario.hang_cap))
+                                         float(row["wasted_rank_s"]), cell.scenario.hang_cap,
+                                         str(row["stuck_in"] or "")))
         return results
 
     def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:

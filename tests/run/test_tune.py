@@ -489,8 +489,20 @@ def test_a_job_s_fault_stage_runs_the_chosen_timeout_under_torchrun_with_the_res
                         55.0),
             FaultResult("link_down 10 s", True, "as_written", "absorbed", 0, math.nan, math.nan, math.nan, math.nan,
                         40.0, 55.0)]
+    killed = [FaultResult("kill", False, "tuned_3s_torchrun", "hung", 10, 0.1, 2.4, math.nan, math.nan, 764.0, 48.0,
+                          "15 torchrun agents in rendezvous for 16 nodes (--nnodes): _delay (utils.py:181)"),
+              FaultResult("kill", False, "tuned_3s", "crashed", 15, 0.1, 0.5, math.nan, math.nan, 0.0, 48.0)]
+    stuck = replace(own, setting="restarts_3", own_store=False, outcome="hung", back_s=math.nan,
+                    stuck_in="1 worker in init_process_group: ...")
     text = recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s", [], 0.5,
-                                        variant={"args": ["--timeout", "3"]}, per_fault=flap, restarts=[own]))
+                                        variant={"args": ["--timeout", "3"]}, per_fault=flap + killed,
+                                        restarts=[stuck, own]))
+    # where the hung trials were at the cap, under the table each is in
+    assert ("- kill, `tuned_3s_torchrun`: stuck in: 15 torchrun agents in rendezvous for 16 nodes (--nnodes): "
+            "_delay (utils.py:181)") in text
+    assert "- `restarts_3`: stuck in: 1 worker in init_process_group: ..." in text
+    assert text.index("- `restarts_3`") < text.index("## What the settings do") < text.index("- kill, `tuned_3s_t")
+    assert text.count("stuck in:") == 2  # not the trials that ended
     assert "`*_torchrun`: the same timeout under torchrun" in text
     assert text.index("## torchrun's restarts") < text.index("## What the settings do, per fault")
     assert ("Under link_down 10 s, `tuned_3s` ended crashed; under torchrun with the restarts recommended below it "
