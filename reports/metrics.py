@@ -46,6 +46,10 @@ Definitions (the one definition of each; every report repeats them):
   restarts            rank processes that began (rank_start) at or after fault start: a
                       torchrun agent's or a retry wrapper's new worker; NaN (not observed)
                       for a user's job whose processes never ran the step hook.
+  final world         the world of the last group formed after fault start (group_ready);
+                      a user's job has none: the WORLD_SIZE of the last process begun after
+                      it over its processes per host (rank_start: torchrun's restart into
+                      fewer hosts, --nnodes MIN:MAX).
   user's job          (trial plan `job`) also detects by a rank's departure after fault
                       start that no kill fault explains (cause "exit"), and by classified
                       error lines of its output (job_output).
@@ -404,10 +408,13 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
     return resumed
 
 
-def _final_world(events: pd.DataFrame, start: float) -> int | None:
-    groups = _of_kind(events, GROUP_READY)
-    groups = groups[groups["t"] >= start]
-    return int(groups.iloc[-1]["world"]) if len(groups) and "world" in groups else None
+def _final_world(events: pd.DataFrame, start: float, per_host: int = 1) -> int | None:
+    """In ranks (hosts): a user's job's WORLD_SIZE counts each host's `per_host` processes."""
+    formed, per_group = _of_kind(events, GROUP_READY), 1
+    if not len(formed):  # a user's job
+        formed, per_group = _of_kind(events, RANK_START), per_host
+    formed = formed[formed["t"] >= start]
+    return int(formed.iloc[-1]["world"]) // per_group if len(formed) and "world" in formed else None
 
 
 def _final_members(events: pd.DataFrame, start: float, end: float) -> tuple[int, ...] | None:
@@ -465,7 +472,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
             detections, cause = _with_exits(detections, cause, gone, fault)
         survivors = tuple(r for r in ranks if r not in gone)
         resumed = _resumed(events, survivors, fault, detections, steps, end)
-        world = _final_world(events, fault.start)
+        world = _final_world(events, fault.start, int((trial.plan.job or {}).get("nproc_per_host") or 1))
         members = _final_members(events, fault.start, end)
         left_out = () if members is None else tuple(r for r in survivors if r not in members)
         breakers = _of_kind(events, BREAKER_OPEN)

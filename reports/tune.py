@@ -350,6 +350,16 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
     return out
 
 
+def dead_host_notes(results: Iterable[FaultResult], chosen: str) -> list[str]:
+    """Each fault for good under which the chosen timeout's torchrun side hung: torchrun's
+    restarts wait for a host that is gone at a fixed --nnodes."""
+    return [f"Under {r.fault}, torchrun's restarts did not bring the job back: a host gone for good leaves every "
+            "other agent waiting in its next rendezvous for it (--nnodes fixed). `job.min_hosts` (torchrun's "
+            "--nnodes MIN:MAX) lets the others go on without it (scenarios/byo_torchrun_elastic.yaml); the tune "
+            "does not try it." for r in results
+            if r.setting == chosen + TORCHRUN_SUFFIX and not r.heals and r.outcome == "hung"]
+
+
 LEGEND = {BREAKER_SUFFIX: "`*_breaker`: the same settings with a breaker (policy isolation)",
           TORCHRUN_SUFFIX: "`*_torchrun`: the same timeout under torchrun with the --max-restarts (and store) "
                            "recommended below",
@@ -396,7 +406,7 @@ def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
         out.append(f"| {r.fault} | {r.setting} | {knew} | {_seconds_or(r.breaker_s)} | {_seconds_or(r.back_s)} | "
                    f"{wasted} | {outcome} |")
     verdict = breaker_verdict(results, chosen) if chosen else None
-    warnings = flap_warnings(results, chosen) if chosen else []
+    warnings = (flap_warnings(results, chosen) + dead_host_notes(results, chosen)) if chosen else []
     said = ([f"{verdict[1][0].upper()}{verdict[1][1:]}."] if verdict else []) + warnings
     return (out + [""] + _stuck_lines(results, lambda r: f"{r.fault}, `{r.setting}`")
             + [line for text in said for line in (text, "")])

@@ -118,6 +118,9 @@ class JobSpec(BaseModel):
     launcher: Literal["direct", "torchrun"] = "direct"
     nproc_per_host: Annotated[int, Field(ge=1)] = 1
     max_restarts: Annotated[int, Field(ge=0)] = 0
+    min_hosts: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="torchrun's --nnodes MIN:MAX: after a restart the job goes on with as few "
+                                  "as this many hosts (default: every host, --nnodes fixed)")
     start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
     step_pattern: str | None = Field(
         default=None, description="a regular expression; each output line it matches counts as a step")
@@ -136,6 +139,9 @@ class JobSpec(BaseModel):
         if self.max_restarts and self.launcher == "direct":
             raise ValueError("max_restarts: the direct launcher starts each rank once; restarts are "
                              "torchrun's: set launcher: torchrun, or max_restarts: 0")
+        if self.min_hosts is not None and self.launcher == "direct":
+            raise ValueError(f"min_hosts: {self.min_hosts} is torchrun's --nnodes MIN:MAX; the direct launcher "
+                             "starts a fixed set of ranks: set launcher: torchrun, or drop min_hosts")
         if self.nproc_per_host > 1 and self.launcher == "direct":
             raise ValueError(f"nproc_per_host: {self.nproc_per_host} needs launcher: torchrun (its "
                              "--nproc-per-node); the direct launcher starts one process per host: "
@@ -166,6 +172,7 @@ class JobVariant(BaseModel):
     args: tuple[str, ...] = ()        # appended to the job's command
     launcher: Literal["direct", "torchrun"] | None = None
     max_restarts: Annotated[int, Field(ge=0)] | None = None
+    min_hosts: Annotated[int, Field(ge=1)] | None = None
     start: Literal["preloaded", "exec"] | None = None  # e.g. one side exec'd, to compare with
 
     def applied_to(self, job: JobSpec) -> JobSpec:
@@ -176,6 +183,8 @@ class JobVariant(BaseModel):
             changes["launcher"] = self.launcher
         if self.max_restarts is not None:
             changes["max_restarts"] = self.max_restarts
+        if self.min_hosts is not None:
+            changes["min_hosts"] = self.min_hosts
         return JobSpec.model_validate({**job.model_dump(), **changes})
 
 
@@ -232,7 +241,8 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
     if job.launcher == "direct":
         return list(job.command)
     workers = stub_command(job.command) if job.start == "preloaded" else list(job.command)
-    return ["torchrun", f"--nnodes={world}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
+    nnodes = f"{job.min_hosts}:{world}" if job.min_hosts is not None else f"{world}"
+    return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
             f"--local-addr={local_addr or topology.host_address(rank)}",
             f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",

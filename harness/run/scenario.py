@@ -323,11 +323,15 @@ class Scenario(Frozen):
                 raise ValueError(f"faults.{i}.kind: 'gpu_hang' is queued by the harness's rank code, and "
                                  "a user's job (job:) has none; use kind: pause for a silent stall, "
                                  "or run the harness's runner (policies: instead of job:)")
-        for name, variant in self.variants.items():
+        for name, variant in {"": None, **self.variants}.items():
             try:
-                variant.applied_to(self.job)  # type: ignore[arg-type]
+                job = variant.applied_to(self.job) if variant else self.job  # type: ignore[arg-type]
             except ValidationError as exc:
                 raise ValueError(f"variants.{name}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            if job is not None and job.min_hosts is not None and job.min_hosts > world:
+                raise ValueError(f"{f'variants.{name}' if name else 'job'}.min_hosts: {job.min_hosts} is more than the "
+                                 f"cluster's {world} hosts (torchrun's --nnodes {job.min_hosts}:{world}); give at "
+                                 f"most {world}, e.g. {max(world - 1, 1)} to go on without one host")
         for name in self.expect:
             if name not in self.trial_names():
                 raise ValueError(f"expect.{name}: no such {'variant' if self.job else 'policy'} "

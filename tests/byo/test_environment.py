@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from chaos import topology
 from harness.cluster.userjob import (HOOK_DIR, JOB_MASTER_PORT, REPO_ROOT, JobSpec, JobVariant, launch_command,
@@ -98,6 +99,14 @@ def test_torchrun_launcher_runs_one_agent_per_host_in_a_c10d_rendezvous_on_the_s
                     "--no-python", *workers]
     # the agent's workers find their host's worker server (harness.cluster.workers) by name
     assert (SERVER_ENV in env_of(5, job)) == (start == "preloaded")
+
+
+def test_min_hosts_makes_torchrun_s_nnodes_a_range_and_needs_torchrun():
+    job = JobSpec(command=("python", "train.py"), launcher="torchrun")
+    assert "--nnodes=7:8" in rank_command(JobVariant(min_hosts=7).applied_to(job), 5, 8, "r", "10.77.0.1:29400")
+    assert "--nnodes=8" in rank_command(job, 5, 8, "r", "10.77.0.1:29400")
+    with pytest.raises(ValidationError, match="min_hosts: 7 is torchrun's --nnodes MIN:MAX.*set launcher: torchrun"):
+        JobSpec(command=("python", "train.py"), min_hosts=7)
 
 
 def test_direct_launcher_runs_the_command_itself():

@@ -55,6 +55,10 @@ def test_a_job_without_variants_is_one_trial(tmp_path):
     ("job: {command: [python]}\nvariants: {a: {max_restarts: 2}}\n",
      "variants.a: max_restarts: the direct launcher starts each rank once"),
     ("job: {command: [python]}\nvariants: {a: {argz: [x]}}\n", "variants.a.argz: unknown field"),
+    ("job: {command: [python], launcher: torchrun, min_hosts: 3}\n",
+     "job.min_hosts: 3 is more than the cluster's 2 hosts .torchrun's --nnodes 3:2.; give at most 2, e.g. 1"),
+    ("job: {command: [python], launcher: torchrun}\nvariants: {a: {min_hosts: 4}}\n",
+     "variants.a.min_hosts: 4 is more than the cluster's 2 hosts"),
 ])
 def test_job_errors_name_the_field(tmp_path, body, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")) as err:

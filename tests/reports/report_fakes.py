@@ -269,6 +269,25 @@ def restarted() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
+def elastic_hosts(per_host: int = 1) -> tuple[Events, TrialInfo]:
+    """A user's job under torchrun with --nnodes 3:4 (no group_ready: its processes report
+    their WORLD_SIZE when they begin): host 3 killed at 10 s; the other hosts' new workers
+    begin at 40 s in a world of 3 hosts and step from 45 s."""
+    h = History(policy="torchrun")
+    h.plan = dataclasses.replace(h.plan, job={"command": ["python", "train.py"], "launcher": "torchrun",
+                                              "min_hosts": 3, "nproc_per_host": per_host})
+    h.events = [e for e in h.events if e["kind"] != "group_ready"]
+    h.steps(0.0, FAULT_AT)
+    h.fault(kind="kill", targets=(3,))
+    h.harness(10.02, "rank_exited", rank=3, pid=103, exitcode=None, signal=9)
+    h.each([0, 1, 2], 10.3, "suspect", peer=None, via="agent", cause="agent", silent_s=None, gen=0, waited_s=None)
+    for r in range(3):
+        h.rank(r, 40.0, "rank_start", pid=200 + r, policy="torchrun", world=3 * per_host)
+    h.steps(45.0, 50.0, ranks=[0, 1, 2], gen=1)
+    h.end(50.0, survivors=[0, 1, 2])
+    return h.done()
+
+
 def retries_exhausted() -> tuple[Events, TrialInfo]:
     h = History(policy="retry")
     h.steps(0.0, FAULT_AT)

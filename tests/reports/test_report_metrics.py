@@ -91,6 +91,14 @@ def test_an_elastic_job_going_on_without_a_rank_frozen_for_good_continued():
     assert row["ttr_s"] == pytest.approx(0.802) and row["detect_ranks"] == 3
 
 
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_a_user_job_restarted_into_fewer_hosts_continued_in_the_world_its_processes_began_in(per_host):
+    row = metrics_of(fakes.elastic_hosts(per_host))  # torchrun --nnodes 3:4, host 3 killed
+    assert row["outcome"] == "continued", row["outcome_reason"]
+    assert row["final_world"] == 3 and row["departed"] == 1  # hosts, whatever the processes per host
+    assert row["ttr_s"] == pytest.approx(35.002)  # the last survivor's first step of its new worker
+
+
 def test_a_rank_let_back_in_makes_the_trial_recovered_with_its_rejoin_time():
     row = metrics_of(fakes.rejoined())  # link down on r3 10-20 s, let back in at 20.4 s
     assert row["final_world"] == 4 and row["departed"] == 0

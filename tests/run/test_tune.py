@@ -503,6 +503,8 @@ def test_a_job_s_fault_stage_runs_the_chosen_timeout_under_torchrun_with_the_res
     assert "- `restarts_3`: stuck in: 1 worker in init_process_group: ..." in text
     assert text.index("- `restarts_3`") < text.index("## What the settings do") < text.index("- kill, `tuned_3s_t")
     assert text.count("stuck in:") == 2  # not the trials that ended
+    assert "Under kill, torchrun's restarts did not bring the job back: a host gone for good" in text
+    assert "`job.min_hosts`" in text and text.count("torchrun's restarts did not bring") == 1  # not the flap
     assert "`*_torchrun`: the same timeout under torchrun" in text
     assert text.index("## torchrun's restarts") < text.index("## What the settings do, per fault")
     assert ("Under link_down 10 s, `tuned_3s` ended crashed; under torchrun with the restarts recommended below it "
