@@ -119,6 +119,8 @@ def _policy_text(plan: TrialPlan) -> str:
         job = plan.job
         return (f"{shlex.join(job['command'])} in {job['workdir']}, launcher {job['launcher']}, "
                 f"max_restarts {job['max_restarts']}"
+                + (f", min_hosts {job['min_hosts']} (--nnodes {job['min_hosts']}:{plan.ranks})"
+                   if job.get("min_hosts") is not None else "")
                 + (f", {job['nproc_per_host']} processes per host" if job["nproc_per_host"] > 1 else "")
                 + (f", env {' '.join(f'{k}={v}' for k, v in job['env'].items())}" if job["env"] else ""))
     spec = plan.policy_spec

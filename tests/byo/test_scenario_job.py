@@ -73,3 +73,5 @@ def test_shipped_byo_scenarios_plan(path):
     assert done.returncode == 0, done.stderr
     assert "variants of your job, in this order:" in done.stdout
     assert "train_ddp.py" in done.stdout
+    if path.name == "byo_torchrun_elastic.yaml":  # the elastic torchrun it runs, in the plan
+        assert done.stdout.count("min_hosts 7 (--nnodes 7:8)") == 2, done.stdout
