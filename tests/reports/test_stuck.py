@@ -76,6 +76,15 @@ def test_torchrun_agents_wait_in_rendezvous_for_their_nodes_and_the_killed_host_
     assert "own code" not in summary and "rank 0 gone" not in summary  # stopped by the harness after the capture
 
 
+def test_ranks_gone_alike_are_one_clause_and_an_exit_code_is_a_number():
+    from reports.stuck import gone_text
+    events = [{"t": 10.0, "kind": "fault_applied", "fault_kind": "pause", "targets": [5]}]
+    events += [{"t": 20.0 + r / 100, "kind": "rank_exited", "rank": r, "signal": float("nan"), "exitcode": 1.0,
+                "stopped": float("nan")} for r in (3, 1, 5, 2, 7, 6)]  # as a DataFrame gives them back
+    assert gone_text(events, 8, t0=10.0) == ["ranks 1-3,6,7 gone: exit 1", "rank 5 gone: exit 1 (the pause fault at "
+                                             "+0.0 s)"]
+
+
 def test_workers_under_agents_and_processes_not_dumped_are_listed(tmp_path):
     entries = [(0, 100, None, "torchrun --nnodes=2", IN_RENDEZVOUS), (0, 101, 100, "python train_ddp.py", IN_DDP),
                (1, 200, None, "torchrun --nnodes=2", IN_RENDEZVOUS), (1, 201, 200, "python train_ddp.py", None)]
