@@ -98,14 +98,19 @@ def where(process: Process, ranks: int) -> str:
     return _place(process, ranks)
 
 
+def _wait_of(process: Process) -> str | None:
+    """The collective (or rendezvous) any of the process's frames is in, by name; None: none known."""
+    names = " ".join(str(f.get("name")) for f in process.frames).lower()
+    return next((label for mark, label in WAITS if mark in names), None)
+
+
 def _place(process: Process, ranks: int) -> str:
     if process.error:
         return f"not dumped: {process.error}"
     if not process.frames:
         return "no Python frames"
     inner = " <- ".join(_frame(f) for f in process.frames[:INNERMOST])
-    names = " ".join(str(f.get("name")) for f in process.frames).lower()
-    wait = next((label for mark, label in WAITS if mark in names), None)
+    wait = _wait_of(process)
     if process.role == "torchrun agent":  # its own code is torchrun's
         nodes = f" for {ranks} nodes (--nnodes)" if wait == "rendezvous" else ""
         return f"in {wait}{nodes}: {inner}" if wait else f"in {inner}"
@@ -125,7 +130,7 @@ def _ranks_text(ranks: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}" for a, b in spans)
 
 
-def gone_text(events: Iterable[Mapping[str, Any]], ranks: int, t0: float) -> list[str]:
+def gone_text(events: Iterable[Mapping[str, Any]], t0: float) -> list[str]:
     """Ranks whose process ended before the capture, with what ended it (the fault's time
     after t0: the first fault's start), those ended alike in one clause."""
     events = list(events)
@@ -203,7 +208,7 @@ def stuck_summary(processes: list[Process] | None, events: Iterable[Mapping[str,
     if isinstance(captured.get("flight_answered"), list):  # a dump that came after the deadline is not the cap's
         flight = {rank: entries for rank, entries in flight.items() if rank in captured["flight_answered"]}
     recorded = flight_text(flight, asked)
-    return "; ".join(_groups_text(processes, ranks) + gone_text(events, ranks, t0) + ([recorded] if recorded else []))
+    return "; ".join(_groups_text(processes, ranks) + gone_text(events, t0) + ([recorded] if recorded else []))
 
 
 def detect_summary(trial_dir: Path, events: Iterable[Mapping[str, Any]], ranks: int, t0: float = 0.0) -> str:
@@ -225,8 +230,7 @@ def _group_key(process: Process, ranks: int) -> tuple[Any, ...]:
     """Processes that wait in the same collective from the same frame of their own code are
     one group, wherever inside the library py-spy caught each (the wait's loop or its callee:
     one wait); a process in no known wait is grouped by its innermost frames."""
-    names = " ".join(str(f.get("name")) for f in process.frames).lower()
-    wait = next((label for mark, label in WAITS if mark in names), None)
+    wait = _wait_of(process)
     if process.error or not process.frames or wait is None:
         return (process.role, where(process, ranks))
     own = _own(process.frames) if process.role != "torchrun agent" else None

@@ -81,7 +81,7 @@ def test_ranks_gone_alike_are_one_clause_and_an_exit_code_is_a_number():
     events = [{"t": 10.0, "kind": "fault_applied", "fault_kind": "pause", "targets": [5]}]
     events += [{"t": 20.0 + r / 100, "kind": "rank_exited", "rank": r, "signal": float("nan"), "exitcode": 1.0,
                 "stopped": float("nan")} for r in (3, 1, 5, 2, 7, 6)]  # as a DataFrame gives them back
-    assert gone_text(events, 8, t0=10.0) == ["ranks 1-3,6,7 gone: exit 1", "rank 5 gone: exit 1 (the pause fault at "
+    assert gone_text(events, t0=10.0) == ["ranks 1-3,6,7 gone: exit 1", "rank 5 gone: exit 1 (the pause fault at "
                                              "+0.0 s)"]
 
 
