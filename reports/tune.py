@@ -37,8 +37,14 @@ The rules (docs/tune.md says why):
               agent restarts its workers: with torchrun's default (no restarts), with
               RESTART_EPISODES, and with them on a store of the workers' own
               (OWN_STORE_ENV). --max-restarts is the restarts the most-restarted agent made
-              for that one episode times RESTART_EPISODES; the environment variable is
+              for that one episode (the rise in torchrun's restart count) times
+              RESTART_EPISODES; the environment variable is
               recommended only where the shared store's side did not come back and the own one did.
+  hosts       (a user's job whose torchrun side hung under a fault for good) --nnodes N-1:N
+              with --rdzv-conf keep_alive_interval KEEP_ALIVE_S (a gone agent dropped after
+              3 missed keep-alives) and last_call_timeout twice the longest fault-free wait
+              (at least MIN_LAST_CALL_S), beside torch's defaults (TORCH_RDZV); the soonest
+              back of those that went on without the host is recommended.
   halving     every round runs the candidates still in on a new seed; after each, the
               failing ones go and at most half of the rest (the slowest to detect) follow.
   breaker     the chosen settings run under each fault of --faults twice, without and with a
@@ -352,12 +358,12 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
 
 def dead_host_notes(results: Iterable[FaultResult], chosen: str) -> list[str]:
     """Each fault for good under which the chosen timeout's torchrun side hung: torchrun's
-    restarts wait for a host that is gone at a fixed --nnodes."""
+    restarts wait for a host that is gone at a fixed --nnodes (the tune then tries
+    --nnodes MIN:MAX: the table after this one)."""
     return [f"Under {r.fault}, torchrun's restarts did not bring the job back: a host gone for good leaves every "
             "other agent waiting in its next rendezvous for it (--nnodes fixed). `job.min_hosts` (torchrun's "
-            "--nnodes MIN:MAX) lets the others go on without it (scenarios/byo_torchrun_elastic.yaml); the tune "
-            "does not try it." for r in results
-            if r.setting == chosen + TORCHRUN_SUFFIX and not r.heals and r.outcome == "hung"]
+            "--nnodes MIN:MAX) lets the others go on without it: the next table." for r in results
+            if r.setting == chosen + TORCHRUN_SUFFIX and not r.heals and r.outcome not in CAME_BACK]
 
 
 LEGEND = {BREAKER_SUFFIX: "`*_breaker`: the same settings with a breaker (policy isolation)",
@@ -390,6 +396,17 @@ def _wasted_and_outcome(outcome: str, wasted_rank_s: float, hang_cap_s: float) -
     return wasted, f"hung >= {hang_cap_s:g} s (cap)" if hung else outcome
 
 
+def _outcome_table(columns: list[str], results: Iterable[FaultResult | RestartResult | HostsResult],
+                   cells: Callable[[Any], list[str]], label: Callable[[Any], str]) -> list[str]:
+    """A table of trials whose last two columns are wasted rank-seconds and the outcome (a
+    hung one's to the cap), then where each hung trial was at its cap."""
+    results = list(results)
+    out = ["| " + " | ".join([*columns, "wasted rank-seconds", "outcome"]) + " |", "|---" * (len(columns) + 2) + "|"]
+    for r in results:
+        out.append("| " + " | ".join([*cells(r), *_wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)]) + " |")
+    return out + [""] + _stuck_lines(results, label)
+
+
 def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
     if not results:
         return []
@@ -397,19 +414,16 @@ def _fault_lines(results: list[FaultResult], chosen: str | None) -> list[str]:
     legend = [text for key, text in LEGEND.items() if key in settings or any(n.endswith(key) for n in settings)]
     out = ["## What the settings do, per fault", "", "One rank under each fault of --faults; times from the fault's start; "
            "wasted rank-seconds: every rank's stalls longer than 3 steps until it left or the trial ended "
-           "(reports.metrics). " + "; ".join(legend) + ".", "",
-           "| fault | setting | ranks that knew: first, last | breaker opened | every rank stepping again | "
-           "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        knew = (f"{r.first_s:.2f} s, {r.last_s:.2f} s ({r.detect_ranks} ranks)" if r.detect_ranks else "none")
-        wasted, outcome = _wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)
-        out.append(f"| {r.fault} | {r.setting} | {knew} | {_seconds_or(r.breaker_s)} | {_seconds_or(r.back_s)} | "
-                   f"{wasted} | {outcome} |")
+           "(reports.metrics). " + "; ".join(legend) + ".", ""]
+    out += _outcome_table(
+        ["fault", "setting", "ranks that knew: first, last", "breaker opened", "every rank stepping again"], results,
+        lambda r: [r.fault, r.setting, f"{r.first_s:.2f} s, {r.last_s:.2f} s ({r.detect_ranks} ranks)"
+                   if r.detect_ranks else "none", _seconds_or(r.breaker_s), _seconds_or(r.back_s)],
+        lambda r: f"{r.fault}, `{r.setting}`")
     verdict = breaker_verdict(results, chosen) if chosen else None
     warnings = (flap_warnings(results, chosen) + dead_host_notes(results, chosen)) if chosen else []
     said = ([f"{verdict[1][0].upper()}{verdict[1][1:]}."] if verdict else []) + warnings
-    return (out + [""] + _stuck_lines(results, lambda r: f"{r.fault}, `{r.setting}`")
-            + [line for text in said for line in (text, "")])
+    return out + [line for text in said for line in (text, "")]
 
 
 # -- the failure detector -------------------------------------------------------------------
@@ -539,13 +553,22 @@ class RestartResult:
 
 
 def restarts_used(events: Iterable[dict[str, Any]], since: float) -> int:
-    """The most worker processes one rank began at or after `since` (rank_start): the
-    restarts its agent made, each restart starting every worker of the host again."""
-    starts: dict[int, int] = {}
+    """The most restarts one rank's agent spent at or after `since`: the rise in torchrun's
+    restart count its processes began with (rank_start `restart`; an agent that restarts
+    for a host that joined spends none), or where that is not recorded (run folder format
+    11 and before) the processes it began, each restart starting every worker of the host."""
+    before: dict[int, int] = {}
+    after: dict[int, list[dict[str, Any]]] = {}
     for e in events:
-        if e.get("kind") == "rank_start" and float(e["t"]) >= since:
-            starts[int(e["rank"])] = starts.get(int(e["rank"]), 0) + 1
-    return max(starts.values(), default=0)
+        if e.get("kind") == "rank_start":
+            rank = int(e["rank"])
+            if float(e["t"]) >= since:
+                after.setdefault(rank, []).append(e)
+            elif e.get("restart") is not None:
+                before[rank] = max(before.get(rank, 0), int(e["restart"]))
+    spent = [max(int(e["restart"]) for e in starts) - before.get(rank, 0)
+             if all(e.get("restart") is not None for e in starts) else len(starts) for rank, starts in after.items()]
+    return max(spent, default=0)
 
 
 def restart_choice(results: Iterable[RestartResult]) -> RestartResult | None:
@@ -568,16 +591,13 @@ def max_restarts_of(r: RestartResult) -> tuple[int, str]:
 def _restart_lines(results: list[RestartResult]) -> list[str]:
     if not results:
         return []
-    out = ["## torchrun's restarts", "", f"The chosen timeout under torchrun, one rank paused {RESTART_EXTRA_S:g} s "
-           "longer than it: every worker's collective times out and each agent restarts its workers; times from "
-           "the pause's start. Own store: " + ", ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + ".", "",
-           "| setting | --max-restarts | store | restarts (most by one agent) | every rank stepping again | "
-           "wasted rank-seconds | outcome |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        wasted, outcome = _wasted_and_outcome(r.outcome, r.wasted_rank_s, r.hang_cap_s)
-        out.append(f"| {r.setting} | {r.max_restarts} | {'own' if r.own_store else 'shared (default)'} | {r.used} | "
-                   f"{_seconds_or(r.back_s)} | {wasted} | {outcome} |")
-    return out + [""] + _stuck_lines(results, lambda r: f"`{r.setting}`")
+    return ["## torchrun's restarts", "", f"The chosen timeout under torchrun, one rank paused {RESTART_EXTRA_S:g} s "
+            "longer than it: every worker's collective times out and each agent restarts its workers; times from "
+            "the pause's start. Own store: " + ", ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + ".",
+            ""] + _outcome_table(
+        ["setting", "--max-restarts", "store", "restarts (most by one agent)", "every rank stepping again"], results,
+        lambda r: [r.setting, str(r.max_restarts), "own" if r.own_store else "shared (default)", str(r.used),
+                   _seconds_or(r.back_s)], lambda r: f"`{r.setting}`")
 
 
 def _restart_choice_lines(results: list[RestartResult]) -> list[str]:
@@ -596,6 +616,102 @@ def _restart_choice_lines(results: list[RestartResult]) -> list[str]:
                  + ", ".join(r.outcome for r in shared) + " where its own store brought it back")
     return [f"For torchrun: {rule}; every rank stepped again {chosen.back_s:.2f} s after the pause began.", "",
             "```sh", f"{env}torchrun --max-restarts {n} ...", "```", ""]
+
+
+# -- a host gone for good (a user's job under torchrun) ----------------------------------------
+
+MIN_HOSTS_SUFFIX = "_min_hosts"              # torchrun --nnodes N-1:N with the rendezvous settings derived below
+TORCH_RDZV_SUFFIX = "_min_hosts_torch_rdzv"  # the same with torch's rendezvous defaults (a reference)
+# torch's c10d rendezvous (dynamic_rendezvous.create_handler): an agent that stops writing its
+# keep-alive is dropped interval x attempts after its last one; once the fewest hosts allowed
+# have joined, the rendezvous waits last_call for more before it closes
+TORCH_RDZV = {"keep_alive_interval": 5, "keep_alive_max_attempt": 3, "last_call_timeout": 30}
+KEEP_ALIVE_S = 1         # the smallest --rdzv-conf takes (whole seconds)
+MIN_LAST_CALL_S = 2
+
+
+def rdzv_wait_s(conf: dict[str, int]) -> float:
+    """How long a rendezvous waits for a host that is gone before it closes without it."""
+    merged = {**TORCH_RDZV, **conf}
+    return merged["keep_alive_interval"] * merged["keep_alive_max_attempt"] + merged["last_call_timeout"]
+
+
+def rdzv_conf_for(measured: FaultFree) -> tuple[dict[str, int], str]:
+    """--rdzv-conf for a job that goes on without a host, and its rule."""
+    wait = max(measured.max_s, measured.step_period_s)
+    last_call = max(MIN_LAST_CALL_S, math.ceil(2 * wait))
+    attempts = TORCH_RDZV["keep_alive_max_attempt"]
+    return ({"keep_alive_interval": KEEP_ALIVE_S, "last_call_timeout": last_call},
+            f"keep_alive_interval {KEEP_ALIVE_S} s: a gone agent is dropped {KEEP_ALIVE_S * attempts} s "
+            f"({attempts} missed keep-alives, torch's count) after its last one, not "
+            f"{TORCH_RDZV['keep_alive_interval'] * attempts} s; last_call_timeout {last_call} s: twice the longest "
+            f"fault-free wait ({wait:.3f} s), whole seconds, at least {MIN_LAST_CALL_S} s (the survivors fail "
+            "within a step of each other and their agents see it within 0.1 s; one later than the last call "
+            f"is not lost, it costs another restart), not {TORCH_RDZV['last_call_timeout']} s")
+
+
+@dataclass(frozen=True)
+class HostsResult:
+    """The job under torchrun with --nnodes MIN:MAX after a host went for good (times from
+    the fault's start; nan: not observed)."""
+
+    fault: str
+    setting: str
+    min_hosts: int
+    hosts: int
+    rdzv_conf: dict[str, int]  # --rdzv-conf ({}: torch's defaults)
+    outcome: str
+    world: int | None          # the hosts in the last group formed after the fault
+    used: int                  # the most restarts one agent made
+    back_s: float              # every survivor stepping again (TTR)
+    wasted_rank_s: float
+    hang_cap_s: float
+    stuck_in: str = ""
+
+
+def hosts_choice(results: Iterable[HostsResult]) -> HostsResult | None:
+    """Of the sides that went on without the host, the soonest back."""
+    back = [r for r in results if r.outcome in CAME_BACK]
+    return min(back, key=lambda r: r.back_s) if back else None
+
+
+def _conf_text(conf: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in conf.items()) if conf else "torch's defaults"
+
+
+def _hosts_lines(results: list[HostsResult]) -> list[str]:
+    if not results:
+        return []
+    first = results[0]
+    return ["## A host gone for good, under torchrun", "",
+            f"The chosen timeout under torchrun with the --max-restarts and store recommended, and --nnodes "
+            f"{first.min_hosts}:{first.hosts} (job.min_hosts {first.min_hosts}): the job may go on without one host; "
+            "how many it may lose is yours to choose (its batch, its memory per rank). Times from the fault's start.",
+            ""] + _outcome_table(
+        ["fault", "setting", "--rdzv-conf", "hosts after", "restarts (most by one agent)", "every rank stepping again"],
+        results, lambda r: [r.fault, r.setting, _conf_text(r.rdzv_conf), "-" if r.world is None else str(r.world),
+                            str(r.used), _seconds_or(r.back_s)], lambda r: f"{r.fault}, `{r.setting}`")
+
+
+def _hosts_choice_lines(results: list[HostsResult], restarts: list[RestartResult], rule: str) -> list[str]:
+    if not results:
+        return []
+    chosen = hosts_choice(results)
+    if chosen is None:
+        return [f"Under {results[0].fault}, no --nnodes {results[0].min_hosts}:{results[0].hosts} setting tried "
+                "brought the other hosts back: see the table above and each trial's logs (torchrun's own).", ""]
+    default = next((r for r in results if not r.rdzv_conf), None)
+    beside = ("" if default is None or default is chosen else
+              f" (torch's rendezvous defaults: {_seconds_or(default.back_s, 'not back')}, {default.outcome})")
+    why = rule if chosen.rdzv_conf else "torch's rendezvous defaults (the faster settings did not bring it back)"
+    restart = restart_choice(restarts)
+    n = max_restarts_of(restart)[0] if restart else chosen.used
+    env = " ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + " " if restart and restart.own_store else ""
+    conf = f" --rdzv-conf {_conf_text(chosen.rdzv_conf)}" if chosen.rdzv_conf else ""
+    return [f"For a host gone for good: --nnodes {chosen.min_hosts}:{chosen.hosts}; {why}. Under {chosen.fault} "
+            f"the others went on as {chosen.world} host{'' if chosen.world == 1 else 's'}, every rank stepping again {chosen.back_s:.2f} s after "
+            f"the fault began{beside}.", "", "```sh",
+            f"{env}torchrun --nnodes {chosen.min_hosts}:{chosen.hosts} --max-restarts {n}{conf} ...", "```", ""]
 
 
 # -- the recommendation -----------------------------------------------------------------------
@@ -632,6 +748,8 @@ class Findings:
     detector_evidence: dict[str, DetectorEvidence] = field(default_factory=dict)  # with the default's
     detector_interval_s: float = 0.0
     restarts: list[RestartResult] = field(default_factory=list)  # a user's job under torchrun (job.tune.max_restarts)
+    hosts: list[HostsResult] = field(default_factory=list)       # ... and with --nnodes MIN:MAX after a host went
+    rdzv_rule: str = ""                                          # why the --rdzv-conf tried (rdzv_conf_for)
 
     @property
     def chosen_detector(self) -> DetectorCandidate | None:
@@ -671,7 +789,7 @@ def recommendation_text(f: Findings) -> str:
         setting = f"{r.timeout:g} s" if r.timeout is not None else "the job's own"
         out.append(f"| {r.name} | {setting} | {known} | {r.outcome} |")
     out += ["", *_wave_lines(waves), *_restart_lines(f.restarts), *_fault_lines(f.per_fault, chosen),
-            *_detector_lines(f), "## Recommended", ""]
+            *_hosts_lines(f.hosts), *_detector_lines(f), "## Recommended", ""]
     if chosen is None:
         out += ["No candidate passed: every one tripped in a fault-free control or detected a transient "
                 "shorter than its timeout. Give the job a longer control (--control) or look at its slow steps."]
@@ -686,7 +804,8 @@ def recommendation_text(f: Findings) -> str:
             "from datetime import timedelta", f"timeout = timedelta(seconds={c.timeout:g})",
             "dist.init_process_group(backend, timeout=timeout)  # or a group made for training after start-up",
             "```", "", "As a variant of the scenario:", "", "```yaml", "variants:",
-            f"  {c.name}: {json.dumps(variant)}", "```", "", *_restart_choice_lines(f.restarts)])
+            f"  {c.name}: {json.dumps(variant)}", "```", "", *_restart_choice_lines(f.restarts),
+            *_hosts_choice_lines(f.hosts, f.restarts, f.rdzv_rule)])
     jitter = wave_jitter(c, waves)
     if jitter != c.jitter:
         c = replace(c, jitter=jitter, rules=(*c.rules, f"jitter {jitter[0]:g}-{jitter[1]:g} s, the document's: "
@@ -754,6 +873,14 @@ def _max_restarts_json(results: list[RestartResult]) -> dict[str, Any] | None:
     return {"max_restarts": n, "env": OWN_STORE_ENV if chosen.own_store else {}, "from": chosen.setting, "rule": rule}
 
 
+def _min_hosts_json(results: list[HostsResult], rule: str) -> dict[str, Any] | None:
+    chosen = hosts_choice(results)
+    if chosen is None:
+        return None
+    return {"min_hosts": chosen.min_hosts, "rdzv_conf": chosen.rdzv_conf, "from": chosen.setting,
+            "rule": rule if chosen.rdzv_conf else "torch's rendezvous defaults"}
+
+
 def tune_json(f: Findings) -> str:
     verdict = breaker_verdict(f.per_fault, f.chosen) if f.chosen else None
     return json.dumps({"fault_free": asdict(f.measured), "candidates": [asdict(c) for c in f.candidates],
@@ -768,5 +895,6 @@ def tune_json(f: Findings) -> str:
                        "detector": None if f.chosen_detector is None else f.chosen_detector.name,
                        "restarts": [asdict(r) for r in f.restarts],
                        "max_restarts": _max_restarts_json(f.restarts),
+                       "hosts": [asdict(r) for r in f.hosts], "min_hosts": _min_hosts_json(f.hosts, f.rdzv_rule),
                        "stopped_early": f.stopped_early}, indent=1, default=str)
 

@@ -49,8 +49,9 @@ def _kind(name: str, src: str, fields: tuple[str, ...], meaning: str, optional: 
 # -- written by a rank --------------------------------------------------------------------
 RANK_START = _kind("rank_start", RANK, ("policy", "world"),
                    "the rank process began (local_rank: which of its host's processes, from a "
-                   "user's job; flight: true when it dumps its flight recorder on SIGUSR2, "
-                   "harness.job.flight)", optional=("local_rank", "flight"))
+                   "user's job; restart: torchrun's restart count of its worker group, "
+                   "TORCHELASTIC_RESTART_COUNT, from a user's job; flight: true when it dumps its "
+                   "flight recorder on SIGUSR2, harness.job.flight)", optional=("local_rank", "restart", "flight"))
 FLIGHT_READY = _kind("flight_ready", RANK, (),
                      "a user's job's process (the startup hook, at its first optimizer step) dumps "
                      "its flight recorder on SIGUSR2 from now on, also while it waits inside a "

@@ -40,6 +40,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       `settled` counts no rank frozen by a fault that never heals (a version 1-10 trial
       waited for it to the deadline); a teardown's `fault_reverted` is timed when the revert
       began (before, when the kernel acknowledged it: a thawed rank's events could come first)
+  12  a user's job in the plan gains `rdzv_conf` (torchrun's --rdzv-conf; a version 1-11 job ran
+      torch's defaults), and its `rank_start` gains `restart`, torchrun's restart count of the
+      process's worker group (a version 1-11 trial reads as one where it was not recorded: an
+      agent's restarts are counted as the processes it began)
 """
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -2,8 +2,9 @@
 CI runs as root with a Docker engine, so there they run.
 
 `host_left_clean` (session-wide, automatic): the run fails when the session left anything
-of a run on the host (namespaces, ledgers, containers, project processes, or any process
-the tests started that still lives), and what was left is removed. Things of runs whose
+of a run on the host (namespaces, ledgers, containers, project processes, any process the
+tests started that still lives, torchrun's own log folders in /tmp), and what was left is
+removed. Things of runs whose
 live owner is not this session (CI beside us), or whose owner is dead and whose run
 folder or ledger is not under this session's temp folder, are not ours and are left
 alone (`harness.cluster.host`). `stop_child` ends a helper harness a test started, whatever
@@ -83,6 +84,7 @@ def host_left_clean(tmp_path_factory: pytest.TempPathFactory):
     """Fail the session if it left anything of a run on the host; remove it either way."""
     from harness.cluster import host
     before = host.snapshot()
+    torch_logs = set(_torchrun_log_dirs())
     yield
     me = os.getpid()
     strays = _descendants(me)
@@ -91,9 +93,18 @@ def host_left_clean(tmp_path_factory: pytest.TempPathFactory):
     runs = host.runs_under(tmp_path_factory.getbasetemp())  # the tests' run folders and ledgers
     left = host.left_since(before, me, runs)
     report = host.remove(left, runs)
-    problems = strays + [str(i) for i in left] + [f"could not remove: {f}" for f in report.failed]
+    # torchrun run without --log-dir makes a folder of its own in /tmp and never removes it
+    stray_logs = sorted(set(_torchrun_log_dirs()) - torch_logs)
+    for folder in stray_logs:
+        shutil.rmtree(folder, ignore_errors=True)
+    problems = (strays + [str(i) for i in left] + [f"could not remove: {f}" for f in report.failed]
+                + [f"torchrun's log folder {f} (give it --log-dir)" for f in stray_logs])
     if problems:
         pytest.fail("the test session left this behind (now removed):\n  " + "\n  ".join(problems))
+
+
+def _torchrun_log_dirs() -> list[str]:
+    return [str(p) for p in Path(tempfile.gettempdir()).glob("torchelastic_*")]
 
 
 def proc_kill(pid: int) -> None:

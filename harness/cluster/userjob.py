@@ -60,6 +60,12 @@ Env = Annotated[dict[str, str], BeforeValidator(_env_text)]
 
 
 SECONDS_FIELD = "{seconds}"
+# the options torchrun's c10d rendezvous reads from --rdzv-conf, each a whole number
+# (torch.distributed.elastic.rendezvous.dynamic_rendezvous.create_handler): its timeouts and
+# the keep-alive by which the others drop an agent that is gone (interval x attempts)
+RdzvKey = Literal["join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
+                  "keep_alive_interval", "keep_alive_max_attempt"]
+RdzvConf = dict[RdzvKey, Annotated[int, Field(ge=1)]]
 
 
 class EnvKnob(BaseModel):
@@ -121,6 +127,9 @@ class JobSpec(BaseModel):
     min_hosts: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="torchrun's --nnodes MIN:MAX: after a restart the job goes on with as few "
                                   "as this many hosts (default: every host, --nnodes fixed)")
+    rdzv_conf: RdzvConf = Field(
+        default={}, description="torchrun's --rdzv-conf, in whole seconds (keep_alive_max_attempt: a count); "
+                                "e.g. {last_call_timeout: 2, keep_alive_interval: 1}")
     start_timeout: Seconds = Field(default=300.0, description="from bring-up until every rank made the warm-up steps")
     step_pattern: str | None = Field(
         default=None, description="a regular expression; each output line it matches counts as a step")
@@ -142,6 +151,9 @@ class JobSpec(BaseModel):
         if self.min_hosts is not None and self.launcher == "direct":
             raise ValueError(f"min_hosts: {self.min_hosts} is torchrun's --nnodes MIN:MAX; the direct launcher "
                              "starts a fixed set of ranks: set launcher: torchrun, or drop min_hosts")
+        if self.rdzv_conf and self.launcher == "direct":
+            raise ValueError("rdzv_conf: it is torchrun's --rdzv-conf; the direct launcher has no rendezvous: "
+                             "set launcher: torchrun, or drop rdzv_conf")
         if self.nproc_per_host > 1 and self.launcher == "direct":
             raise ValueError(f"nproc_per_host: {self.nproc_per_host} needs launcher: torchrun (its "
                              "--nproc-per-node); the direct launcher starts one process per host: "
@@ -173,10 +185,12 @@ class JobVariant(BaseModel):
     launcher: Literal["direct", "torchrun"] | None = None
     max_restarts: Annotated[int, Field(ge=0)] | None = None
     min_hosts: Annotated[int, Field(ge=1)] | None = None
+    rdzv_conf: RdzvConf = {}          # merged over the job's
     start: Literal["preloaded", "exec"] | None = None  # e.g. one side exec'd, to compare with
 
     def applied_to(self, job: JobSpec) -> JobSpec:
-        changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args)}
+        changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args),
+                                   "rdzv_conf": {**job.rdzv_conf, **self.rdzv_conf}}
         if self.start is not None:
             changes["start"] = self.start
         if self.launcher is not None:
@@ -244,9 +258,15 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
     nnodes = f"{job.min_hosts}:{world}" if job.min_hosts is not None else f"{world}"
     return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
+            *([f"--rdzv-conf={rdzv_conf_text(job.rdzv_conf)}"] if job.rdzv_conf else []),
             f"--local-addr={local_addr or topology.host_address(rank)}",
             f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
             "--no-python", *workers]
+
+
+def rdzv_conf_text(conf: dict[str, int]) -> str:
+    """torchrun's --rdzv-conf value: key=value pairs, comma-separated."""
+    return ",".join(f"{key}={value}" for key, value in conf.items())
 
 
 def command_problem(job: JobSpec) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.faults import FaultBase
+from harness.cluster.userjob import rdzv_conf_text
 from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.run.yaml_errors import file_line
 from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
@@ -121,6 +122,7 @@ def _policy_text(plan: TrialPlan) -> str:
                 f"max_restarts {job['max_restarts']}"
                 + (f", min_hosts {job['min_hosts']} (--nnodes {job['min_hosts']}:{plan.ranks})"
                    if job.get("min_hosts") is not None else "")
+                + (f", --rdzv-conf {rdzv_conf_text(job['rdzv_conf'])}" if job.get("rdzv_conf") else "")
                 + (f", {job['nproc_per_host']} processes per host" if job["nproc_per_host"] > 1 else "")
                 + (f", env {' '.join(f'{k}={v}' for k, v in job['env'].items())}" if job["env"] else ""))
     spec = plan.policy_spec

@@ -35,6 +35,10 @@ makes one:
             torchrun, one rank paused RESTART_EXTRA_S longer than it (every agent restarts
             its workers): torchrun's default of no restarts (a reference), RESTART_EPISODES
             restarts, and those on a store of the workers' own (OWN_STORE_ENV)
+  hosts-*   (a user's job, after a fault-* stage of a fault for good under which the
+            torchrun side did not come back) the same torchrun side with --nnodes N-1:N
+            and a --rdzv-conf from the measurement, and (a reference) with torch's
+            rendezvous defaults: the hosts it went on with, and when
   detector  (the built-in workload) r < --repeat: the elastic policy with the chosen timeout,
             once per failure detector threshold (from the heartbeat gaps the control plane
             recorded while measuring), and in round 0 its default beside them: --control
@@ -78,13 +82,14 @@ from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
 from harness.job.policies import DetectorSpec, policy_spec
-from reports.tune import (BREAKER_SUFFIX, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS, OWN_STORE_ENV,
-                          RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S, Candidate, DetectorCandidate,
-                          DetectorEvidence, Evidence, FaultResult, Findings, Reference, RestartResult, Wave,
-                          TORCHRUN_SUFFIX, candidates, control_trips, detector_candidates, elastic_policy, fault_free,
-                          fault_start, halve, max_restarts_of, recommendation_text, rejoin_wave, restart_choice,
-                          restarts_used, select, step_interval_s, trial_events,
-                          transient_s, tune_json, write_tradeoff)
+from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS,
+                          MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
+                          TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultResult,
+                          Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
+                          control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
+                          max_restarts_of, rdzv_conf_for, rdzv_wait_s, recommendation_text, rejoin_wave,
+                          restart_choice, restarts_used, select, step_interval_s, trial_events, transient_s,
+                          tune_json, write_tradeoff)
 from runfolder.heartbeats import read_heartbeat_gaps
 from runfolder.layout import trial_dir
 
@@ -288,8 +293,7 @@ class Stages:
             waits = [c.timeout] + ([REFERENCES["document_30s"]] if self.options.references else [])
             hang_cap = max(waits) + SILENT_MARGIN_S
             if restarts is not None:  # its agents restart once the timeout (and a flap) has passed
-                sides[c.name + TORCHRUN_SUFFIX] = self.job.tune.restarts_variant(
-                    c.timeout, max_restarts_of(restarts)[0], OWN_STORE_ENV if restarts.own_store else {})
+                sides[c.name + TORCHRUN_SUFFIX] = self.torchrun_side(c, restarts)
                 hang_cap = max(hang_cap, max(choice.duration or 0.0, c.timeout) + RESTART_WATCH_S)
             sides.update(self.references() if self.options.references else {})
             return self._cell(choice.stage, [entry], sides, seed, hang_cap=hang_cap)
@@ -303,6 +307,26 @@ class Stages:
                  for spec in (policy_spec(name, side) for name, side in sides.items())]
         return self._cell(choice.stage, [entry], sides, seed,
                           hang_cap=max((w for w in waits if w < UNBOUNDED_S), default=min(waits)) + SILENT_MARGIN_S)
+
+    def torchrun_side(self, c: Candidate, restarts: RestartResult) -> dict[str, Any]:
+        """The chosen timeout under torchrun with the --max-restarts and store the restarts stage chose."""
+        return self.job.tune.restarts_variant(c.timeout, max_restarts_of(restarts)[0],
+                                              OWN_STORE_ENV if restarts.own_store else {})
+
+    def hosts(self, choice: FaultChoice, c: Candidate, restarts: RestartResult, conf: dict[str, int]) -> Cell:
+        """The chosen timeout under torchrun with the restarts chosen and --nnodes N-1:N, under a
+        fault for good: with `conf` as --rdzv-conf and (a reference) torch's rendezvous defaults.
+        The hang cap lets each side's rendezvous drop the host and close without it, then its
+        agents restart."""
+        min_hosts = max(self.base.cluster.ranks - 1, 1)
+        torchrun = {**self.torchrun_side(c, restarts), "min_hosts": min_hosts}
+        sides = {c.name + MIN_HOSTS_SUFFIX: {**torchrun, "rdzv_conf": conf},
+                 **({c.name + TORCH_RDZV_SUFFIX: torchrun} if self.options.references else {})}
+        entry = {"kind": choice.kind, "target": {"rank": self.target}, "start": f"{FAULT_AT_S:g}s"}
+        waits = [rdzv_wait_s(side.get("rdzv_conf", {})) for side in sides.values()]
+        return self._cell("hosts-" + choice.stage.removeprefix("fault-"), [entry], sides,
+                          seed_for(self.base.seed, "tune-hosts", 0),
+                          hang_cap=c.timeout + max(waits) + RESTART_WATCH_S)
 
     @property
     def tunes_restarts(self) -> bool:
@@ -447,18 +471,28 @@ class Tune:
             if (restarts_dir := self.run(cell)) is not None:
                 restarts = self._restarts(restarts_dir, cell)
         per_fault: list[FaultResult] = []
+        hosts: list[HostsResult] = []
+        conf, rdzv_rule = rdzv_conf_for(measured)
         for choice in self.stages.faults if best else ():
             cell = self.stages.fault(choice, best, restart_choice(restarts))
             if (fault_dir := self.run(cell)) is None:
                 break
-            per_fault += self._per_fault(fault_dir, cell, choice)
+            rows = self._per_fault(fault_dir, cell, choice)
+            per_fault += rows
+            if any(r.setting == best.name + TORCHRUN_SUFFIX and r.outcome not in CAME_BACK and not r.heals
+                   for r in rows):  # its agents wait for the host that is gone: try going on without it
+                cell = self.stages.hosts(choice, best, restart_choice(restarts), conf)
+                if (hosts_dir := self.run(cell)) is None:
+                    break
+                hosts += self._hosts(hosts_dir, cell, choice)
         thresholds = detector_candidates(gaps, self.stages.heartbeat_s) if gaps and gaps.gaps else ()
         detector_evidence = self._detectors(best, thresholds) if best and thresholds else {}
         findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
                             variant=self.stages.side(best.timeout) if best and job else None,
                             hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
                             detectors=thresholds, detector_evidence=detector_evidence,
-                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts)
+                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts, hosts=hosts,
+                            rdzv_rule=rdzv_rule if hosts else "")
         text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(findings))
@@ -544,6 +578,22 @@ class Tune:
                                          restarts_used(events, since), float(row["ttr_s"]),
                                          float(row["wasted_rank_s"]), cell.scenario.hang_cap,
                                          str(row["stuck_in"] or "")))
+        return results
+
+    def _hosts(self, run_dir: Path, cell: Cell, choice: FaultChoice) -> list[HostsResult]:
+        table, records = stage_read(run_dir)
+        results = []
+        for name in cell.policies:
+            events, row = records[name], table.loc[name]
+            job = cell.scenario.variants[name].applied_to(cell.scenario.job)
+            try:
+                world: int | None = int(row["final_world"])
+            except (TypeError, ValueError):  # NA: no group formed after the fault
+                world = None
+            results.append(HostsResult(choice.label, name, int(job.min_hosts or 0), self.stages.base.cluster.ranks,
+                                       dict(job.rdzv_conf), str(row["outcome"]), world,
+                                       restarts_used(events, fault_start(events)), float(row["ttr_s"]),
+                                       float(row["wasted_rank_s"]), cell.scenario.hang_cap, str(row["stuck_in"] or "")))
         return results
 
     def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
@@ -653,6 +703,10 @@ def dry_run_text(stages: Stages) -> str:
            + (", beside the document's " + ("30 s and the job as written" if stages.job else
                                             "values and PyTorch's default") if o.references else "")
            + ": detection, breaker, recovery, wasted rank-seconds (--faults)"] if stages.faults else []),
+        *([f"a host gone for good ({', '.join(permanent)}), where torchrun's restarts did not bring the job back: "
+           f"--nnodes {max(stages.base.cluster.ranks - 1, 1)}:{stages.base.cluster.ranks} with a --rdzv-conf from "
+           "the measurement" + (", and with torch's rendezvous defaults beside it" if o.references else "")]
+          if stages.tunes_restarts and (permanent := [f.label for f in stages.faults if not f.heals]) else []),
         *([] if stages.job else [
             f"{o.repeat} round(s) of the elastic policies' failure detector: thresholds of "
             f"{', '.join(f'{m:g}x' for m in rules.DETECTOR_MARGINS)} the longest fault-free heartbeat gap (recorded "
@@ -668,14 +722,15 @@ def dry_run_text(stages: Stages) -> str:
 
 def trial_count(stages: Stages) -> int:
     """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
-    torchrun's restarts (a job's knob), the per-fault stages, the detector's rounds (the
-    built-in workload)."""
+    torchrun's restarts (a job's knob), the per-fault stages, a host gone for good (a job's
+    torchrun, at most), the detector's rounds (the built-in workload)."""
     o, job = stages.options, stages.job is not None
     per_fault = (1 + int(stages.tunes_restarts) if job else 2) + (2 if o.references else 0)
     restarts = 2 + int(o.references) if stages.tunes_restarts else 0
     detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
+    hosts = (1 + int(o.references)) * sum(not f.heals for f in stages.faults) if stages.tunes_restarts else 0
     return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
-            + len(stages.faults) * per_fault + restarts + detector)
+            + len(stages.faults) * per_fault + restarts + hosts + detector)
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:

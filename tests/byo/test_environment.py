@@ -109,6 +109,18 @@ def test_min_hosts_makes_torchrun_s_nnodes_a_range_and_needs_torchrun():
         JobSpec(command=("python", "train.py"), min_hosts=7)
 
 
+def test_rdzv_conf_is_torchrun_s_and_a_variant_s_merges_over_the_job_s():
+    job = JobSpec(command=("python", "train.py"), launcher="torchrun", rdzv_conf={"last_call_timeout": 5})
+    varied = JobVariant(rdzv_conf={"keep_alive_interval": 1, "last_call_timeout": 2}).applied_to(job)
+    argv = rank_command(varied, 5, 8, "r", "10.77.0.1:29400")
+    assert "--rdzv-conf=last_call_timeout=2,keep_alive_interval=1" in argv
+    assert argv.index("--rdzv-conf=last_call_timeout=2,keep_alive_interval=1") < argv.index("--no-python")
+    assert not any(a.startswith("--rdzv-conf") for a in rank_command(JobVariant().applied_to(
+        JobSpec(command=("python",), launcher="torchrun")), 5, 8, "r", "10.77.0.1:29400"))
+    with pytest.raises(ValidationError, match="rdzv_conf: it is torchrun's --rdzv-conf.*set launcher: torchrun"):
+        JobSpec(command=("python", "train.py"), rdzv_conf={"last_call_timeout": 2})
+
+
 def test_direct_launcher_runs_the_command_itself():
     assert rank_command(JOB, 5, 16, "run42", "10.77.0.1:29400") == ["python", "train.py"]
 

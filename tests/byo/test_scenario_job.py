@@ -59,6 +59,11 @@ def test_a_job_without_variants_is_one_trial(tmp_path):
      "job.min_hosts: 3 is more than the cluster's 2 hosts .torchrun's --nnodes 3:2.; give at most 2, e.g. 1"),
     ("job: {command: [python], launcher: torchrun}\nvariants: {a: {min_hosts: 4}}\n",
      "variants.a.min_hosts: 4 is more than the cluster's 2 hosts"),
+    ("job: {command: [python], launcher: torchrun, rdzv_conf: {last_call: 2}}\n", "job.rdzv_conf.last_call"),
+    ("job: {command: [python], launcher: torchrun, rdzv_conf: {last_call_timeout: 0}}\n",
+     "job.rdzv_conf.last_call_timeout"),
+    ("job: {command: [python]}\nvariants: {a: {rdzv_conf: {keep_alive_interval: 1}}}\n",
+     "variants.a: rdzv_conf: it is torchrun's --rdzv-conf; the direct launcher has no rendezvous"),
 ])
 def test_job_errors_name_the_field(tmp_path, body, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")) as err:
@@ -74,4 +79,5 @@ def test_shipped_byo_scenarios_plan(path):
     assert "variants of your job, in this order:" in done.stdout
     assert "train_ddp.py" in done.stdout
     if path.name == "byo_torchrun_elastic.yaml":  # the elastic torchrun it runs, in the plan
-        assert done.stdout.count("min_hosts 7 (--nnodes 7:8)") == 2, done.stdout
+        assert done.stdout.count("min_hosts 7 (--nnodes 7:8)") == 3, done.stdout
+        assert done.stdout.count("--rdzv-conf keep_alive_interval=1,last_call_timeout=2") == 1, done.stdout

@@ -22,7 +22,9 @@ def restarted_job(tmp_path: Path, reinit_rank: int) -> list[dict]:
     5 steps, one restart); returns the events its hook wrote."""
     events = tmp_path / "events.jsonl"
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-            "--max-restarts", "1", "--monitor-interval", "0.1", str(SCRIPT), "--checkpoint",
+            "--max-restarts", "1", "--monitor-interval", "0.1",
+            "--log-dir", str(tmp_path / "torchrun"),  # torchrun's default: a /tmp/torchelastic_* never removed
+            str(SCRIPT), "--checkpoint",
             str(tmp_path / "ckpt.pt"), "--marker", str(tmp_path / "failed-once"), "--reinit-rank", str(reinit_rank)]
     env = rank_environment(JobSpec(command=tuple(argv), launcher="torchrun", nproc_per_host=4), 0, 1,
                            "statetest", "default", str(events), "lo")

@@ -16,8 +16,8 @@ from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
 from harness.run.tune import FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
-from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings, Reference,
-                          RestartResult, Wave, breaker_verdict, candidates, choose_detector, control_trips,
+from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings,
+                          HostsResult, Reference, RestartResult, Wave, hosts_choice, rdzv_conf_for, rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
                           detector_candidates, fault_free, flap_warnings, halve, max_restarts_of, recommendation_text,
                           rejoin_wave, restart_choice, restarts_used, select, step_interval_s, transient_s, tune_json,
                           wave_jitter)
@@ -286,7 +286,7 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 4 + 3  # the restarts, per fault under torchrun too
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 4 + 3 + 2  # the restarts, per fault under torchrun too, a host gone
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
@@ -430,7 +430,7 @@ def test_the_restarts_stage_runs_the_chosen_timeout_under_torchrun_paused_past_i
     no_refs = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
                      tmp_path)
     assert no_refs.restarts(c).policies == ("restarts_3", "restarts_3_own_store")
-    assert trial_count(stages) == trial_count(no_refs) + 1 + 2 + 2 * len(stages.faults)  # restarts_0; references
+    assert trial_count(stages) == trial_count(no_refs) + 1 + 2 + 2 * len(stages.faults) + 1  # restarts_0; references
     assert not Stages(options(), tmp_path).tunes_restarts  # the built-in workload: no torchrun
 
 
@@ -517,3 +517,76 @@ def test_an_agent_s_restarts_are_its_rank_s_processes_begun_after_the_fault():
         {"kind": "fault_applied", "t": 2.0}, {"kind": "rank_start", "rank": 1, "t": 9.0},
         {"kind": "rank_start", "rank": 1, "t": 15.0}, {"kind": "rank_start", "rank": 2, "t": 9.1}]
     assert restarts_used(events, 2.0) == 2 and restarts_used(events[:4], 2.0) == 0
+    # torchrun's restart count where the hook recorded it: a restart for a host that joined
+    # (rank 0's second and third processes) spends none, a failed worker's (rank 1's) one each
+    counted = [{"kind": "rank_start", "rank": r, "t": 0.1, "restart": 0} for r in range(2)] + [
+        {"kind": "rank_start", "rank": 0, "t": 9.0, "restart": 1}, {"kind": "rank_start", "rank": 1, "t": 9.0,
+                                                                    "restart": 1},
+        *({"kind": "rank_start", "rank": 0, "t": t, "restart": 1} for t in (10.6, 12.7)),
+        *({"kind": "rank_start", "rank": 1, "t": t, "restart": n} for t, n in ((10.6, 2), (12.7, 3)))]
+    assert restarts_used(counted, 2.0) == 3
+    assert restarts_used([e for e in counted if e["rank"] == 0], 2.0) == 1
+    assert restarts_used(counted, 10.0) == 2  # rank 1 began at count 1 before then
+
+
+def test_a_host_gone_for_good_is_tried_with_nnodes_one_short_and_a_rendezvous_conf_from_the_measurement(tmp_path):
+    stages = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4), tmp_path)
+    fast = measured(period=0.0, max_s=0.3, formation_s=None)
+    c = candidates(fast, with_retries=False)[1]  # 3 s
+    conf, rule = rdzv_conf_for(fast)
+    assert conf == {"keep_alive_interval": 1, "last_call_timeout": 2}  # 2 x 0.3 s -> 1 s, at least 2 s
+    assert rdzv_conf_for(measured(period=0.0, max_s=1.2))[0]["last_call_timeout"] == 3  # 2.4 s, whole seconds
+    assert "dropped 3 s (3 missed keep-alives" in rule and "not 30 s" in rule
+    assert (rdzv_wait_s({}), rdzv_wait_s(conf)) == (5 * 3 + 30, 1 * 3 + 2)
+    own = restart("restarts_3_own_store", 3, True, "recovered", used=1, back=25.0)
+    cell = stages.hosts(FaultChoice("kill", None), c, own, conf)
+    assert cell.policies == ("tuned_3s_min_hosts", "tuned_3s_min_hosts_torch_rdzv")
+    assert cell.scenario.name.endswith("-hosts-kill")
+    jobs = {n: cell.scenario.variants[n].applied_to(cell.scenario.job) for n in cell.policies}
+    assert {(j.launcher, j.max_restarts, j.min_hosts, j.env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"))
+            for j in jobs.values()} == {("torchrun", 3, 3, "1")}
+    assert jobs["tuned_3s_min_hosts"].rdzv_conf == conf and jobs["tuned_3s_min_hosts_torch_rdzv"].rdzv_conf == {}
+    [kill] = cell.scenario.faults
+    assert (kill.fault.kind, kill.target.rank, kill.duration) == ("kill", stages.target, None)
+    assert cell.scenario.hang_cap == 3.0 + 45.0 + 45.0  # torch's rendezvous waits longest, then the restart
+    alone = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
+                   tmp_path).hosts(FaultChoice("blackhole", None), c, own, conf)
+    assert alone.policies == ("tuned_3s_min_hosts",) and alone.scenario.hang_cap == 3.0 + 5.0 + 45.0
+
+
+def hosts(setting: str, conf: dict, outcome: str, back: float = math.nan, world: int | None = 15) -> HostsResult:
+    return HostsResult("kill", setting, 15, 16, conf, outcome, world, 1, back, 120.0, 93.0)
+
+
+def test_going_on_without_a_host_recommends_the_soonest_back_and_says_when_none_came_back():
+    conf, rule = rdzv_conf_for(measured(period=0.0, max_s=0.3, formation_s=None))
+    quick, slow = hosts("tuned_3s_min_hosts", conf, "continued", back=14.2), hosts("tuned_3s_min_hosts_torch_rdzv", {},
+                                                                                  "continued", back=52.0)
+    assert hosts_choice([slow, quick]) == quick and hosts_choice([replace(quick, outcome="hung"), slow]) == slow
+    assert hosts_choice([replace(quick, outcome="hung", world=None)]) is None
+    cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
+    own = restart("restarts_3_own_store", 3, True, "recovered", used=1, back=25.0)
+    killed = [FaultResult("kill", False, "tuned_3s_torchrun", "hung", 10, 0.1, 2.4, math.nan, math.nan, 764.0, 48.0)]
+
+    def report(rows: list[HostsResult]) -> str:
+        return recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s", [], 0.5,
+                                            variant={"args": ["--timeout", "3"]}, per_fault=killed, restarts=[own],
+                                            hosts=rows, rdzv_rule=rule))
+    text = report([quick, slow])
+    assert "## A host gone for good, under torchrun" in text and "--nnodes 15:16 (job.min_hosts 15)" in text
+    assert ("| kill | tuned_3s_min_hosts | keep_alive_interval=1,last_call_timeout=2 | 15 | 1 | 14.20 s | 120 | "
+            "continued |") in text
+    assert "| kill | tuned_3s_min_hosts_torch_rdzv | torch's defaults | 15 | 1 | 52.00 s |" in text
+    assert text.index("## What the settings do") < text.index("## A host gone for good") < text.index("## Recommended")
+    assert "lets the others go on without it: the next table" in text
+    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes 15:16 --max-restarts 3 --rdzv-conf "
+            "keep_alive_interval=1,last_call_timeout=2 ...") in text
+    assert ("Under kill the others went on as 15 hosts, every rank stepping again 14.20 s after the fault began "
+            "(torch's rendezvous defaults: 52.00 s, continued)") in text
+    slow_only = report([replace(quick, outcome="hung", back_s=math.nan, world=None), slow])
+    assert "torchrun --nnodes 15:16 --max-restarts 3 ..." in slow_only and "torch's rendezvous defaults (the" in slow_only
+    none = report([replace(quick, outcome="hung", back_s=math.nan, world=None)])
+    assert "no --nnodes 15:16 setting tried brought the other hosts back" in none and "torchrun --nnodes" not in none
+    found = json.loads(tune_json(Findings(measured(), cands, {}, "tuned_3s", [], 0.5, hosts=[quick, slow],
+                                          rdzv_rule=rule)))
+    assert found["min_hosts"] == {"min_hosts": 15, "rdzv_conf": conf, "from": "tuned_3s_min_hosts", "rule": rule}

@@ -131,12 +131,16 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
     assert done.returncode in (0, 1), done.stderr
     [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
     manifest = json.loads((folder / MANIFEST).read_text())
+    result = json.loads((folder / "tune.json").read_text())
+    # a host gone for good is tried where the torchrun side under the kill did not come back
+    torchrun_back = [r["outcome"] in ("recovered", "absorbed", "continued") for r in result["per_fault"]
+                     if r["setting"].endswith("_torchrun")]
     chosen_stages = ["byo_link_down-restarts", "byo_link_down-fault-kill"] if done.returncode == 0 else []
+    chosen_stages += ["byo_link_down-hosts-kill"] if torchrun_back == [False] else []
     assert [d["key"].split("/")[0] for d in manifest["done"]] == \
         ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0",
          *chosen_stages]
     assert "the job's step interval: 0.2" in done.stderr or "the job's step interval: 0.3" in done.stderr
-    result = json.loads((folder / "tune.json").read_text())
     measured = result["fault_free"]
     assert measured["step_period_s"] == 0 and measured["formation_s"] is None and measured["max_s"] >= 0.2
     variants = yaml.safe_load((folder / "scenarios" / "control-0.yaml").read_text())["variants"]
@@ -169,6 +173,17 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
             torchrun = under[chosen["name"] + "_torchrun"]
             assert (torchrun["launcher"], torchrun["max_restarts"]) == ("torchrun", recommended["max_restarts"])
             assert set(rows) == {chosen["name"], chosen["name"] + "_torchrun"}, rows
+            if torchrun_back == [False]:  # its agent waited for the killed host: one host fewer, a faster rendezvous
+                [hosts] = result["hosts"]
+                varied = yaml.safe_load((folder / "scenarios" / "hosts-kill.yaml").read_text())["variants"]
+                side = varied[chosen["name"] + "_min_hosts"]
+                assert (side["min_hosts"], side["rdzv_conf"]) == (1, {"keep_alive_interval": 1,
+                                                                      "last_call_timeout": 2}), side
+                assert (hosts["setting"], hosts["outcome"], hosts["world"]) == \
+                    (chosen["name"] + "_min_hosts", "continued", 1), hosts
+                assert result["min_hosts"]["min_hosts"] == 1
+                assert "torchrun --nnodes 1:2 --max-restarts" in report
+                assert "--rdzv-conf keep_alive_interval=1,last_call_timeout=2 ..." in report
         else:
             assert "no --max-restarts tried brought every rank back" in report
             assert set(rows) == {chosen["name"]}, rows

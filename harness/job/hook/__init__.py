@@ -4,7 +4,8 @@ This folder goes first on the job's PYTHONPATH (harness.cluster.userjob): Python
 imports `sitecustomize` at startup, which calls `chaos_hook.install()`. The hook writes
 straight into the trial's events file (CHAOS_EVENTS_PATH; one O_APPEND write per event):
 
-    rank_start   once, when the process starts (a restart is a new pid)
+    rank_start   once, when the process starts (a restart is a new pid; `restart`: torchrun's
+                 restart count, which a restart for a host that joined does not raise)
     step         after every optimizer step (torch's global optimizer step post-hook,
                  registered when the script imports torch.optim; nothing is imported early)
     state        fingerprints of the parameters and the optimizer's state: before the

@@ -147,7 +147,7 @@ def install() -> None:
     if recorder is None:
         return
     recorder.emit("rank_start", policy=os.environ.get(TRIAL_ENV, "job"),
-                  world=int(os.environ.get("WORLD_SIZE", "1")), local_rank=_local_rank())
+                  world=int(os.environ.get("WORLD_SIZE", "1")), local_rank=_local_rank(), restart=_generation())
     if OPTIMIZER_MODULE in sys.modules:  # a preloaded start (harness.cluster.preload): torch is in
         _register_optimizer_hook(sys.modules[OPTIMIZER_MODULE])
     else:
