@@ -17,7 +17,8 @@ from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
 from harness.run.tune import FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
 from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings,
-                          HostsResult, Reference, RestartResult, Wave, hosts_choice, rdzv_conf_for, rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
+                          HostsResult, Reference, RestartResult, Wave, dead_host_notes, hosts_choice, rdzv_conf_for,
+                          rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
                           detector_candidates, fault_free, flap_warnings, halve, max_restarts_of, recommendation_text,
                           rejoin_wave, restart_choice, restarts_used, select, step_interval_s, transient_s, tune_json,
                           wave_jitter)
@@ -550,8 +551,20 @@ def test_a_host_gone_for_good_is_tried_with_nnodes_one_short_and_a_rendezvous_co
     assert (kill.fault.kind, kill.target.rank, kill.duration) == ("kill", stages.target, None)
     assert cell.scenario.hang_cap == 3.0 + 45.0 + 45.0  # torch's rendezvous waits longest, then the restart
     alone = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
-                   tmp_path).hosts(FaultChoice("blackhole", None), c, own, conf)
+                   tmp_path).hosts(FaultChoice("kill", None), c, own, conf)
     assert alone.policies == ("tuned_3s_min_hosts",) and alone.scenario.hang_cap == 3.0 + 5.0 + 45.0
+    # only a kill: a host cut off or frozen for good lives on, which the harness does not yet judge
+    assert FaultChoice("kill", None).gone and not FaultChoice("blackhole", None).gone
+    assert not FaultChoice("pause", None).gone
+    cut_off = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4,
+                             faults=(FaultChoice("blackhole", None),)), tmp_path)
+    assert trial_count(cut_off) == trial_count(Stages(options(
+        scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, faults=(FaultChoice("kill", None),)),
+        tmp_path)) - 2
+    killed = FaultResult("blackhole for good", False, "tuned_3s_torchrun", "hung", 1, 3.2, 3.2, math.nan, math.nan,
+                         103.0, 48.0)
+    [note] = dead_host_notes([killed], "tuned_3s")
+    assert "the tune tries it under a kill (--faults kill)" in note and "the next table" not in note
 
 
 def hosts(setting: str, conf: dict, outcome: str, back: float = math.nan, world: int | None = 15) -> HostsResult:
