@@ -603,6 +603,11 @@ def _restart_lines(results: list[RestartResult]) -> list[str]:
                    _seconds_or(r.back_s)], lambda r: f"`{r.setting}`")
 
 
+def _store_env(own_store: bool) -> str:
+    """What goes before `torchrun` on the command line to paste: the own store's variable, or nothing."""
+    return " ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + " " if own_store else ""
+
+
 def _restart_choice_lines(results: list[RestartResult]) -> list[str]:
     if not results:
         return []
@@ -612,9 +617,8 @@ def _restart_choice_lines(results: list[RestartResult]) -> list[str]:
                 "restarts do not recover it here; see the table above and each trial's logs (torchrun's own).", ""]
     n, rule = max_restarts_of(chosen)
     shared = [r for r in results if r.max_restarts and not r.own_store]
-    env = ""
+    env = _store_env(chosen.own_store)
     if chosen.own_store:
-        env = " ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + " "
         rule += (f"; {env.strip()}: with the shared store the restarted job ended "
                  + ", ".join(r.outcome for r in shared) + " where its own store brought it back")
     return [f"For torchrun: {rule}; every rank stepped again {chosen.back_s:.2f} s after the pause began.", "",
@@ -696,7 +700,7 @@ def _hosts_lines(results: list[HostsResult]) -> list[str]:
                             str(r.used), _seconds_or(r.back_s)], lambda r: f"{r.fault}, `{r.setting}`")
 
 
-def _hosts_choice_lines(results: list[HostsResult], restarts: list[RestartResult], rule: str) -> list[str]:
+def _hosts_choice_lines(results: list[HostsResult], restarts: list[RestartResult], measured: FaultFree) -> list[str]:
     if not results:
         return []
     chosen = hosts_choice(results)
@@ -706,14 +710,14 @@ def _hosts_choice_lines(results: list[HostsResult], restarts: list[RestartResult
     default = next((r for r in results if not r.rdzv_conf), None)
     beside = ("" if default is None or default is chosen else
               f" (torch's rendezvous defaults: {_seconds_or(default.back_s, 'not back')}, {default.outcome})")
-    why = rule if chosen.rdzv_conf else "torch's rendezvous defaults (the faster settings did not bring it back)"
+    why = rdzv_conf_for(measured)[1] if chosen.rdzv_conf else "torch's rendezvous defaults (the faster settings did not bring it back)"
     restart = restart_choice(restarts)
     n = max_restarts_of(restart)[0] if restart else chosen.used
-    env = " ".join(f"{k}={v}" for k, v in OWN_STORE_ENV.items()) + " " if restart and restart.own_store else ""
+    env = _store_env(bool(restart and restart.own_store))
     conf = f" --rdzv-conf {_conf_text(chosen.rdzv_conf)}" if chosen.rdzv_conf else ""
     return [f"For a host gone for good: --nnodes {chosen.min_hosts}:{chosen.hosts}; {why}. Under {chosen.fault} "
-            f"the others went on as {chosen.world} host{'' if chosen.world == 1 else 's'}, every rank stepping again {chosen.back_s:.2f} s after "
-            f"the fault began{beside}.", "", "```sh",
+            f"the others went on as {chosen.world} host{'' if chosen.world == 1 else 's'}, every rank stepping "
+            f"again {chosen.back_s:.2f} s after the fault began{beside}.", "", "```sh",
             f"{env}torchrun --nnodes {chosen.min_hosts}:{chosen.hosts} --max-restarts {n}{conf} ...", "```", ""]
 
 
@@ -752,7 +756,6 @@ class Findings:
     detector_interval_s: float = 0.0
     restarts: list[RestartResult] = field(default_factory=list)  # a user's job under torchrun (job.tune.max_restarts)
     hosts: list[HostsResult] = field(default_factory=list)       # ... and with --nnodes MIN:MAX after a host went
-    rdzv_rule: str = ""                                          # why the --rdzv-conf tried (rdzv_conf_for)
 
     @property
     def chosen_detector(self) -> DetectorCandidate | None:
@@ -808,7 +811,7 @@ def recommendation_text(f: Findings) -> str:
             "dist.init_process_group(backend, timeout=timeout)  # or a group made for training after start-up",
             "```", "", "As a variant of the scenario:", "", "```yaml", "variants:",
             f"  {c.name}: {json.dumps(variant)}", "```", "", *_restart_choice_lines(f.restarts),
-            *_hosts_choice_lines(f.hosts, f.restarts, f.rdzv_rule)])
+            *_hosts_choice_lines(f.hosts, f.restarts, f.measured)])
     jitter = wave_jitter(c, waves)
     if jitter != c.jitter:
         c = replace(c, jitter=jitter, rules=(*c.rules, f"jitter {jitter[0]:g}-{jitter[1]:g} s, the document's: "
@@ -876,12 +879,12 @@ def _max_restarts_json(results: list[RestartResult]) -> dict[str, Any] | None:
     return {"max_restarts": n, "env": OWN_STORE_ENV if chosen.own_store else {}, "from": chosen.setting, "rule": rule}
 
 
-def _min_hosts_json(results: list[HostsResult], rule: str) -> dict[str, Any] | None:
+def _min_hosts_json(results: list[HostsResult], measured: FaultFree) -> dict[str, Any] | None:
     chosen = hosts_choice(results)
     if chosen is None:
         return None
     return {"min_hosts": chosen.min_hosts, "rdzv_conf": chosen.rdzv_conf, "from": chosen.setting,
-            "rule": rule if chosen.rdzv_conf else "torch's rendezvous defaults"}
+            "rule": rdzv_conf_for(measured)[1] if chosen.rdzv_conf else "torch's rendezvous defaults"}
 
 
 def tune_json(f: Findings) -> str:
@@ -898,6 +901,6 @@ def tune_json(f: Findings) -> str:
                        "detector": None if f.chosen_detector is None else f.chosen_detector.name,
                        "restarts": [asdict(r) for r in f.restarts],
                        "max_restarts": _max_restarts_json(f.restarts),
-                       "hosts": [asdict(r) for r in f.hosts], "min_hosts": _min_hosts_json(f.hosts, f.rdzv_rule),
+                       "hosts": [asdict(r) for r in f.hosts], "min_hosts": _min_hosts_json(f.hosts, f.measured),
                        "stopped_early": f.stopped_early}, indent=1, default=str)
 

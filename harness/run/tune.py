@@ -480,7 +480,7 @@ class Tune:
                 restarts = self._restarts(restarts_dir, cell)
         per_fault: list[FaultResult] = []
         hosts: list[HostsResult] = []
-        conf, rdzv_rule = rdzv_conf_for(measured)
+        conf = rdzv_conf_for(measured)[0]
         for choice in self.stages.faults if best else ():
             cell = self.stages.fault(choice, best, restart_choice(restarts))
             if (fault_dir := self.run(cell)) is None:
@@ -499,8 +499,7 @@ class Tune:
                             variant=self.stages.side(best.timeout) if best and job else None,
                             hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
                             detectors=thresholds, detector_evidence=detector_evidence,
-                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts, hosts=hosts,
-                            rdzv_rule=rdzv_rule if hosts else "")
+                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts, hosts=hosts)
         text = recommendation_text(findings)
         (self.folder / "tune.md").write_text(text)
         (self.folder / "tune.json").write_text(tune_json(findings))

@@ -584,7 +584,7 @@ def test_going_on_without_a_host_recommends_the_soonest_back_and_says_when_none_
     def report(rows: list[HostsResult]) -> str:
         return recommendation_text(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s", [], 0.5,
                                             variant={"args": ["--timeout", "3"]}, per_fault=killed, restarts=[own],
-                                            hosts=rows, rdzv_rule=rule))
+                                            hosts=rows))
     text = report([quick, slow])
     assert "## A host gone for good, under torchrun" in text and "--nnodes 15:16 (job.min_hosts 15)" in text
     assert ("| kill | tuned_3s_min_hosts | keep_alive_interval=1,last_call_timeout=2 | 15 | 1 | 14.20 s | 120 | "
@@ -600,6 +600,6 @@ def test_going_on_without_a_host_recommends_the_soonest_back_and_says_when_none_
     assert "torchrun --nnodes 15:16 --max-restarts 3 ..." in slow_only and "torch's rendezvous defaults (the" in slow_only
     none = report([replace(quick, outcome="hung", back_s=math.nan, world=None)])
     assert "no --nnodes 15:16 setting tried brought the other hosts back" in none and "torchrun --nnodes" not in none
-    found = json.loads(tune_json(Findings(measured(), cands, {}, "tuned_3s", [], 0.5, hosts=[quick, slow],
-                                          rdzv_rule=rule)))
+    found = json.loads(tune_json(Findings(measured(period=0.0, max_s=0.3), cands, {}, "tuned_3s", [], 0.5,
+                                          hosts=[quick, slow])))
     assert found["min_hosts"] == {"min_hosts": 15, "rdzv_conf": conf, "from": "tuned_3s_min_hosts", "rule": rule}
