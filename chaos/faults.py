@@ -37,6 +37,12 @@ class FaultBase(BaseModel):
     # never heals can change nothing more, so a trial left with only such ranks is over.
     freezes: ClassVar[bool] = False
 
+    def isolates(self) -> bool:
+        """Whether its targets can reach no other host while it holds (TCP needs both ways,
+        so one way cut is cut): under one that never heals, the others can only go on
+        without them."""
+        return False
+
     def describe(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude={"kind"}).items())
         return f"{self.kind}({params})" if params else self.kind  # type: ignore[attr-defined]
@@ -107,6 +113,9 @@ class LinkDown(LinkFault):
     kind: Literal["link_down"] = "link_down"
     direction: Literal["both"] = "both"
     dead_man: ClassVar[bool] = True
+
+    def isolates(self) -> bool:
+        return True
 
 
 class Loss(LinkFault):
@@ -200,6 +209,9 @@ class Blackhole(LinkFault):
     kind: Literal["blackhole"] = "blackhole"
     dead_man: ClassVar[bool] = True
 
+    def isolates(self) -> bool:
+        return True
+
 
 HostRef = Union[Annotated[int, Field(ge=0)], str]
 
@@ -213,6 +225,9 @@ class Partition(FaultBase):
     groups: tuple[tuple[HostRef, ...], ...] | None = None
     direction: Literal["both", "one_way"] = "both"
     dead_man: ClassVar[bool] = True
+
+    def isolates(self) -> bool:
+        return self.groups is None  # between groups: which side goes on is the job's to say
 
     @model_validator(mode="after")
     def _disjoint_groups(self) -> "Partition":

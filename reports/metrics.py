@@ -19,8 +19,11 @@ Definitions (the one definition of each; every report repeats them):
                       isolated / crashed, killed by a kill fault aimed at it, or ended by
                       another signal or a non-zero exit code. The others are survivors; a
                       survivor the last membership after fault start left out (an elastic
-                      job going on without a rank frozen for good) is not waited for:
-                      "every survivor" below means every one still in the job.
+                      job going on without a rank frozen for good; a user's job, which
+                      records no membership: a host none of whose processes began the
+                      last world they began in after fault start, once every host of
+                      that world has) is not waited for: "every survivor" below means
+                      every one still in the job.
   crash               a departure by exit reason crashed, by SIGABRT (crashed-by-abort:
                       NCCL's watchdog tore it down), by a signal that no kill fault
                       explains, or by a non-zero exit code with no policy exit reason.
@@ -427,6 +430,20 @@ def _final_members(events: pd.DataFrame, start: float, end: float) -> tuple[int,
     return tuple(int(r) for r in agreed.sort_values("t").iloc[-1]["members"])
 
 
+def _final_hosts(events: pd.DataFrame, start: float, per_host: int) -> tuple[int, ...] | None:
+    """A user's job (no membership events): the hosts whose processes began, after `start`,
+    the last world its processes began in (a run of rank_start events with that WORLD_SIZE).
+    None unless every host of that world began one: one still to begin is not left out."""
+    began = _of_kind(events, RANK_START)
+    began = began[began["t"] >= start].sort_values("t")
+    if not len(began) or "world" not in began:
+        return None
+    worlds = [int(w) for w in began["world"]]
+    last = next((i for i in range(len(worlds) - 1, -1, -1) if worlds[i] != worlds[-1]), -1)
+    hosts = tuple(sorted({int(r) for r in began["rank"].iloc[last + 1:]}))
+    return hosts if len(hosts) * per_host == worlds[-1] else None
+
+
 def _step_times(events: pd.DataFrame) -> dict[int, tuple[tuple[float, ...], ...]]:
     """Each rank's step times per process of its host (local_rank; one process without it)."""
     steps = _of_kind(events, STEP)
@@ -474,6 +491,8 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
         resumed = _resumed(events, survivors, fault, detections, steps, end)
         world = _final_world(events, fault.start, int((trial.plan.job or {}).get("nproc_per_host") or 1))
         members = _final_members(events, fault.start, end)
+        if members is None and trial.plan.job is not None:
+            members = _final_hosts(events, fault.start, int(trial.plan.job.get("nproc_per_host") or 1))
         left_out = () if members is None else tuple(r for r in survivors if r not in members)
         breakers = _of_kind(events, BREAKER_OPEN)
         breakers = breakers[breakers["t"] >= fault.start]
@@ -601,7 +620,8 @@ def _continued(f: TrialFacts) -> str | None:
     if not (f.detections and f.all_survivors_resumed and f.final_world is not None
             and f.final_world < len(f.ranks)):
         return None
-    return f"{len(f.survivors)} survivors went on in a world of {f.final_world}"
+    left = f" ({ranks_text(list(f.left_out))} left out)" if f.left_out else ""
+    return f"{len(f.going_on)} survivors went on in a world of {f.final_world}{left}"
 
 
 def _recovered(f: TrialFacts) -> str | None:

@@ -358,14 +358,11 @@ def flap_warnings(results: Iterable[FaultResult], chosen: str) -> list[str]:
 
 def dead_host_notes(results: Iterable[FaultResult], chosen: str) -> list[str]:
     """Each fault for good under which the chosen timeout's torchrun side did not come back:
-    torchrun's restarts wait for a host that is gone at a fixed --nnodes (under a kill the
-    tune then tries --nnodes MIN:MAX: the table after this one)."""
+    torchrun's restarts wait for a host that is gone at a fixed --nnodes (the tune then tries
+    --nnodes MIN:MAX: the table after this one)."""
     return [f"Under {r.fault}, torchrun's restarts did not bring the job back: a host gone for good leaves every "
             "other agent waiting in its next rendezvous for it (--nnodes fixed). `job.min_hosts` (torchrun's "
-            "--nnodes MIN:MAX) lets the others go on without it: "
-            + ("the next table." if r.fault == "kill" else "the tune tries it under a kill (--faults kill), where the "
-               "host's processes are gone; one cut off or frozen for good lives on, which the harness does not yet "
-               "judge.") for r in results
+            "--nnodes MIN:MAX) lets the others go on without it: the next table." for r in results
             if r.setting == chosen + TORCHRUN_SUFFIX and not r.heals and r.outcome not in CAME_BACK]
 
 

@@ -361,9 +361,10 @@ class Trial:
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
                 return "all-exited"
-            # a rank frozen for good never steps again: the others settle without it
+            # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen = frozen_for_good(outstanding, plan) if not pending and steps_observed else set()
-            if not pending and monitor.all_made(plan.settle_steps, frozen):
+            cut_off = cut_off_for_good(outstanding, plan) if not pending and steps_observed else set()
+            if not pending and monitor.all_made(plan.settle_steps, frozen | cut_off):
                 return "settled"
             if not pending and steps_observed and set(monitor.live) <= frozen:
                 self._say(f"every live rank ({ranks_text(monitor.live)}) is frozen by a fault that never heals: "
@@ -479,6 +480,17 @@ def frozen_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
     """The ranks a fault holds frozen that is still applied once no action is pending (so
     it never heals while the harness watches)."""
     return {rank for index, injection in outstanding.items() if injection.applied.fault.freezes
+            for rank in plan.faults[index].targets}
+
+
+def cut_off_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
+    """In a user's job, the ranks a fault cuts off from every other host that is still
+    applied once no action is pending. The built-in runner's cut-off rank leaves by its
+    policy and records it; a user's job's lives on, never stepping (a torchrun agent waits
+    in its rendezvous as long as its join timeout, 600 s by default)."""
+    if plan.job is None:
+        return set()
+    return {rank for index, injection in outstanding.items() if injection.applied.fault.isolates()
             for rank in plan.faults[index].targets}
 
 

@@ -136,12 +136,10 @@ class FaultChoice:
         return "fault-" + self.label.replace(" ", "-").replace(".", "_")
 
     @property
-    def gone(self) -> bool:
-        """Its host's processes are gone for good (a kill): the others may go on without it.
-        A host cut off or frozen for good lives on, never stepping, and the harness does not
-        yet judge a job that goes on beside it (reports.metrics counts it a survivor that
-        never resumed)."""
-        return not self.fault.reversible
+    def for_good(self) -> bool:
+        """Its host never comes back while the harness watches (a kill, or a fault given
+        without a duration): the others may go on without it."""
+        return not self.heals
 
     def spec(self) -> str:
         return f"{self.kind}:{self.duration:g}s" if self.heals else self.kind
@@ -322,8 +320,8 @@ class Stages:
                                               OWN_STORE_ENV if restarts.own_store else {})
 
     def hosts(self, choice: FaultChoice, c: Candidate, restarts: RestartResult, conf: dict[str, int]) -> Cell:
-        """The chosen timeout under torchrun with the restarts chosen and --nnodes N-1:N, under a
-        kill: with `conf` as --rdzv-conf and (a reference) torch's rendezvous defaults.
+        """The chosen timeout under torchrun with the restarts chosen and --nnodes N-1:N, under
+        `choice` for good: with `conf` as --rdzv-conf and (a reference) torch's rendezvous defaults.
         The hang cap lets each side's rendezvous drop the host and close without it, then its
         agents restart."""
         min_hosts = max(self.base.cluster.ranks - 1, 1)
@@ -487,7 +485,7 @@ class Tune:
                 break
             rows = self._per_fault(fault_dir, cell, choice)
             per_fault += rows
-            if choice.gone and any(r.setting == best.name + TORCHRUN_SUFFIX and r.outcome not in CAME_BACK
+            if choice.for_good and any(r.setting == best.name + TORCHRUN_SUFFIX and r.outcome not in CAME_BACK
                                    for r in rows):  # its agents wait for the host that is gone: go on without it
                 cell = self.stages.hosts(choice, best, restart_choice(restarts), conf)
                 if (hosts_dir := self.run(cell)) is None:
@@ -713,7 +711,7 @@ def dry_run_text(stages: Stages) -> str:
         *([f"a host gone for good ({', '.join(permanent)}), where torchrun's restarts did not bring the job back: "
            f"--nnodes {max(stages.base.cluster.ranks - 1, 1)}:{stages.base.cluster.ranks} with a --rdzv-conf from "
            "the measurement" + (", and with torch's rendezvous defaults beside it" if o.references else "")]
-          if stages.tunes_restarts and (permanent := [f.label for f in stages.faults if f.gone]) else []),
+          if stages.tunes_restarts and (permanent := [f.label for f in stages.faults if f.for_good]) else []),
         *([] if stages.job else [
             f"{o.repeat} round(s) of the elastic policies' failure detector: thresholds of "
             f"{', '.join(f'{m:g}x' for m in rules.DETECTOR_MARGINS)} the longest fault-free heartbeat gap (recorded "
@@ -735,7 +733,7 @@ def trial_count(stages: Stages) -> int:
     per_fault = (1 + int(stages.tunes_restarts) if job else 2) + (2 if o.references else 0)
     restarts = 2 + int(o.references) if stages.tunes_restarts else 0
     detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
-    hosts = (1 + int(o.references)) * sum(f.gone for f in stages.faults) if stages.tunes_restarts else 0
+    hosts = (1 + int(o.references)) * sum(f.for_good for f in stages.faults) if stages.tunes_restarts else 0
     return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
             + len(stages.faults) * per_fault + restarts + hosts + detector)
 

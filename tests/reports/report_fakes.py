@@ -269,15 +269,21 @@ def restarted() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
-def elastic_hosts(per_host: int = 1) -> tuple[Events, TrialInfo]:
+def _elastic_torchrun_job(per_host: int) -> History:
     """A user's job under torchrun with --nnodes 3:4 (no group_ready: its processes report
-    their WORLD_SIZE when they begin): host 3 killed at 10 s; the other hosts' new workers
-    begin at 40 s in a world of 3 hosts and step from 45 s."""
+    their WORLD_SIZE when they begin), stepping until the fault."""
     h = History(policy="torchrun")
     h.plan = dataclasses.replace(h.plan, job={"command": ["python", "train.py"], "launcher": "torchrun",
                                               "min_hosts": 3, "nproc_per_host": per_host})
     h.events = [e for e in h.events if e["kind"] != "group_ready"]
     h.steps(0.0, FAULT_AT)
+    return h
+
+
+def elastic_hosts(per_host: int = 1) -> tuple[Events, TrialInfo]:
+    """A user's job under torchrun with --nnodes 3:4: host 3 killed at 10 s; the other hosts' new workers
+    begin at 40 s in a world of 3 hosts and step from 45 s."""
+    h = _elastic_torchrun_job(per_host)
     h.fault(kind="kill", targets=(3,))
     h.harness(10.02, "rank_exited", rank=3, pid=103, exitcode=None, signal=9)
     h.each([0, 1, 2], 10.3, "suspect", peer=None, via="agent", cause="agent", silent_s=None, gen=0, waited_s=None)
@@ -285,6 +291,21 @@ def elastic_hosts(per_host: int = 1) -> tuple[Events, TrialInfo]:
         h.rank(r, 40.0, "rank_start", pid=200 + r, policy="torchrun", world=3 * per_host)
     h.steps(45.0, 50.0, ranks=[0, 1, 2], gen=1)
     h.end(50.0, survivors=[0, 1, 2])
+    return h.done()
+
+
+def elastic_hosts_cut_off(per_host: int = 1, began: tuple[int, ...] = (0, 1, 2)) -> tuple[Events, TrialInfo]:
+    """A user's job under torchrun with --nnodes 3:4: host 3 blackholed for good at 10 s.
+    Every worker's collective times out at 15 s; the `began` hosts' new workers begin at 20 s
+    in a world of 3 hosts and step from 22 s; host 3's agent lives on in its rendezvous."""
+    h = _elastic_torchrun_job(per_host)
+    h.fault(kind="blackhole", targets=(3,))
+    h.each(None, 15.0, "collective_error", step=40, gen=0, phase="step", cause="timeout", error="Timed out")
+    for r in began:
+        for local in range(per_host):
+            h.rank(r, 20.0, "rank_start", pid=200 + r, policy="torchrun", world=3 * per_host, local_rank=local)
+    h.steps(22.0, 27.0, ranks=list(began), gen=1)
+    h.end(27.0, survivors=[0, 1, 2, 3])
     return h.done()
 
 

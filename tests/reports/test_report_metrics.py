@@ -99,6 +99,24 @@ def test_a_user_job_restarted_into_fewer_hosts_continued_in_the_world_its_proces
     assert row["ttr_s"] == pytest.approx(35.002)  # the last survivor's first step of its new worker
 
 
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_a_user_job_going_on_without_a_host_cut_off_for_good_continued_and_leaves_it_out(per_host):
+    """No membership event in a user's job: the hosts its processes began the last world in
+    are the members; the cut-off host, alive and never stepping, is left out, not stalled."""
+    row = metrics_of(fakes.elastic_hosts_cut_off(per_host))
+    assert row["outcome"] == "continued", row["outcome_reason"]
+    assert row["outcome_reason"] == "3 survivors went on in a world of 3 (r3 left out)"
+    assert row["final_world"] == 3 and row["departed"] == 0
+    assert row["ttr_s"] == pytest.approx(12.002)  # the last going-on host's first step of its new worker
+
+
+def test_a_host_whose_new_worker_has_not_begun_is_not_left_out():
+    """A world of 3 of which only 2 hosts' workers began: the third may still come, so the
+    host cut off counts as a survivor that never stepped again."""
+    row = metrics_of(fakes.elastic_hosts_cut_off(began=(0, 1)))
+    assert row["outcome"] == "inconclusive" and "2 survivors never stepped again" in row["outcome_reason"]
+
+
 def test_a_rank_let_back_in_makes_the_trial_recovered_with_its_rejoin_time():
     row = metrics_of(fakes.rejoined())  # link down on r3 10-20 s, let back in at 20.4 s
     assert row["final_world"] == 4 and row["departed"] == 0

@@ -4,12 +4,14 @@ trial that makes no progress at the hang cap, and tears down last-in first-out."
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import reports
+from chaos.faults import parse_fault
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.orchestrator import Monitor, POLL_S, Trial, start_run
+from harness.run.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good, start_run
 from harness.run.plan import build_plan
 from harness.run.progress import Progress
 from harness.run.scenario import load_scenario
@@ -155,3 +157,29 @@ def test_ranks_settle_without_one_frozen_for_good_and_never_with_none_left_movin
                       steps_since={(0, 0): 4, (1, 0): 5})
     assert not monitor.all_made(4) and monitor.all_made(4, frozen={2})
     assert not monitor.all_made(6, frozen={2}) and not monitor.all_made(0, frozen={0, 1, 2})
+
+
+@pytest.mark.parametrize("kind, cut_off", [("blackhole", True), ("link_down", True), ("partition", True),
+                                           ("loss", False), ("pause", False)])
+def test_a_user_job_settles_without_a_host_cut_off_for_good_the_built_in_runner_does_not(tmp_path: Path, kind,
+                                                                                          cut_off) -> None:
+    """A user's job's agent cut off for good lives on in its rendezvous, never stepping:
+    the others settle without it. The built-in runner's cut-off rank leaves by its policy
+    and says so: it is waited for."""
+    fault = f"{{kind: {kind}, target: {{rank: 2}}, start: 1s" + (", percent: 20%}" if kind == "loss" else "}")
+    text = HEADER + f"hang_cap: 10s\nfaults:\n  - {fault}\n"
+    path = tmp_path / "built_in.yaml"
+    path.write_text(text)
+    built_in = build_plan(load_scenario(path), "timeout").trial
+    path = tmp_path / "job.yaml"
+    path.write_text(text.replace("workload: {step_period: 250ms}\n", "job: {command: [python, train.py]}\n")
+                    .replace("policies: {timeout: {timeout: 5s}}\n", ""))
+    job = build_plan(load_scenario(path), "job").trial
+    parsed = parse_fault({"kind": kind, **({"percent": "20%"} if kind == "loss" else {})})
+    outstanding = {0: SimpleNamespace(applied=SimpleNamespace(fault=parsed))}
+    assert cut_off_for_good(outstanding, job) == ({2} if cut_off else set())  # type: ignore[arg-type]
+    assert cut_off_for_good(outstanding, built_in) == set()  # type: ignore[arg-type]
+    assert frozen_for_good(outstanding, job) == ({2} if kind == "pause" else set())  # type: ignore[arg-type]
+    grouped = {0: SimpleNamespace(applied=SimpleNamespace(fault=parse_fault({"kind": "partition",
+                                                                             "groups": [[0, 1], [2, 3]]})))}
+    assert cut_off_for_good(grouped, job) == set()  # type: ignore[arg-type]  # which side goes on is the job's

@@ -553,18 +553,20 @@ def test_a_host_gone_for_good_is_tried_with_nnodes_one_short_and_a_rendezvous_co
     alone = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
                    tmp_path).hosts(FaultChoice("kill", None), c, own, conf)
     assert alone.policies == ("tuned_3s_min_hosts",) and alone.scenario.hang_cap == 3.0 + 5.0 + 45.0
-    # only a kill: a host cut off or frozen for good lives on, which the harness does not yet judge
-    assert FaultChoice("kill", None).gone and not FaultChoice("blackhole", None).gone
-    assert not FaultChoice("pause", None).gone
+    # any fault for good: a host killed, cut off or frozen never comes back while the harness watches
+    assert all(FaultChoice(kind, None).for_good for kind in ("kill", "blackhole", "link_down", "pause"))
+    assert not FaultChoice("blackhole", 10.0).for_good
     cut_off = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4,
                              faults=(FaultChoice("blackhole", None),)), tmp_path)
     assert trial_count(cut_off) == trial_count(Stages(options(
         scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, faults=(FaultChoice("kill", None),)),
-        tmp_path)) - 2
-    killed = FaultResult("blackhole for good", False, "tuned_3s_torchrun", "hung", 1, 3.2, 3.2, math.nan, math.nan,
-                         103.0, 48.0)
-    [note] = dead_host_notes([killed], "tuned_3s")
-    assert "the tune tries it under a kill (--faults kill)" in note and "the next table" not in note
+        tmp_path))
+    [blackhole] = cut_off.hosts(FaultChoice("blackhole", None), c, own, conf).scenario.faults
+    assert (blackhole.fault.kind, blackhole.target.rank, blackhole.duration) == ("blackhole", stages.target, None)
+    cut = FaultResult("blackhole for good", False, "tuned_3s_torchrun", "hung", 1, 3.2, 3.2, math.nan, math.nan,
+                      103.0, 48.0)
+    [note] = dead_host_notes([cut], "tuned_3s")
+    assert note.startswith("Under blackhole for good,") and "the next table" in note
 
 
 def hosts(setting: str, conf: dict, outcome: str, back: float = math.nan, world: int | None = 15) -> HostsResult:

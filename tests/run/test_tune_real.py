@@ -116,7 +116,7 @@ def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp
 
 
 JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks", "2", "--measure", "3s",
-               "--control", "3s", "--repeat", "1", "--no-references", "--faults", "kill", "--budget", "7m"]
+               "--control", "3s", "--repeat", "1", "--no-references", "--faults", "blackhole", "--budget", "7m"]
 
 
 @pytest.mark.requires_root
@@ -132,11 +132,11 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
     [folder] = [p.parent for p in out.glob(f"*/{MANIFEST}")]
     manifest = json.loads((folder / MANIFEST).read_text())
     result = json.loads((folder / "tune.json").read_text())
-    # a host gone for good is tried where the torchrun side under the kill did not come back
+    # a host gone for good is tried where the torchrun side under the blackhole did not come back
     torchrun_back = [r["outcome"] in ("recovered", "absorbed", "continued") for r in result["per_fault"]
                      if r["setting"].endswith("_torchrun")]
-    chosen_stages = ["byo_link_down-restarts", "byo_link_down-fault-kill"] if done.returncode == 0 else []
-    chosen_stages += ["byo_link_down-hosts-kill"] if torchrun_back == [False] else []
+    chosen_stages = ["byo_link_down-restarts", "byo_link_down-fault-blackhole-for-good"] if done.returncode == 0 else []
+    chosen_stages += ["byo_link_down-hosts-blackhole-for-good"] if torchrun_back == [False] else []
     assert [d["key"].split("/")[0] for d in manifest["done"]] == \
         ["byo_link_down-probe", "byo_link_down-measure", "byo_link_down-control-0", "byo_link_down-silent-0",
          *chosen_stages]
@@ -154,10 +154,12 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         chosen = next(c for c in result["candidates"] if c["name"] == result["chosen"])
         assert f"For your job: --timeout {chosen['timeout']:g} on its command line (job.tune.timeout)" in report
         assert "policies:" not in report
-        # the job under a kill: its own code, no breaker of ours; the peer knew from its socket
+        # the job under a blackhole for good: its own code, no breaker of ours; the ranks knew at
+        # the timeout (no TCP signal comes through a blackhole), not before it
         rows = {r["setting"]: r for r in result["per_fault"]}
         row = rows[chosen["name"]]
-        assert row["fault"] == "kill" and row["detect_ranks"] >= 1, row
+        assert row["fault"] == "blackhole for good" and row["detect_ranks"] >= 1, row
+        assert chosen["timeout"] <= row["first_s"] + 0.3, row
         assert math.isnan(row["breaker_s"]) and result["breaker"] is None
         # job.tune.max_restarts: torchrun: the chosen timeout under real torchrun agents, paused
         # past it: every worker's collective timed out and an agent restarted its workers
@@ -168,14 +170,14 @@ def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leav
         if recommended is not None:
             assert f"torchrun --max-restarts {recommended['max_restarts']} ..." in report
             assert restarts[recommended["from"]]["outcome"] in ("recovered", "absorbed", "continued")
-            # and what they do under the kill, beside the timeout alone
-            under = yaml.safe_load((folder / "scenarios" / "fault-kill.yaml").read_text())["variants"]
+            # and what they do under the blackhole, beside the timeout alone
+            under = yaml.safe_load((folder / "scenarios" / "fault-blackhole-for-good.yaml").read_text())["variants"]
             torchrun = under[chosen["name"] + "_torchrun"]
             assert (torchrun["launcher"], torchrun["max_restarts"]) == ("torchrun", recommended["max_restarts"])
             assert set(rows) == {chosen["name"], chosen["name"] + "_torchrun"}, rows
-            if torchrun_back == [False]:  # its agent waited for the killed host: one host fewer, a faster rendezvous
+            if torchrun_back == [False]:  # its agent waited for the cut-off host: one host fewer, a faster rendezvous
                 [hosts] = result["hosts"]
-                varied = yaml.safe_load((folder / "scenarios" / "hosts-kill.yaml").read_text())["variants"]
+                varied = yaml.safe_load((folder / "scenarios" / "hosts-blackhole-for-good.yaml").read_text())["variants"]
                 side = varied[chosen["name"] + "_min_hosts"]
                 assert (side["min_hosts"], side["rdzv_conf"]) == (1, {"keep_alive_interval": 1,
                                                                       "last_call_timeout": 2}), side
