@@ -35,8 +35,8 @@ makes one:
             torchrun, one rank paused RESTART_EXTRA_S longer than it (every agent restarts
             its workers): torchrun's default of no restarts (a reference), RESTART_EPISODES
             restarts, and those on a store of the workers' own (OWN_STORE_ENV)
-  hosts-*   (a user's job, after a fault-* stage of a kill under which the torchrun side
-            did not come back) the same torchrun side with --nnodes N-1:N
+  hosts-*   (a user's job, after a fault-* stage of a fault for good under which the
+            torchrun side did not come back) the same torchrun side with --nnodes N-1:N
             and a --rdzv-conf from the measurement, and (a reference) with torch's
             rendezvous defaults: the hosts it went on with, and when
   detector  (the built-in workload) r < --repeat: the elastic policy with the chosen timeout,
