@@ -40,7 +40,7 @@ The rules (docs/tune.md says why):
               for that one episode (the rise in torchrun's restart count) times
               RESTART_EPISODES; the environment variable is
               recommended only where the shared store's side did not come back and the own one did.
-  hosts       (a user's job whose torchrun side did not come back from a kill) --nnodes N-1:N
+  hosts       (a user's job whose torchrun side did not come back from a fault for good) --nnodes N-1:N
               with --rdzv-conf keep_alive_interval KEEP_ALIVE_S (a gone agent dropped after
               3 missed keep-alives) and last_call_timeout twice the longest fault-free wait
               (at least MIN_LAST_CALL_S), beside torch's defaults (TORCH_RDZV); the soonest

@@ -33,6 +33,7 @@ from typing import Any, Callable, Collection
 
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, UsageError
+from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.cmdfile import CommandFile
 from chaos.inject import NetlinkInjector, default_mechanisms
@@ -362,8 +363,8 @@ class Trial:
             if not monitor.live:
                 return "all-exited"
             # a rank frozen or cut off for good never steps with the others again: they settle without it
-            frozen = frozen_for_good(outstanding, plan) if not pending and steps_observed else set()
-            cut_off = cut_off_for_good(outstanding, plan) if not pending and steps_observed else set()
+            frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
+                               if not pending and steps_observed else (set(), set()))
             if not pending and monitor.all_made(plan.settle_steps, frozen | cut_off):
                 return "settled"
             if not pending and steps_observed and set(monitor.live) <= frozen:
@@ -479,8 +480,7 @@ class Trial:
 def frozen_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
     """The ranks a fault holds frozen that is still applied once no action is pending (so
     it never heals while the harness watches)."""
-    return {rank for index, injection in outstanding.items() if injection.applied.fault.freezes
-            for rank in plan.faults[index].targets}
+    return _held_for_good(outstanding, plan, lambda fault: fault.freezes)
 
 
 def cut_off_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
@@ -488,9 +488,12 @@ def cut_off_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
     applied once no action is pending. The built-in runner's cut-off rank leaves by its
     policy and records it; a user's job's lives on, never stepping (a torchrun agent waits
     in its rendezvous as long as its join timeout, 600 s by default)."""
-    if plan.job is None:
-        return set()
-    return {rank for index, injection in outstanding.items() if injection.applied.fault.isolates()
+    return set() if plan.job is None else _held_for_good(outstanding, plan, lambda fault: fault.isolates())
+
+
+def _held_for_good(outstanding: dict[int, Injection], plan: Plan, holds: Callable[[FaultBase], bool]) -> set[int]:
+    """The targets of the outstanding faults that `holds`."""
+    return {rank for index, injection in outstanding.items() if holds(injection.applied.fault)
             for rank in plan.faults[index].targets}
 
 
