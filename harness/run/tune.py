@@ -1,7 +1,7 @@
 """`chaos tune SCENARIO.yaml`: the timeout and retries a job should use, measured on that job.
 
     chaos tune SCENARIO.yaml [--budget 30m] [--repeat 2] [--measure 60s] [--control 30s] [--hogs N]
-                             [--faults link_down:10s,kill] [--ranks N] [--backend B] [--out DIR]
+                             [--faults link_down:10s,kill,...] [--ranks N] [--backend B] [--out DIR]
                              [--no-references] [--dry-run]
 
 It takes the scenario's cluster, workload or job, and seed (its faults, policies and
@@ -26,9 +26,10 @@ makes one:
             document's: one rank frozen WAVE_EXTRA_S longer than its timeout, so that every
             other rank fails at once and re-joins at the store after its backoff (the
             re-joins per second, and when every rank steps again)
-  fault-*   one per fault of --faults (default: a link down for RIDE_OUT_S, the longest
-            transient a retry should ride out, or a pause where the backend has no links;
-            and a kill): the chosen candidate, and (the built-in workload) it with a
+  fault-*   one per fault of --faults (default_faults: a link down and a pause for
+            RIDE_OUT_S, the longest transient a retry should ride out, a pause of
+            SHORT_STALL_S, a kill, a blackhole for good; no link faults where the backend
+            has no links): the chosen candidate, and (the built-in workload) it with a
             breaker, beside the document's values and PyTorch's default (a user's job: the
             document's 30 s and the job as written): detection, breaker, recovery, waste
   restarts  (a user's job with job.tune.max_restarts: torchrun) the chosen timeout under
@@ -84,13 +85,14 @@ from reports.history import load_run
 from harness.job.policies import DetectorSpec, policy_spec
 from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS,
                           MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
-                          TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultResult,
+                          TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultFree,
+                          FaultResult,
                           Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
                           control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
                           max_restarts_of, rdzv_conf_for, rdzv_wait_s, recommendation_text, rejoin_wave,
                           restart_choice, restarts_used, select, step_interval_s, trial_events, transient_s,
                           tune_json, write_tradeoff)
-from runfolder.heartbeats import read_heartbeat_gaps
+from runfolder.heartbeats import HeartbeatGaps, read_heartbeat_gaps
 from runfolder.layout import trial_dir
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent.parent / "scenarios" / "link_down.yaml"
@@ -107,6 +109,7 @@ AS_WRITTEN = "as_written"  # ... the document's 30 s through its knob, and the j
 DOCUMENT_VALUES = "document"  # per fault: the document's runner (30 s, 3 retries from 2 s, a breaker)
 RESTART_WATCH_S = 45.0     # a restart of every agent: a rendezvous of all hosts, then the workers' start
 UNBOUNDED_S = 60.0         # a wait this long or longer is not watched to its end: hung >= the cap
+SHORT_STALL_S = 2.0        # --faults' default short pause: a hiccup of a step (a collection, a compile)
 TRIED_KINDS = ("link_down", "blackhole", "pause", "kill")  # --faults: those that need only a rank and a time
 
 
@@ -143,6 +146,16 @@ class FaultChoice:
 
     def spec(self) -> str:
         return f"{self.kind}:{self.duration:g}s" if self.heals else self.kind
+
+
+def default_faults(links: bool) -> tuple[FaultChoice, ...]:
+    """What the chosen settings are tried under without --faults: the transients a retry
+    should ride out (a link down, where the backend has links, and a pause, each as long as
+    the retry rule's RIDE_OUT_S), a short stall a timeout fit for the job absorbs, and the
+    faults for good: a kill and, where the backend has links, a blackhole."""
+    transients = ((FaultChoice("link_down", RIDE_OUT_S),) if links else ()) + (
+        FaultChoice("pause", SHORT_STALL_S), FaultChoice("pause", RIDE_OUT_S))
+    return transients + (FaultChoice("kill", None),) + ((FaultChoice("blackhole", None),) if links else ())
 
 
 def parse_faults(text: str) -> tuple[FaultChoice, ...]:
@@ -207,8 +220,7 @@ class Stages:
         self.target = min(5, self.base.cluster.ranks - 1)
         self.heartbeat_s = DetectorSpec().interval  # not tuned: the thresholds are counted in its periods
         self.links = backend_class(self.base.cluster.backend).traits.network_faults
-        self.faults = options.faults if options.faults is not None else (
-            FaultChoice("link_down" if self.links else "pause", RIDE_OUT_S), FaultChoice("kill", None))
+        self.faults = options.faults if options.faults is not None else default_faults(self.links)
         for choice in self.faults:
             if choice.fault.acts_on == "link" and not self.links:
                 raise UsageError(f"--faults {choice.spec()}: the {self.base.cluster.backend} backend cannot put "
@@ -636,8 +648,8 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                                                             "(default 0)")
     parser.add_argument("--faults", help="what the chosen settings are tried under, beside the references: "
                                          "KIND[:DURATION],... of link_down, blackhole, pause (no duration: for "
-                                         "good) and kill (default: link_down:10s,kill; pause:10s,kill where the "
-                                         "backend has no links; none: skip)")
+                                         "good) and kill (default: link_down:10s,pause:2s,pause:10s,kill,blackhole; "
+                                         "pause:2s,pause:10s,kill where the backend has no links; none: skip)")
     parser.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="tunes", help="folder of tune folders (default: ./tunes)")
@@ -679,7 +691,7 @@ def dry_run_text(stages: Stages) -> str:
                  f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"wait (the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the "
                  "longest group formation (reports.tune)"]
-        estimate = f"the measurement alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
+        estimate = plan_estimate_text(stages, planned_cells(stages))
     else:
         measure = stages.probe()
         knob = stages.job.tune.timeout
@@ -688,7 +700,8 @@ def dry_run_text(stages: Stages) -> str:
                  f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"step interval, rounded up to {rules.ROUND_S:g} s, given to the job as "
                  + (f"${knob.env}" if hasattr(knob, "env") else repr(knob)) + " (job.tune.timeout)"]
-        estimate = f"the probe alone about {window_estimate_s(measure):.0f} s (estimated from its windows)"
+        estimate = (f"budget {o.budget_s / 60:g} min; the probe alone about {window_estimate_s(measure):.0f} s (from its "
+                    "windows; the other stages' depend on the job's step interval, which the probe measures)")
     steps = [
         *first,
         f"{o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
@@ -722,7 +735,41 @@ def dry_run_text(stages: Stages) -> str:
         f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
         *(f"{i}. {step}" for i, step in enumerate(steps, 1)),
         *([f"beside every stage: {o.hogs} busy CPU process(es) (--hogs)"] if o.hogs else []),
-        f"at most {trial_count(stages)} trials; budget {o.budget_s:g} s; {estimate}"])
+        f"at most {trial_count(stages)} trials; {estimate}"])
+
+
+def planned_cells(stages: Stages) -> list[Cell]:
+    """The built-in workload's stages as the plan runs them if its longest fault-free wait is
+    one step period, every candidate passes, the middle one is chosen and the heartbeats
+    are as regular as they can be: the cells an estimate is made of (the measurement
+    decides the real ones)."""
+    o, period = stages.options, stages.base.workload.step_period
+    cands = candidates(FaultFree(steps=0, median_s=0.0, p99_s=0.0, max_s=0.0, formation_s=None,
+                                 step_period_s=period, seconds=0.0))
+    cells, still_in = [stages.measure(period)], cands
+    for round_ in range(o.repeat):
+        cells += [stages.control(round_, still_in, transient_s(cands)), stages.silent(round_, still_in)]
+        still_in = still_in[:halve(len(still_in))]
+    chosen = cands[len(cands) // 2]
+    thresholds = detector_candidates(HeartbeatGaps(gaps=1, max_s=stages.heartbeat_s, max_rank=0, watched_s=0.0),
+                                     stages.heartbeat_s)
+    return (cells + [stages.wave(chosen)] + [stages.fault(choice, chosen) for choice in stages.faults]
+            + [stages.detector(round_, chosen, thresholds) for round_ in range(o.repeat)])
+
+
+def plan_estimate_text(stages: Stages, cells: list[Cell]) -> str:
+    """The time the cells take if every trial runs to its windows' end and its hang cap (a
+    trial that settles sooner ends sooner; one that hangs also spends its teardown), and the
+    stage the budget would stop before at that time."""
+    budget, total, cut = stages.options.budget_s, 0.0, None
+    for cell in cells:
+        total += window_estimate_s(cell)
+        if cut is None and total > budget:
+            cut = cell.scenario.name
+    step = stages.base.workload.step_period
+    return (f"about {total / 60:.0f} min if the longest fault-free wait is one step period ({step:g} s) and "
+            f"every trial runs to the end of its windows and its hang cap (one that settles ends sooner); budget {budget / 60:g} min" + (f": if every trial took that long, it would stop before {cut}"
+                                                       if cut else ""))
 
 
 def trial_count(stages: Stages) -> int:

@@ -15,7 +15,8 @@ from chaos.errors import UsageError
 from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
-from harness.run.tune import FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults, trial_count
+from harness.run.tune import (FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults,
+                              plan_estimate_text, planned_cells, trial_count, window_estimate_s)
 from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings,
                           HostsResult, Reference, RestartResult, Wave, dead_host_notes, hosts_choice, rdzv_conf_for,
                           rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
@@ -167,6 +168,23 @@ def test_the_stages_fault_the_chosen_rank_and_keep_the_scenario_s_cluster(tmp_pa
     assert (tmp_path / "scenarios" / "silent-0.yaml").read_text().startswith("# chaos tune: stage silent-0 of ")
 
 
+def test_the_dry_run_estimate_adds_up_the_planned_stages_windows_and_names_where_the_budget_ends(tmp_path):
+    stages = Stages(options(), tmp_path)
+    cells = planned_cells(stages)
+    names = [cell.scenario.name.removeprefix("kill_rank-") for cell in cells]
+    assert names == ["measure", "control-0", "silent-0", "control-1", "silent-1", "wave",
+                     "fault-link_down-10-s", "fault-pause-2-s", "fault-pause-10-s", "fault-kill",
+                     "fault-blackhole-for-good", "detector-0", "detector-1"]
+    assert [len(cells[i].policies) for i in (1, 3)] == [3, 2]  # successive halving of 1, 2.5 and 7.5 s
+    assert cells[5].policies[0] == "tuned_2_5s"  # the middle candidate, chosen
+    windows = [window_estimate_s(cell) for cell in cells]
+    whole = plan_estimate_text(Stages(options(budget_s=sum(windows) + 1), tmp_path), cells)
+    assert f"about {sum(windows) / 60:.0f} min if the longest fault-free wait is one step period" in whole
+    assert "stop before" not in whole and whole.endswith(f"budget {(sum(windows) + 1) / 60:g} min")
+    short = plan_estimate_text(Stages(options(budget_s=sum(windows[:6]) + 1), tmp_path), cells)
+    assert short.endswith("it would stop before kill_rank-fault-link_down-10-s")
+
+
 def test_bad_input_names_the_flag_and_the_fix(tmp_path):
     args = argparse.Namespace(scenario=str(REPO / "scenarios" / "kill_rank.yaml"), budget="soon", repeat=2,
                               measure="60s", control="30s", ranks=None, backend=None, no_references=False,
@@ -263,8 +281,9 @@ def test_faults_are_kinds_with_an_optional_duration_and_bad_ones_name_the_fix(tm
         parse_faults("kill:5s")
     with pytest.raises(UsageError, match="--faults soon: "):
         parse_faults("pause:soon")
-    assert [f.label for f in Stages(options(), tmp_path).faults] == ["link_down 10 s", "kill"]
-    assert [f.label for f in Stages(options(backend="local"), tmp_path).faults] == ["pause 10 s", "kill"]
+    assert [f.label for f in Stages(options(), tmp_path).faults] == \
+        ["link_down 10 s", "pause 2 s", "pause 10 s", "kill", "blackhole for good"]
+    assert [f.label for f in Stages(options(backend="local"), tmp_path).faults] == ["pause 2 s", "pause 10 s", "kill"]
     with pytest.raises(UsageError, match="--faults link_down:10s: the local backend cannot put faults on links"):
         Stages(options(backend="local", faults=(FaultChoice("link_down", 10.0),)), tmp_path)
 
@@ -287,7 +306,9 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 2 * 4 + (2 * 2 + 1) and trial_count(job) == 2 + 12 + 2 + 2 * 4 + 3 + 2  # the restarts, per fault under torchrun too, a host gone
+    # five faults by default; a job's: the restarts, per fault under torchrun too, a host gone (kill, blackhole)
+    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 5 * 4 + (2 * 2 + 1)
+    assert trial_count(job) == 2 + 12 + 2 + 5 * 4 + 3 + 2 * 2
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
@@ -431,7 +452,9 @@ def test_the_restarts_stage_runs_the_chosen_timeout_under_torchrun_paused_past_i
     no_refs = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", ranks=4, references=False),
                      tmp_path)
     assert no_refs.restarts(c).policies == ("restarts_3", "restarts_3_own_store")
-    assert trial_count(stages) == trial_count(no_refs) + 1 + 2 + 2 * len(stages.faults) + 1  # restarts_0; references
+    # restarts_0; the references of the rounds and of the five faults; torch's rendezvous
+    # defaults in the hosts stages of the two for good (kill, blackhole)
+    assert trial_count(stages) == trial_count(no_refs) + 1 + 2 + 2 * 5 + 2
     assert not Stages(options(), tmp_path).tunes_restarts  # the built-in workload: no torchrun
 
 
