@@ -124,7 +124,7 @@ import pandas as pd
 from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
-                              STEP, STEPS_NOT_OBSERVED, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
+                              STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.state import check_state
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
@@ -263,7 +263,7 @@ def _flagged(events: pd.DataFrame, column: str) -> pd.Series:
 
 def _observation_end(events: pd.DataFrame) -> float:
     """The first sign that the harness stopped watching and began to tear the trial down."""
-    stops = (events["kind"].isin([HANG_DETECTED, TRIAL_END])
+    stops = (events["kind"].isin([HANG_DETECTED, STOPPING, TRIAL_END])
              | ((events["kind"] == FAULT_REVERTED) & _flagged(events, "teardown"))
              | ((events["kind"] == RANK_EXITED) & _flagged(events, "stopped")))
     if "reason" in events:  # a rank that exits "terminated" was asked to stop by the harness

@@ -193,6 +193,10 @@ STACKS_CAPTURED = _kind("stacks_captured", HARNESS, ("reason", "processes", "dum
                         "flight_answered: those whose dump came by the deadline (a stopped rank's may "
                         "come later, at teardown's SIGCONT, and is not what it held at the cap)",
                         optional=("flight", "fault", "flight_answered"))
+STOPPING = _kind("stopping", HARNESS, (),
+                 "the harness began to stop every rank still running (SIGTERM, then SIGKILL after "
+                 "its deadline), its faults already reverted: what a rank does or says from here on "
+                 "(a worker's error as its peers are stopped) is the teardown's, not the trial's")
 AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled (every live rank not frozen for good made the "

@@ -44,6 +44,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       torch's defaults), and its `rank_start` gains `restart`, torchrun's restart count of the
       process's worker group (a version 1-11 trial reads as one where it was not recorded: an
       agent's restarts are counted as the processes it began)
+  13  a trial's events gain `stopping`: when the harness began to stop the ranks, which ends
+      what is judged (a version 1-12 trial's observation ends at the first rank it stopped,
+      so a worker's error printed as its peers were stopped counted as the trial's)
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 12
+FORMAT_VERSION = 13
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -276,6 +276,7 @@ class Trial:
                       secs=round(self.clock() - up, 3))
 
     def _stop_ranks(self, cluster: Cluster, recorder: EventRecorder) -> None:
+        recorder.emit(kinds.STOPPING)
         for ex in cluster.stop_ranks(STOP_DEADLINE_S):
             recorder.emit(kinds.RANK_EXITED, t=ex.t, rank=ex.rank, pid=ex.pid,
                           exitcode=ex.exitcode, signal=ex.signal, stopped=True)

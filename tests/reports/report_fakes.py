@@ -269,6 +269,23 @@ def restarted() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
+def restarted_then_stopped(stopping: bool = True) -> tuple[Events, TrialInfo]:
+    """`restarted`, then settled: the harness stops the ranks at 20 s and rank 0's worker
+    prints a gloo error at 20.2 s as its peers go (SIGKILL at 23 s). `stopping`: the harness
+    said when it began (format 13); without it the observation ends at the first kill."""
+    events, info = restarted()
+    h = History(policy="torchrun")
+    h.events = [e for e in events if e["kind"] not in ("exit", "rank_exited", "trial_end") or e["t"] < 20.0]
+    if stopping:
+        h.harness(20.0, "stopping")
+    h.rank(0, 20.2, "job_output", pid=200, cause="reset",
+           line="[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+    for r in range(RANKS):
+        h.harness(23.0, "rank_exited", rank=r, pid=200 + r, exitcode=None, signal=9, stopped=True)
+    h.harness(23.1, "trial_end", reason="settled")
+    return sorted(h.events, key=lambda e: e["t"]), info
+
+
 def _elastic_torchrun_job(per_host: int) -> History:
     """A user's job under torchrun with --nnodes 3:4 (no group_ready: its processes report
     their WORLD_SIZE when they begin), stepping until the fault."""

@@ -46,6 +46,16 @@ def test_a_restart_from_step_0_is_a_recovery_with_its_steps_rolled_back():
     assert row["steps_rolled_back"] == 40
 
 
+def test_what_a_rank_says_once_the_harness_began_to_stop_the_ranks_is_not_judged():
+    # measured (a tune's 10 s link down under torchrun, 2026-12-05): every rank stepped again,
+    # the trial settled, and rank 0's worker printed a reset as its peers were stopped
+    row = metrics_of(fakes.restarted_then_stopped())
+    assert row["outcome"] == "recovered" and row["ttr_s"] == pytest.approx(4.003)
+    assert row["observed_s"] == pytest.approx(10.0)  # the fault at 10 s, the stop at 20 s
+    before_format_13 = metrics_of(fakes.restarted_then_stopped(stopping=False))
+    assert before_format_13["outcome"] == "inconclusive"  # the error counted: a survivor never stepped again
+
+
 def test_every_outcome_has_a_rule_and_the_fallback_is_last():
     assert OUTCOMES[:-1] == tuple(name for name, _ in OUTCOME_RULES)
     assert OUTCOMES[-1] == "inconclusive"

@@ -135,8 +135,9 @@ def test_teardown_reverts_last_in_first_out_then_stops_ranks_then_closes_the_clu
     assert journal[-4:] == [("revert", "link_down", (2,)), ("revert", "blackhole", (1,)),
                             ("stop_ranks", (0, 1, 2, 3)), ("close",)]
     torn = [(e["kind"], e.get("index")) for e in events
-            if e.get("teardown") or e.get("stopped") or e["kind"] == "trial_end"]
-    assert torn == [("fault_reverted", 1), ("fault_reverted", 0), *[("rank_exited", None)] * 4, ("trial_end", None)]
+            if e.get("teardown") or e.get("stopped") or e["kind"] in ("stopping", "trial_end")]
+    assert torn == [("fault_reverted", 1), ("fault_reverted", 0), ("stopping", None), *[("rank_exited", None)] * 4,
+                    ("trial_end", None)]
     assert events[-1] == {**events[-1], "kind": "trial_end", "reason": "hung"}
     assert not (tmp_path / "state").exists() or list((tmp_path / "state").iterdir()) == []  # the ledger closed clean
 

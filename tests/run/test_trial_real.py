@@ -31,6 +31,8 @@ def test_a_real_trial_writes_the_contract(tmp_path: Path, leaves_nothing) -> Non
     kinds = {e["kind"] for e in events}
     assert {"rank_start", "group_ready", "step", "collective_error", "exit", "fault_applied", "trial_end"} <= kinds
     assert sorted({p for e in events for p in schema_problems(e)}) == []
+    [stopping] = [e["t"] for e in events if e["kind"] == "stopping"]  # the teardown's first step
+    assert all(e["t"] >= stopping for e in events if e.get("stopped") or e["kind"] == "trial_end")
     # the run's fault-free trajectory, computed after its trial, and the trial held against it
     import reports
     from reports.trajectory import MATCHES, read_reference
