@@ -673,10 +673,14 @@ class HostsResult:
     stuck_in: str = ""
 
 
-def hosts_choice(results: Iterable[HostsResult]) -> HostsResult | None:
-    """Of the sides that went on without the host, the soonest back."""
-    back = [r for r in results if r.outcome in CAME_BACK]
-    return min(back, key=lambda r: r.back_s) if back else None
+def hosts_choice(results: Iterable[HostsResult]) -> tuple[HostsResult, ...]:
+    """The rows of the setting that went on without the host under every fault tried, the
+    soonest back under its slowest fault (empty: no setting did)."""
+    by_setting: dict[str, list[HostsResult]] = {}
+    for r in results:
+        by_setting.setdefault(r.setting, []).append(r)
+    back = [tuple(rows) for rows in by_setting.values() if all(r.outcome in CAME_BACK for r in rows)]
+    return min(back, key=lambda rows: max(r.back_s for r in rows), default=())
 
 
 def _conf_text(conf: dict[str, int]) -> str:
@@ -700,22 +704,30 @@ def _hosts_lines(results: list[HostsResult]) -> list[str]:
 def _hosts_choice_lines(results: list[HostsResult], restarts: list[RestartResult], measured: FaultFree) -> list[str]:
     if not results:
         return []
-    chosen = hosts_choice(results)
-    if chosen is None:
-        return [f"Under {results[0].fault}, no --nnodes {results[0].min_hosts}:{results[0].hosts} setting tried "
-                "brought the other hosts back: see the table above and each trial's logs (torchrun's own).", ""]
-    default = next((r for r in results if not r.rdzv_conf), None)
-    beside = ("" if default is None or default is chosen else
-              f" (torch's rendezvous defaults: {_seconds_or(default.back_s, 'not back')}, {default.outcome})")
+    rows = hosts_choice(results)
+    if not rows:
+        faults = ", ".join(dict.fromkeys(r.fault for r in results))
+        return [f"Under {faults}, no --nnodes {results[0].min_hosts}:{results[0].hosts} setting tried brought the "
+                "other hosts back every time: see the table above and each trial's logs (torchrun's own).", ""]
+    chosen = rows[0]
+    defaults = {r.fault: r for r in results if not r.rdzv_conf}
+    said = []
+    for r in rows:
+        default = defaults.get(r.fault)
+        beside = ("" if default is None or default.setting == r.setting else
+                  f" (torch's rendezvous defaults: {_seconds_or(default.back_s, 'not back')}, {default.outcome})")
+        said.append(f"under {r.fault} the others went on as {r.world} host{'' if r.world == 1 else 's'}, every "
+                    f"rank stepping again {r.back_s:.2f} s after the fault began{beside}")
     why = rdzv_conf_for(measured)[1] if chosen.rdzv_conf else "torch's rendezvous defaults (the faster settings did not bring it back)"
     restart = restart_choice(restarts)
     n = max_restarts_of(restart)[0] if restart else chosen.used
     env = _store_env(bool(restart and restart.own_store))
     conf = f" --rdzv-conf {_conf_text(chosen.rdzv_conf)}" if chosen.rdzv_conf else ""
-    return [f"For a host gone for good: --nnodes {chosen.min_hosts}:{chosen.hosts}; {why}. Under {chosen.fault} "
-            f"the others went on as {chosen.world} host{'' if chosen.world == 1 else 's'}, every rank stepping "
-            f"again {chosen.back_s:.2f} s after the fault began{beside}.", "", "```sh",
-            f"{env}torchrun --nnodes {chosen.min_hosts}:{chosen.hosts} --max-restarts {n}{conf} ...", "```", ""]
+    went_on = "; ".join(said)
+    return [f"For a host gone for good: --nnodes {chosen.min_hosts}:{chosen.hosts}; {why}. "
+            f"{went_on[0].upper()}{went_on[1:]}.",
+            "", "```sh", f"{env}torchrun --nnodes {chosen.min_hosts}:{chosen.hosts} --max-restarts {n}{conf} ...",
+            "```", ""]
 
 
 # -- the recommendation -----------------------------------------------------------------------
@@ -877,9 +889,10 @@ def _max_restarts_json(results: list[RestartResult]) -> dict[str, Any] | None:
 
 
 def _min_hosts_json(results: list[HostsResult], measured: FaultFree) -> dict[str, Any] | None:
-    chosen = hosts_choice(results)
-    if chosen is None:
+    rows = hosts_choice(results)
+    if not rows:
         return None
+    chosen = rows[0]
     return {"min_hosts": chosen.min_hosts, "rdzv_conf": chosen.rdzv_conf, "from": chosen.setting,
             "rule": rdzv_conf_for(measured)[1] if chosen.rdzv_conf else "torch's rendezvous defaults"}
 

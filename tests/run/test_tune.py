@@ -600,8 +600,13 @@ def test_going_on_without_a_host_recommends_the_soonest_back_and_says_when_none_
     conf, rule = rdzv_conf_for(measured(period=0.0, max_s=0.3, formation_s=None))
     quick, slow = hosts("tuned_3s_min_hosts", conf, "continued", back=14.2), hosts("tuned_3s_min_hosts_torch_rdzv", {},
                                                                                   "continued", back=52.0)
-    assert hosts_choice([slow, quick]) == quick and hosts_choice([replace(quick, outcome="hung"), slow]) == slow
-    assert hosts_choice([replace(quick, outcome="hung", world=None)]) is None
+    assert hosts_choice([slow, quick]) == (quick,) and hosts_choice([replace(quick, outcome="hung"), slow]) == (slow,)
+    assert hosts_choice([replace(quick, outcome="hung", world=None)]) == ()
+    # two faults for good: the setting back under both, the sooner at its slowest
+    cut_quick, cut_slow = replace(quick, fault="blackhole for good", back_s=38.2), replace(slow, fault="blackhole for good",
+                                                                                           back_s=66.0)
+    assert hosts_choice([quick, slow, cut_quick, cut_slow]) == (quick, cut_quick)
+    assert hosts_choice([quick, slow, replace(cut_quick, outcome="hung"), cut_slow]) == (slow, cut_slow)
     cands = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)
     own = restart("restarts_3_own_store", 3, True, "recovered", used=1, back=25.0)
     killed = [FaultResult("kill", False, "tuned_3s_torchrun", "hung", 10, 0.1, 2.4, math.nan, math.nan, 764.0, 48.0)]
@@ -621,6 +626,13 @@ def test_going_on_without_a_host_recommends_the_soonest_back_and_says_when_none_
             "keep_alive_interval=1,last_call_timeout=2 ...") in text
     assert ("Under kill the others went on as 15 hosts, every rank stepping again 14.20 s after the fault began "
             "(torch's rendezvous defaults: 52.00 s, continued)") in text
+    both = report([quick, slow, cut_quick, cut_slow])
+    assert ("Under kill the others went on as 15 hosts, every rank stepping again 14.20 s after the fault began "
+            "(torch's rendezvous defaults: 52.00 s, continued); under blackhole for good the others went on as 15 "
+            "hosts, every rank stepping again 38.20 s after the fault began (torch's rendezvous defaults: 66.00 s, "
+            "continued).") in both
+    assert "Under kill, blackhole for good, no --nnodes 15:16 setting tried brought the other hosts back every time" in \
+        report([replace(quick, outcome="hung"), slow, cut_quick, replace(cut_slow, outcome="hung")])
     slow_only = report([replace(quick, outcome="hung", back_s=math.nan, world=None), slow])
     assert "torchrun --nnodes 15:16 --max-restarts 3 ..." in slow_only and "torch's rendezvous defaults (the" in slow_only
     none = report([replace(quick, outcome="hung", back_s=math.nan, world=None)])
