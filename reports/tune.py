@@ -43,8 +43,9 @@ The rules (docs/tune.md says why):
   hosts       (a user's job whose torchrun side did not come back from a fault for good) --nnodes N-1:N
               with --rdzv-conf keep_alive_interval KEEP_ALIVE_S (a gone agent dropped after
               3 missed keep-alives) and last_call_timeout twice the longest fault-free wait
-              (at least MIN_LAST_CALL_S), beside torch's defaults (TORCH_RDZV); the soonest
-              back of those that went on without the host is recommended.
+              (at least MIN_LAST_CALL_S), beside torch's defaults (TORCH_RDZV); of those that
+              went on without the host under every fault for good, the soonest back at its
+              slowest is recommended.
   halving     every round runs the candidates still in on a new seed; after each, the
               failing ones go and at most half of the rest (the slowest to detect) follow.
   breaker     the chosen settings run under each fault of --faults twice, without and with a
