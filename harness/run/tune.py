@@ -86,8 +86,7 @@ from harness.job.policies import DetectorSpec, policy_spec
 from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS,
                           MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
                           TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultFree,
-                          FaultResult,
-                          Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
+                          FaultResult, Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
                           control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
                           max_restarts_of, rdzv_conf_for, rdzv_wait_s, recommendation_text, rejoin_wave,
                           restart_choice, restarts_used, select, step_interval_s, trial_events, transient_s,
@@ -767,9 +766,10 @@ def plan_estimate_text(stages: Stages, cells: list[Cell]) -> str:
         if cut is None and total > budget:
             cut = cell.scenario.name
     step = stages.base.workload.step_period
+    stops = f": if every trial took that long, it would stop before {cut}" if cut else ""
     return (f"about {total / 60:.0f} min if the longest fault-free wait is one step period ({step:g} s) and "
-            f"every trial runs to the end of its windows and its hang cap (one that settles ends sooner); budget {budget / 60:g} min" + (f": if every trial took that long, it would stop before {cut}"
-                                                       if cut else ""))
+            "every trial runs to the end of its windows and its hang cap (one that settles ends sooner); "
+            f"budget {budget / 60:g} min{stops}")
 
 
 def trial_count(stages: Stages) -> int:
