@@ -83,8 +83,7 @@ from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
 from harness.job.policies import DetectorSpec, policy_spec
-from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DETECTOR_MARGINS, DOCUMENT, MARGINS,
-                          MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
+from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DOCUMENT, MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
                           TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultFree,
                           FaultResult, Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
                           control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
@@ -389,12 +388,14 @@ def stage_read(run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
 
 
 def window_estimate_s(cell: Cell) -> float:
-    """A stage's seconds from its own windows: start, faults, settle steps, and the hang cap
-    a faulted trial may wait (an estimate, said as one)."""
+    """A stage's seconds from its own windows: start, faults, settle steps and, under a
+    fault for good, the hang cap a trial may wait to (a fault that heals ends by itself:
+    its trial is counted to that end, as the control's transients and a flap are)."""
     s = cell.scenario
     windows = max([e.start + (e.duration or 0) for e in s.faults], default=0.0)
+    for_good = any(e.duration is None for e in s.faults)
     return len(cell.policies) * (START_S + windows + s.settle_steps * s.workload.step_period
-                                 + (s.hang_cap if s.faults else 0.0))
+                                 + (s.hang_cap if for_good else 0.0))
 
 
 class Tune:
@@ -447,15 +448,30 @@ class Tune:
         return run_dir
 
     def tune(self) -> int:
+        findings = self.walk()
+        text = recommendation_text(findings)
+        (self.folder / "tune.md").write_text(text)
+        (self.folder / "tune.json").write_text(tune_json(findings))
+        write_tradeoff(self.folder / "tradeoff.png", findings)
+        if not self.stopped_early:
+            write_manifest(self.folder, dataclasses.replace(self.manifest, finished=True))
+        print(text)
+        print(f"tune folder: {self.folder}\nreport:      {self.folder / 'tune.md'}\n"
+              f"picture:     {self.folder / 'tradeoff.png'}")
+        return 0 if findings.chosen else 1
+
+    def walk(self) -> Findings:
+        """The stages in their order, each made from what the ones before it measured: the
+        one definition of the plan (PlannedTune walks it on assumed readings)."""
         job = self.stages.job is not None
         period = self.stages.base.workload.step_period  # the built-in workload's pacing
         if job:  # a user's job paces itself: its interval, from a few steps
-            period = step_interval_s(trial_events(self._measured(self.stages.probe()), FAULT_FREE))
+            period = self._step_interval(self._measured(self.stages.probe()))
             self.progress.show(f"the job's step interval: {period:.3f} s (median of its probe's)")
         measure_dir = self._measured(self.stages.measure(period))
-        measured = fault_free(trial_events(measure_dir, FAULT_FREE), 0.0 if job else period)
+        measured = self._fault_free(measure_dir, 0.0 if job else period)
         self.progress.show(f"fault-free: {measured.line()}")
-        gaps = None if job else read_heartbeat_gaps(trial_dir(measure_dir, FAULT_FREE))
+        gaps = None if job else self._gaps(measure_dir)
         cands = candidates(measured, with_retries=not job)
         transient = transient_s(cands)
         evidence: dict[str, Evidence] = {c.name: Evidence() for c in cands}
@@ -504,21 +520,25 @@ class Tune:
                 hosts += self._hosts(hosts_dir, cell, choice)
         thresholds = detector_candidates(gaps, self.stages.heartbeat_s) if gaps and gaps.gaps else ()
         detector_evidence = self._detectors(best, thresholds) if best and thresholds else {}
-        findings = Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
-                            variant=self.stages.side(best.timeout) if best and job else None,
-                            hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
-                            detectors=thresholds, detector_evidence=detector_evidence,
-                            detector_interval_s=self.stages.heartbeat_s, restarts=restarts, hosts=hosts)
-        text = recommendation_text(findings)
-        (self.folder / "tune.md").write_text(text)
-        (self.folder / "tune.json").write_text(tune_json(findings))
-        write_tradeoff(self.folder / "tradeoff.png", findings)
-        if not self.stopped_early:
-            write_manifest(self.folder, dataclasses.replace(self.manifest, finished=True))
-        print(text)
-        print(f"tune folder: {self.folder}\nreport:      {self.folder / 'tune.md'}\n"
-              f"picture:     {self.folder / 'tradeoff.png'}")
-        return 0 if chosen else 1
+        return Findings(measured, cands, evidence, chosen, references, transient, self.stopped_early,
+                        variant=self.stages.side(best.timeout) if best and job else None,
+                        hogs=self.options.hogs, waves=waves, per_fault=per_fault, gaps=gaps,
+                        detectors=thresholds, detector_evidence=detector_evidence,
+                        detector_interval_s=self.stages.heartbeat_s, restarts=restarts, hosts=hosts)
+
+    # -- what each stage's run folder shows (PlannedTune assumes them instead) --
+
+    @staticmethod
+    def _step_interval(probe_dir: Path) -> float:
+        return step_interval_s(trial_events(probe_dir, FAULT_FREE))
+
+    @staticmethod
+    def _fault_free(measure_dir: Path, period: float) -> FaultFree:
+        return fault_free(trial_events(measure_dir, FAULT_FREE), period)
+
+    @staticmethod
+    def _gaps(measure_dir: Path) -> HeartbeatGaps | None:
+        return read_heartbeat_gaps(trial_dir(measure_dir, FAULT_FREE))
 
     @staticmethod
     def _controls(run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> None:
@@ -539,23 +559,25 @@ class Tune:
         """Each threshold's (and the default's) false trips before the silent rank, and the
         time until every other rank knew of it, round by round."""
         evidence: dict[str, DetectorEvidence] = {}
-        survivors = self.stages.base.cluster.ranks - 1
         for round_ in range(self.options.repeat):
             cell = self.stages.detector(round_, c, thresholds)
             if (run_dir := self.run(cell)) is None:
                 break
-            table, records = stage_read(run_dir)
-            for name in cell.policies:
-                events, row = records[name], table.loc[name]
-                first = fault_start(events)
-                trips, watched = control_trips(events, first)
-                e = evidence.setdefault(name, DetectorEvidence(cell.scenario.policy(name).detector.suspect_after))
-                e.false_trips.append(trips)
-                e.control_s.append(watched)
-                e.every_s.append(float(row["ttd_max_s"]) if int(row["detect_ranks"]) >= survivors else math.nan)
-                e.first_s.append(float(row["ttd_s"]))
-                e.outcomes.append(str(row["outcome"]))
+            self._detector_round(run_dir, cell, evidence)
         return evidence
+
+    def _detector_round(self, run_dir: Path, cell: Cell, evidence: dict[str, DetectorEvidence]) -> None:
+        table, records = stage_read(run_dir)
+        survivors = self.stages.base.cluster.ranks - 1
+        for name in cell.policies:
+            events, row = records[name], table.loc[name]
+            trips, watched = control_trips(events, fault_start(events))
+            e = evidence.setdefault(name, DetectorEvidence(cell.scenario.policy(name).detector.suspect_after))
+            e.false_trips.append(trips)
+            e.control_s.append(watched)
+            e.every_s.append(float(row["ttd_max_s"]) if int(row["detect_ranks"]) >= survivors else math.nan)
+            e.first_s.append(float(row["ttd_s"]))
+            e.outcomes.append(str(row["outcome"]))
 
     @staticmethod
     def _waves(run_dir: Path, cell: Cell) -> list[Wave]:
@@ -737,29 +759,84 @@ def dry_run_text(stages: Stages) -> str:
         f"at most {trial_count(stages)} trials; {estimate}"])
 
 
+class PlannedTune(Tune):
+    """The stages a tune would run, walked without running one: each stage's reading is
+    assumed, so that the plan is as long as it can be. The longest fault-free wait is one
+    step period of the scenario's workload (a user's job paces itself: only the plan's
+    stages and trials are read, not its windows), the heartbeats are as regular as they can
+    be, every candidate passes its control and every rank knows of the silent one at its
+    timeout (the fastest is chosen), torchrun's restarts bring the job back, and no setting
+    comes back from a fault for good (so every hosts-* stage runs)."""
+
+    def __init__(self, stages: Stages) -> None:
+        clock = lambda: 0.0  # noqa: E731 (nothing runs: no time passes)
+        super().__init__(stages, Manifest(night="plan", digest="", plan_file="", info={}), self._runs_nothing,
+                         NightProgress(Progress(quiet=True), 0, 0, clock, label="tune"), clock)
+        self.interval_s = stages.base.workload.step_period
+        self.measured: FaultFree | None = None
+        self.cells: list[Cell] = []
+
+    @staticmethod
+    def _runs_nothing(cell: Cell, runs: Path) -> Path:
+        raise AssertionError("a planned tune runs no stage")
+
+    def run(self, cell: Cell) -> Path:
+        self.cells.append(cell)
+        return self.folder / cell.scenario.name  # never read: the readings below are assumed
+
+    def _step_interval(self, probe_dir: Path) -> float:
+        return self.interval_s
+
+    def _fault_free(self, measure_dir: Path, period: float) -> FaultFree:
+        self.measured = FaultFree(steps=0, median_s=self.interval_s, p99_s=self.interval_s, max_s=self.interval_s,
+                                  formation_s=None, step_period_s=period, seconds=0.0)
+        return self.measured
+
+    def _gaps(self, measure_dir: Path) -> HeartbeatGaps:
+        return HeartbeatGaps(gaps=1, max_s=self.stages.heartbeat_s, max_rank=0, watched_s=0.0)
+
+    def _controls(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> None:
+        for name in cell.policies:
+            evidence[name].false_trips.append(0)
+            evidence[name].control_s.append(self.options.control_s)
+            evidence[name].transient_detected.append(0)
+
+    def _silences(self, run_dir: Path, cell: Cell, evidence: dict[str, Evidence]) -> list[Reference]:
+        timeouts = {c.name: c.timeout for c in candidates(self.measured)}
+        for name in cell.policies:
+            if name in evidence:
+                evidence[name].silent_detected_s.append(timeouts[name])
+        return []
+
+    def _waves(self, run_dir: Path, cell: Cell) -> list[Wave]:
+        return []
+
+    def _restarts(self, run_dir: Path, cell: Cell) -> list[RestartResult]:
+        return [RestartResult(name, RESTART_EPISODES, False, "recovered", 1, 0.0, 0.0, cell.scenario.hang_cap)
+                for name in cell.policies]
+
+    def _per_fault(self, run_dir: Path, cell: Cell, choice: FaultChoice) -> list[FaultResult]:
+        return [FaultResult(choice.label, choice.heals, name, "hung", 0, math.nan, math.nan, math.nan, math.nan,
+                            math.nan, cell.scenario.hang_cap) for name in cell.policies]
+
+    def _hosts(self, run_dir: Path, cell: Cell, choice: FaultChoice) -> list[HostsResult]:
+        return []
+
+    def _detector_round(self, run_dir: Path, cell: Cell, evidence: dict[str, DetectorEvidence]) -> None:
+        """Nothing comes after the detector's rounds: their readings decide no stage."""
+
+
 def planned_cells(stages: Stages) -> list[Cell]:
-    """The built-in workload's stages as the plan runs them if its longest fault-free wait is
-    one step period, every candidate passes, the middle one is chosen and the heartbeats
-    are as regular as they can be: the cells an estimate is made of (the measurement
-    decides the real ones)."""
-    o, period = stages.options, stages.base.workload.step_period
-    cands = candidates(FaultFree(steps=0, median_s=0.0, p99_s=0.0, max_s=0.0, formation_s=None,
-                                 step_period_s=period, seconds=0.0))
-    cells, still_in = [stages.measure(period)], cands
-    for round_ in range(o.repeat):
-        cells += [stages.control(round_, still_in, transient_s(cands)), stages.silent(round_, still_in)]
-        still_in = still_in[:halve(len(still_in))]
-    chosen = cands[len(cands) // 2]
-    thresholds = detector_candidates(HeartbeatGaps(gaps=1, max_s=stages.heartbeat_s, max_rank=0, watched_s=0.0),
-                                     stages.heartbeat_s)
-    return (cells + [stages.wave(chosen)] + [stages.fault(choice, chosen) for choice in stages.faults]
-            + [stages.detector(round_, chosen, thresholds) for round_ in range(o.repeat)])
+    """The stages the tune runs, as many as it can run (PlannedTune)."""
+    tune = PlannedTune(stages)
+    tune.walk()
+    return tune.cells
 
 
 def plan_estimate_text(stages: Stages, cells: list[Cell]) -> str:
-    """The time the cells take if every trial runs to its windows' end and its hang cap (a
-    trial that settles sooner ends sooner; one that hangs also spends its teardown), and the
-    stage the budget would stop before at that time."""
+    """The time the cells take if every trial runs to its windows' end and, under a fault
+    for good, its hang cap (a trial that settles sooner ends sooner; one that hangs also
+    spends its teardown), and the stage the budget would stop before at that time."""
     budget, total, cut = stages.options.budget_s, 0.0, None
     for cell in cells:
         total += window_estimate_s(cell)
@@ -768,21 +845,14 @@ def plan_estimate_text(stages: Stages, cells: list[Cell]) -> str:
     step = stages.base.workload.step_period
     stops = f": if every trial took that long, it would stop before {cut}" if cut else ""
     return (f"about {total / 60:.0f} min if the longest fault-free wait is one step period ({step:g} s) and "
-            "every trial runs to the end of its windows and its hang cap (one that settles ends sooner); "
+            "every trial runs to the end of its faults or, under one for good, its hang cap (one that settles "
+            "ends sooner); "
             f"budget {budget / 60:g} min{stops}")
 
 
 def trial_count(stages: Stages) -> int:
-    """probe (a job), measure, the rounds, the references, the wave (the built-in workload),
-    torchrun's restarts (a job's knob), the per-fault stages, a host gone for good (a job's
-    torchrun, at most), the detector's rounds (the built-in workload)."""
-    o, job = stages.options, stages.job is not None
-    per_fault = (1 + int(stages.tunes_restarts) if job else 2) + (2 if o.references else 0)
-    restarts = 2 + int(o.references) if stages.tunes_restarts else 0
-    detector = 0 if job else o.repeat * len(DETECTOR_MARGINS) + int(o.references)
-    hosts = (1 + int(o.references)) * sum(f.for_good for f in stages.faults) if stages.tunes_restarts else 0
-    return (1 + int(job) + o.repeat * 2 * len(MARGINS) + (2 if o.references else 0) + (0 if job else 2)
-            + len(stages.faults) * per_fault + restarts + hosts + detector)
+    """The trials of the longest plan (the halving as if every candidate passed)."""
+    return sum(len(cell.policies) for cell in planned_cells(stages))
 
 
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:

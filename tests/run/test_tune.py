@@ -176,8 +176,12 @@ def test_the_dry_run_estimate_adds_up_the_planned_stages_windows_and_names_where
                      "fault-link_down-10-s", "fault-pause-2-s", "fault-pause-10-s", "fault-kill",
                      "fault-blackhole-for-good", "detector-0", "detector-1"]
     assert [len(cells[i].policies) for i in (1, 3)] == [3, 2]  # successive halving of 1, 2.5 and 7.5 s
-    assert cells[5].policies[0] == "tuned_2_5s"  # the middle candidate, chosen
+    assert cells[5].policies[0] == "tuned_1s"  # every rank knew at its timeout: the fastest, chosen
     windows = [window_estimate_s(cell) for cell in cells]
+    # a trial under faults that heal is counted to their end; one under a fault for good, to its hang cap
+    control, silent = cells[1].scenario, cells[2].scenario
+    assert windows[1] == 3 * (10.0 + 5.0 + 0.5 + 4.0 + 0.5 + control.settle_steps * 0.25)
+    assert windows[2] == 5 * (10.0 + 2.0 + silent.settle_steps * 0.25 + silent.hang_cap)
     whole = plan_estimate_text(Stages(options(budget_s=sum(windows) + 1), tmp_path), cells)
     assert f"about {sum(windows) / 60:.0f} min if the longest fault-free wait is one step period" in whole
     assert "stop before" not in whole and whole.endswith(f"budget {(sum(windows) + 1) / 60:g} min")
@@ -306,9 +310,13 @@ def test_a_fault_stage_runs_the_choice_with_and_without_a_breaker_beside_the_doc
     c = candidates(measured(period=0.0, max_s=0.3, formation_s=None), with_retries=False)[1]
     cell = job.fault(FaultChoice("kill", None), c)
     assert cell.policies == ("tuned_3s", "document_30s", "as_written") and cell.scenario.hang_cap == 35.0
-    # five faults by default; a job's: the restarts, per fault under torchrun too, a host gone (kill, blackhole)
-    assert trial_count(stages) == 1 + 2 * 2 * 3 + 2 + 2 + 5 * 4 + (2 * 2 + 1)
-    assert trial_count(job) == 2 + 12 + 2 + 5 * 4 + 3 + 2 * 2
+    # measure, two rounds (3 candidates, the references beside them, then the faster 2), the
+    # wave, five faults by default, the detector's 2 thresholds twice and its default once; a
+    # job: its probe, no wave, the restarts, per fault under torchrun too, a host gone (kill,
+    # blackhole), no detector
+    rounds = (3 + 3 + 2) + (2 + 2)
+    assert trial_count(stages) == 1 + rounds + 2 + 5 * 4 + (2 * 2 + 1)
+    assert trial_count(job) == 2 + rounds + 3 + 5 * 4 + 2 * 2
 
 
 def result(fault: str, setting: str, outcome: str, back: float = math.nan, breaker: float = math.nan) -> FaultResult:
