@@ -83,7 +83,8 @@ from reports import analyze_run
 from reports.analysis import run_frame
 from reports.history import load_run
 from harness.job.policies import DetectorSpec, policy_spec
-from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DOCUMENT, MIN_HOSTS_SUFFIX, OWN_STORE_ENV, RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
+from reports.tune import (BREAKER_SUFFIX, CAME_BACK, DETECTOR_DEFAULT, DOCUMENT, MIN_HOSTS_SUFFIX, OWN_STORE_ENV,
+                          RESTART_EPISODES, RESTART_EXTRA_S, RIDE_OUT_S,
                           TORCH_RDZV_SUFFIX, Candidate, DetectorCandidate, DetectorEvidence, Evidence, FaultFree,
                           FaultResult, Findings, HostsResult, Reference, RestartResult, Wave, TORCHRUN_SUFFIX, candidates,
                           control_trips, detector_candidates, elastic_policy, fault_free, fault_start, halve,
