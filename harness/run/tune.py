@@ -388,14 +388,15 @@ def stage_read(run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
     return run_frame(run).set_index("trial"), {trial.name: trial.events.to_dict("records") for trial in run.trials}
 
 
-def window_estimate_s(cell: Cell) -> float:
-    """A stage's seconds from its own windows: start, faults, settle steps and, under a
-    fault for good, the hang cap a trial may wait to (a fault that heals ends by itself:
-    its trial is counted to that end, as the control's transients and a flap are)."""
+def window_estimate_s(cell: Cell, step_s: float | None = None) -> float:
+    """A stage's seconds from its own windows: start, faults, settle steps (each `step_s`
+    long; None: the built-in workload's step period) and, under a fault for good, the hang
+    cap a trial may wait to (a fault that heals ends by itself: its trial is counted to that
+    end, as the control's transients and a flap are)."""
     s = cell.scenario
     windows = max([e.start + (e.duration or 0) for e in s.faults], default=0.0)
     for_good = any(e.duration is None for e in s.faults)
-    return len(cell.policies) * (START_S + windows + s.settle_steps * s.workload.step_period
+    return len(cell.policies) * (START_S + windows + s.settle_steps * (step_s or s.workload.step_period)
                                  + (s.hang_cap if for_good else 0.0))
 
 
@@ -713,17 +714,13 @@ def dry_run_text(stages: Stages) -> str:
                  f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"wait (the longest step or one step period, rounded up to {rules.ROUND_S:g} s); retries from the "
                  "longest group formation (reports.tune)"]
-        estimate = plan_estimate_text(stages, planned_cells(stages))
     else:
-        measure = stages.probe()
         knob = stages.job.tune.timeout
         first = [f"probe: {PROBE_STEPS} fault-free steps of your job, for its step interval; then measure: "
                  f"--measure {o.measure_s:g} s of fault-free steps",
                  f"candidates: timeouts of {', '.join(f'{m:g}x' for m in rules.MARGINS)} the longest fault-free "
                  f"step interval, rounded up to {rules.ROUND_S:g} s, given to the job as "
                  + (f"${knob.env}" if hasattr(knob, "env") else repr(knob)) + " (job.tune.timeout)"]
-        estimate = (f"budget {o.budget_s / 60:g} min; the probe alone about {window_estimate_s(measure):.0f} s (from its "
-                    "windows; the other stages' depend on the job's step interval, which the probe measures)")
     steps = [
         *first,
         f"{o.repeat} round(s) of successive halving, each a control ({o.control_s:g} s fault-free, then a pause"
@@ -757,23 +754,22 @@ def dry_run_text(stages: Stages) -> str:
         f"rank {stages.target} faulted" + (f", your job: {' '.join(stages.job.command)}" if stages.job else ""),
         *(f"{i}. {step}" for i, step in enumerate(steps, 1)),
         *([f"beside every stage: {o.hogs} busy CPU process(es) (--hogs)"] if o.hogs else []),
-        f"at most {trial_count(stages)} trials; {estimate}"])
+        f"at most {trial_count(stages)} trials; {plan_estimate_text(stages)}"])
 
 
 class PlannedTune(Tune):
     """The stages a tune would run, walked without running one: each stage's reading is
     assumed, so that the plan is as long as it can be. The longest fault-free wait is one
-    step period of the scenario's workload (a user's job paces itself: only the plan's
-    stages and trials are read, not its windows), the heartbeats are as regular as they can
-    be, every candidate passes its control and every rank knows of the silent one at its
+    step (`step_s`; None: the built-in workload's step period), the heartbeats are as
+    regular as they can be, every candidate passes its control and every rank knows of the silent one at its
     timeout (the fastest is chosen), torchrun's restarts bring the job back, and no setting
     comes back from a fault for good (so every hosts-* stage runs)."""
 
-    def __init__(self, stages: Stages) -> None:
+    def __init__(self, stages: Stages, step_s: float | None = None) -> None:
         clock = lambda: 0.0  # noqa: E731 (nothing runs: no time passes)
         super().__init__(stages, Manifest(night="plan", digest="", plan_file="", info={}), self._runs_nothing,
                          NightProgress(Progress(quiet=True), 0, 0, clock, label="tune"), clock)
-        self.interval_s = stages.base.workload.step_period
+        self.interval_s = step_s or stages.base.workload.step_period
         self.measured: FaultFree | None = None
         self.cells: list[Cell] = []
 
@@ -827,28 +823,44 @@ class PlannedTune(Tune):
         """Nothing comes after the detector's rounds: their readings decide no stage."""
 
 
-def planned_cells(stages: Stages) -> list[Cell]:
-    """The stages the tune runs, as many as it can run (PlannedTune)."""
-    tune = PlannedTune(stages)
+def planned_cells(stages: Stages, step_s: float | None = None) -> list[Cell]:
+    """The stages the tune runs, as many as it can run (PlannedTune), its steps `step_s` long."""
+    tune = PlannedTune(stages, step_s)
     tune.walk()
     return tune.cells
 
 
-def plan_estimate_text(stages: Stages, cells: list[Cell]) -> str:
-    """The time the cells take if every trial runs to its windows' end and, under a fault
-    for good, its hang cap (a trial that settles sooner ends sooner; one that hangs also
-    spends its teardown), and the stage the budget would stop before at that time."""
-    budget, total, cut = stages.options.budget_s, 0.0, None
-    for cell in cells:
-        total += window_estimate_s(cell)
-        if cut is None and total > budget:
+JOB_STEPS_S = (0.25, 1.0, 5.0)  # a user's job's dry run: its plan at these step times (its probe measures it)
+
+
+def plan_estimate_s(stages: Stages, step_s: float | None = None) -> tuple[float, str | None]:
+    """The seconds the planned stages take if every trial runs to its windows' end and, under
+    a fault for good, its hang cap (a trial that settles sooner ends sooner; one that hangs
+    also spends its teardown), and the stage the budget would stop before at that time."""
+    total, cut = 0.0, None
+    for cell in planned_cells(stages, step_s):
+        total += window_estimate_s(cell, step_s)
+        if cut is None and total > stages.options.budget_s:
             cut = cell.scenario.name
-    step = stages.base.workload.step_period
-    stops = f": if every trial took that long, it would stop before {cut}" if cut else ""
-    return (f"about {total / 60:.0f} min if the longest fault-free wait is one step period ({step:g} s) and "
-            "every trial runs to the end of its faults or, under one for good, its hang cap (one that settles "
-            "ends sooner); "
-            f"budget {budget / 60:g} min{stops}")
+    return total, cut
+
+
+def plan_estimate_text(stages: Stages) -> str:
+    """The plan's time: the built-in workload's at its step period; a user's job's at each of
+    JOB_STEPS_S, since only its probe tells its step interval."""
+    budget = stages.options.budget_s
+    runs = "every trial runs to the end of its faults or, under one for good, its hang cap (one that settles ends sooner)"
+    if stages.job is None:
+        total, cut = plan_estimate_s(stages)
+        stops = f": if every trial took that long, it would stop before {cut}" if cut else ""
+        return (f"about {total / 60:.0f} min if the longest fault-free wait is one step period "
+                f"({stages.base.workload.step_period:g} s) and {runs}; budget {budget / 60:g} min{stops}")
+    plans = [(step, *plan_estimate_s(stages, step)) for step in JOB_STEPS_S]
+    stops = next((f": at {step:g} s a step it would stop before {cut}" for step, _, cut in plans if cut), "")
+    (first, total, _), *others = plans
+    return (f"about {total / 60:.0f} min if a step of your job takes {first:g} s, "
+            + ", ".join(f"{t / 60:.0f} min at {step:g} s" for step, t, _ in others)
+            + f" (its probe measures it), if {runs}; budget {budget / 60:g} min{stops}")
 
 
 def trial_count(stages: Stages) -> int:

@@ -16,7 +16,7 @@ from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
 from harness.run.tune import (FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults,
-                              plan_estimate_text, planned_cells, trial_count, window_estimate_s)
+                              JOB_STEPS_S, plan_estimate_text, planned_cells, trial_count, window_estimate_s)
 from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings,
                           HostsResult, Reference, RestartResult, Wave, dead_host_notes, hosts_choice, rdzv_conf_for,
                           rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
@@ -182,11 +182,27 @@ def test_the_dry_run_estimate_adds_up_the_planned_stages_windows_and_names_where
     control, silent = cells[1].scenario, cells[2].scenario
     assert windows[1] == 3 * (10.0 + 5.0 + 0.5 + 4.0 + 0.5 + control.settle_steps * 0.25)
     assert windows[2] == 5 * (10.0 + 2.0 + silent.settle_steps * 0.25 + silent.hang_cap)
-    whole = plan_estimate_text(Stages(options(budget_s=sum(windows) + 1), tmp_path), cells)
+    whole = plan_estimate_text(Stages(options(budget_s=sum(windows) + 1), tmp_path))
     assert f"about {sum(windows) / 60:.0f} min if the longest fault-free wait is one step period" in whole
     assert "stop before" not in whole and whole.endswith(f"budget {(sum(windows) + 1) / 60:g} min")
-    short = plan_estimate_text(Stages(options(budget_s=sum(windows[:6]) + 1), tmp_path), cells)
+    short = plan_estimate_text(Stages(options(budget_s=sum(windows[:6]) + 1), tmp_path))
     assert short.endswith("it would stop before kill_rank-fault-link_down-10-s")
+
+
+def test_a_job_s_dry_run_estimates_its_plan_at_several_step_times(tmp_path):
+    """Only a job's probe tells its step interval: its plan is estimated at each of a few."""
+    job = Stages(options(scenario_file=REPO / "scenarios" / "byo_link_down.yaml", budget_s=1800.0), tmp_path)
+    at = {step: sum(window_estimate_s(cell, step) for cell in planned_cells(job, step)) for step in JOB_STEPS_S}
+    assert at[0.25] < at[1.0] < at[5.0]  # longer steps: longer timeouts and hang caps, slower settling
+    text = plan_estimate_text(job)
+    assert text.startswith(f"about {at[0.25] / 60:.0f} min if a step of your job takes 0.25 s, "
+                           f"{at[1.0] / 60:.0f} min at 1 s, {at[5.0] / 60:.0f} min at 5 s (its probe measures it)")
+    slowest = next(s for s in JOB_STEPS_S if at[s] > 1800.0)
+    assert f"budget 30 min: at {slowest:g} s a step it would stop before byo_link_down-" in text
+    # the measurement's steps are counted from the step time: --measure 10s, at least 8 steps
+    measure = {step: next(c for c in planned_cells(job, step) if c.scenario.name.endswith("-measure"))
+               for step in (1.0, 5.0)}
+    assert (measure[1.0].scenario.settle_steps, measure[5.0].scenario.settle_steps) == (10, 8)
 
 
 def test_bad_input_names_the_flag_and_the_fix(tmp_path):
