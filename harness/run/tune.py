@@ -761,9 +761,9 @@ class PlannedTune(Tune):
     """The stages a tune would run, walked without running one: each stage's reading is
     assumed, so that the plan is as long as it can be. The longest fault-free wait is one
     step (`step_s`; None: the built-in workload's step period), the heartbeats are as
-    regular as they can be, every candidate passes its control and every rank knows of the silent one at its
-    timeout (the fastest is chosen), torchrun's restarts bring the job back, and no setting
-    comes back from a fault for good (so every hosts-* stage runs)."""
+    regular as they can be, every candidate passes its control and every rank knows of the
+    silent one at its timeout (the fastest is chosen), torchrun's restarts bring the job
+    back, and no setting comes back from a fault for good (so every hosts-* stage runs)."""
 
     def __init__(self, stages: Stages, step_s: float | None = None) -> None:
         clock = lambda: 0.0  # noqa: E731 (nothing runs: no time passes)
@@ -809,8 +809,8 @@ class PlannedTune(Tune):
         return []
 
     def _restarts(self, run_dir: Path, cell: Cell) -> list[RestartResult]:
-        return [RestartResult(name, RESTART_EPISODES, False, "recovered", 1, 0.0, 0.0, cell.scenario.hang_cap)
-                for name in cell.policies]
+        return [RestartResult(name, cell.scenario.variants[name].max_restarts or 0, False, "recovered", 1, 0.0, 0.0,
+                              cell.scenario.hang_cap) for name in cell.policies]
 
     def _per_fault(self, run_dir: Path, cell: Cell, choice: FaultChoice) -> list[FaultResult]:
         return [FaultResult(choice.label, choice.heals, name, "hung", 0, math.nan, math.nan, math.nan, math.nan,
