@@ -3,7 +3,7 @@
 #
 #   ./dev.sh demo [chaos run options]   venv + the main job: a link-down on one rank of a
 #                                       16-rank job, under the four policies, with the table
-#   ./dev.sh test [pytest options]      venv + a Docker engine + ruff + the whole test suite
+#   ./dev.sh test [pytest options]      venv + a Docker engine + Slurm + ruff + the whole test suite
 #
 # The venv (.venv) keeps torch 2.13.0 (the CPU wheel; constraints.txt) and is reused when it is current.
 set -euo pipefail
@@ -54,6 +54,12 @@ case "${1:-}" in
                 exit 1
             fi
             echo "dev.sh: no Docker engine; docker tests will skip" >&2
+        fi
+        # The slurm backend's tests run a local Slurm cluster: its packages (CI sets
+        # CHAOS_REQUIRE_SLURM: there they must install, elsewhere those tests skip, saying why).
+        if ! bash .ci/slurm.sh && [ -n "${CHAOS_REQUIRE_SLURM:-}" ]; then
+            echo "dev.sh: Slurm could not be installed and CHAOS_REQUIRE_SLURM is set" >&2
+            exit 1
         fi
         .venv/bin/ruff check --quiet .
         # pytest exits 5 when it collected no test: that fails here like any other error.

@@ -59,10 +59,13 @@ class Injector(abc.ABC):
 
     @abc.abstractmethod
     def apply(self, fault: FaultBase, hosts: Sequence[Host],
-              revert_after: float | None = None) -> Injection:
+              revert_after: float | None = None, heals_after: float | None = None) -> Injection:
         """Apply `fault` to every host in `hosts`; raises UnsupportedFault, FaultConflict or
         InjectionError. With `revert_after`, a fault with `dead_man` set is also reverted
-        that many seconds later by a process that does not need this one alive."""
+        that many seconds later by a process that does not need this one alive.
+        `heals_after` is when its on-phase ends (None: never while watched): an injector
+        that cannot reach a host while its link is faulted (a Slurm node's agent) reverts
+        it there at that time."""
 
     @abc.abstractmethod
     def mechanism(self, fault: FaultBase) -> str:

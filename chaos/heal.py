@@ -55,10 +55,10 @@ class HealReport:
 
 
 def owner_alive(ledger: Ledger) -> bool:
-    for entry in ledger.entries():
-        if entry.op == "owner":
-            return proc.start_time(entry.args["pid"]) == entry.args["started"]
-    return False
+    """Whether any process the ledger names as its owner lives (a run's harness; a local
+    Slurm cluster's controller, which outlives the command that built it)."""
+    return any(proc.start_time(entry.args["pid"]) == entry.args["started"]
+               for entry in ledger.entries() if entry.op == "owner")
 
 
 def _namespaced_runs() -> set[str]:

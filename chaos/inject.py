@@ -164,7 +164,7 @@ class NetlinkInjector(Injector):
             raise UnsupportedFault(f"no mechanism for {fault.kind!r} on this machine") from None  # type: ignore[attr-defined]
 
     def apply(self, fault: FaultBase, hosts: Sequence[Host],
-              revert_after: float | None = None) -> Injection:
+              revert_after: float | None = None, heals_after: float | None = None) -> Injection:
         mech = self._mechanism(fault)
         if isinstance(mech, Unavailable):
             raise UnsupportedFault(f"{fault.kind} cannot be injected here: {mech.reason}")  # type: ignore[attr-defined]

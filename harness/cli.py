@@ -1,7 +1,7 @@
 """The `chaos` command line.
 
     chaos run SCENARIO.yaml [--policy NAME]... [--ranks N] [--seed N] [--out DIR]
-                            [--backend netns|docker|local] [--quiet]
+                            [--backend netns|docker|local|slurm] [--quiet]
     chaos report RUN_DIR... [--out DIR]      re-analyze stored runs, no re-run
     chaos run SCENARIO.yaml --dry-run        the resolved plan, nothing touched
     chaos init [--job "python train.py"] [--out FILE] [--ranks N] [--force]
@@ -14,6 +14,7 @@
     chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
     chaos nightly [PLAN.yaml] [--quick] [--repeat N] [--history DB] [--gate] [--out DIR]
                                              a night of repeated trials (docs/nightly.md)
+    chaos slurm up --nodes N | status | down   a local Slurm cluster (docs/slurm.md)
     chaos tune [SCENARIO.yaml] [--budget 15m] [--repeat N] [--dry-run]
                                              the timeout and retries to use, measured (docs/tune.md)
 
@@ -54,6 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if args.backend is not None:
         overrides["cluster.backend"] = args.backend
+    for key in ("partition", "account", "time"):
+        if getattr(args, key) is not None:
+            overrides[f"cluster.slurm.{key}"] = getattr(args, key)
+    if args.slurm_arg:
+        overrides["cluster.slurm.args"] = args.slurm_arg
     scenario = load_scenario(args.scenario, overrides)
     if args.ranks is not None:  # the scenario's times follow the ranks per core (docs/scale.md)
         scenario = scaled_to_cores(scenario)
@@ -206,6 +212,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return nightly_command(args, require_privileges)
 
 
+def cmd_slurm(args: argparse.Namespace) -> int:
+    from harness.cluster.slurm.cli import slurm_command
+    return slurm_command(args)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from harness.run.tune import tune_command
     return tune_command(args, require_privileges)
@@ -230,6 +241,11 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--seed", type=int, help="seed (overrides the scenario's)")
     run.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's, netns)")
     run.add_argument("--out", default="runs", help="folder for run folders (default: ./runs)")
+    slurm = run.add_argument_group("slurm backend", "the allocation each trial asks for (cluster.slurm)")
+    slurm.add_argument("--partition", help="sbatch --partition")
+    slurm.add_argument("--account", help="sbatch --account")
+    slurm.add_argument("--time", help="sbatch --time, a limit per trial (e.g. 10:00)")
+    slurm.add_argument("--slurm-arg", action="append", help="one more sbatch argument, as it is (repeatable)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument("--dry-run", action="store_true",
                      help="print the resolved plan (which ranks, which mechanism, when) and exit")
@@ -265,6 +281,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                 _k8s_arguments("add_collect_arguments"), cmd_collect),
     "nightly": ("run a plan of scenarios x policies x repeats as one night: history, trends, gate",
                 _arguments_of("harness.run.nightly", "add_nightly_arguments"), cmd_nightly),
+    "slurm": ("a local Slurm cluster to run --backend slurm on: up --nodes N, status, down",
+              _arguments_of("harness.cluster.slurm.cli", "add_slurm_arguments"), cmd_slurm),
     "tune": ("measure the job without faults, derive timeouts and retries, try them under faults, recommend",
              _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
 }

@@ -13,10 +13,10 @@ import abc
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from chaos import linkstats, userns
-from chaos.api import Host
+from chaos.api import Host, Injector
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
@@ -39,6 +39,10 @@ class Traits:
     network_faults: bool      # every host has a link of its own that link faults can act on
     link_counters: bool       # per-rank link byte counts (the traffic proof, harness.run.traffic)
     host_sysctls: bool        # each host's own net.* settings (cluster.sysctls)
+    # the link fault kinds its hosts take where it has links (None: every kind the machine
+    # can inject); the others are refused at load with the reason
+    link_kinds: tuple[str, ...] | None = None
+    ranks_per_host: bool = False  # several ranks may share one host (cluster.ranks_per_node)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class ClusterSpec:
     # a user's job started preloaded: what its rank launcher imports for it while the hosts
     # are built (harness.cluster.preload); None: no preloaded job
     preload: tuple[str, ...] | None = None
+    ranks_per_host: int = 1  # ranks on each host (a scheduler's node), consecutive ranks together
+    scheduler_args: tuple[str, ...] = ()  # for the allocation (sbatch): partition, account, time, more
+    say: Callable[[str], None] | None = None  # where a slow bring-up says what it waits for
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,13 @@ class Cluster(abc.ABC):
         """Packets the hosts' kernel has dropped so far with a CPU's receive backlog full
         (the whole machine's count); None where the cluster has no such kernel."""
         return linkstats.backlog_drops()
+
+    def injector(self, ledger: Ledger, mechanisms: dict[str, Mechanism]) -> Injector:
+        """What a trial puts faults on these hosts with: netlink from this process with
+        `mechanisms` (the probe's, this cluster's own over them), every backend's undos."""
+        from chaos.inject import NetlinkInjector
+        from harness.cluster.backends import undo_table
+        return NetlinkInjector(ledger, mechanisms, hosts=self.hosts, undos=undo_table())
 
     def mechanisms(self) -> dict[str, Mechanism]:
         """Fault mechanisms this backend does its own way (e.g. kill through the engine),

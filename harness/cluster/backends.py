@@ -19,6 +19,7 @@ BACKENDS = {
     "netns": "harness.cluster.netns:NetnsBackend",
     "docker": "harness.cluster.docker.cluster:DockerBackend",
     "local": "harness.cluster.local:LocalBackend",
+    "slurm": "harness.cluster.slurm.cluster:SlurmBackend",
 }
 BACKEND_NAMES = tuple(BACKENDS)
 DEFAULT_BACKEND = BACKEND_NAMES[0]
@@ -66,12 +67,13 @@ def require_privileges(what: str, backend: str | None = None) -> None:
 
 def _backend_undos() -> dict[str, UndoTable]:
     """The undo tables of the backends this install can run, by backend name."""
+    from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
     try:
         import docker  # noqa: F401  (the SDK: without it no docker run can have made anything)
     except ImportError:
-        return {}
+        return {"slurm": SLURM_UNDOS}
     from harness.cluster.docker.heal import UNDOS as DOCKER_UNDOS
-    return {"docker": DOCKER_UNDOS}
+    return {"docker": DOCKER_UNDOS, "slurm": SLURM_UNDOS}
 
 
 def undo_table() -> UndoTable:

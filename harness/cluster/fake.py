@@ -164,7 +164,8 @@ class FakeInjector(Injector):
         by_name = {host.name: rank for rank, host in enumerate(self.cluster.hosts)}
         return tuple(by_name[name] for name in names)
 
-    def apply(self, fault: FaultBase, hosts: Sequence[Host], revert_after: float | None = None) -> Injection:
+    def apply(self, fault: FaultBase, hosts: Sequence[Host], revert_after: float | None = None,
+              heals_after: float | None = None) -> Injection:
         cluster = self.cluster
         cluster.advance()  # the steps made before the fault
         names = tuple(host.name for host in hosts)

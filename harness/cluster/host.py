@@ -29,7 +29,7 @@ from chaos.ledger import Ledger, ledger_run_ids
 from chaos.topology import NAMESPACE_PREFIX
 from harness.cluster.backends import undo_table
 
-PROCESS_MODULES = ("harness.cluster.zygote", "harness.cli", "harness.cluster.container",
+PROCESS_MODULES = ("harness.cluster.zygote", "harness.cli", "harness.cluster.container", "harness.cluster.slurm.agent",
                    *proc.HELPER_MODULES)
 
 

@@ -30,24 +30,31 @@ PRELOAD_TIMEOUT_S = 300.0  # torch's DDP and what a job's preload adds, on a bus
 class Launcher:
     """A running `harness.cluster.zygote` and the processes it forked, by name. The launcher
     process is recorded in `ledger` (its owner's); each fork in the ledger `spawn` is given
-    (the trial's)."""
+    (the trial's). `argv` starts it some other way: a Slurm node's agent, through srun,
+    whose forks live on another machine (`remote`: their pids are the node's, recorded by
+    the agent, not here)."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._proc = subprocess.Popen(
-            proc.python_module("harness.cluster.zygote", TITLE_ROOM), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
+    def __init__(self, ledger: Ledger, argv: list[str] | None = None, remote: bool = False,
+                 log: Path | None = None) -> None:
+        with open(log or os.devnull, "ab") as err:
+            self._proc = subprocess.Popen(
+                argv or proc.python_module("harness.cluster.zygote", TITLE_ROOM), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=err if log else None, start_new_session=True, bufsize=0)
+        self.remote = remote
         record_process(ledger, self._proc.pid)
         self._buf = b""
         self._exits: list[dict[str, Any]] = []
         self._answers: list[dict[str, Any]] = []  # read, not yet expected
         self.pids: dict[str, int] = {}
         self._ready = False
+        self.hello: dict[str, Any] = {}  # the launcher's first answer (pid, clock, a node agent's own facts)
+        self._requests = 0
         self._preloads: dict[frozenset[str], str | None] = {}  # asked for: None until answered, then its problem
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, timeout: float = LAUNCHER_READY_TIMEOUT_S) -> None:
         """Wait until the launcher has imported torch (about a second; overlap other work)."""
         if not self._ready:
-            self._expect("ready", None, LAUNCHER_READY_TIMEOUT_S)
+            self.hello = self._expect("ready", None, timeout)
             self._ready = True
 
     def _read(self, timeout: float) -> list[dict[str, Any]]:
@@ -89,9 +96,22 @@ class Launcher:
         self._send({"op": "spawn", "name": name, "entry": entry, "ns_path": ns_path, "log": log,
                     "config": config})
         pid = self._expect("spawned", name, 10.0)["pid"]
-        record_process(ledger, pid)
+        if not self.remote:
+            record_process(ledger, pid)
         self.pids[name] = pid
         return pid
+
+    def request(self, cmd: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send `cmd` (a node agent's op: harness.cluster.zygote.NodeOps) and wait for its
+        answer; a problem the agent met raises."""
+        self.wait_ready()
+        self._requests += 1
+        name = f"q{self._requests}"
+        self._send({**cmd, "name": name})
+        answer = self._expect("answer", name, timeout)
+        if answer.get("problem"):
+            raise HarnessError(answer["problem"])
+        return answer
 
     def request_preload(self, modules: list[str]) -> None:
         """Ask the launcher to import what user jobs import (harness.cluster.preload) and go
@@ -165,13 +185,22 @@ class Launcher:
         self.pids.clear()
         return True
 
-    def close(self) -> None:
-        """Close the launcher's stdin: it SIGKILLs what is left and exits."""
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
+    def close_input(self) -> None:
+        """Close the launcher's stdin: it SIGKILLs what is left and exits (not waited for)."""
+        assert self._proc.stdin is not None
+        if not self._proc.stdin.closed:
             try:
                 self._proc.stdin.close()
-                self._proc.wait(timeout=5)
+            except BrokenPipeError:
+                pass
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the launcher's stdin: it SIGKILLs what is left and exits; SIGKILLed if it
+        has not within `timeout`."""
+        if self._proc.poll() is None:
+            try:
+                self.close_input()
+                self._proc.wait(timeout=timeout)
             except (subprocess.TimeoutExpired, BrokenPipeError):
                 self._proc.kill()
                 self._proc.wait()

@@ -65,6 +65,7 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a node agent's handler is the agent's alone
         if cmd["ns_path"] is not None:  # None: the launcher's own (the local backend)
             proc.enter_netns(cmd["ns_path"])
         if cmd["entry"] == "exec":
@@ -142,7 +143,26 @@ def _reply(out: Any, **msg: Any) -> None:
     out.flush()
 
 
-def main() -> None:
+class NodeOps:
+    """Ops a launcher answers beyond its own: a Slurm node's agent (harness.cluster.slurm.agent)
+    signals and faults its children. `answer` returns the fields of one command's answer
+    (sent as {"ev": "answer", "name": the command's, ...}, with "problem" where it raised);
+    `close` takes back what they did, when the harness is gone."""
+
+    def answer(self, cmd: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+        raise ValueError(f"unknown op {cmd['op']!r}")
+
+    def tick(self) -> None:
+        """Called every turn of the loop (at least every 20 ms): what is due now."""
+
+    def close(self) -> None:
+        """Nothing to take back."""
+
+
+def main(node: NodeOps | None = None, ready: dict[str, Any] | None = None) -> None:
+    """The launcher's loop; `node`'s ops answered beside its own, `ready`'s fields added to
+    its first answer."""
+    node = node or NodeOps()
     die_with_parent()
     from harness.cluster import preload
     preload.remember_launcher()
@@ -166,16 +186,18 @@ def main() -> None:
     me = os.getpid()
     buf = b""
     stdin_fd = sys.stdin.fileno()
-    _reply(out, ev="ready", pid=me)
+    _reply(out, ev="ready", pid=me, t=time.monotonic(), **(ready or {}))
     open_input = True
     while open_input or names:
         ready, _, _ = select.select([stdin_fd] if open_input else [], [], [], 0.02)
+        node.tick()
         if ready:
             chunk = os.read(stdin_fd, 65536)
             if not chunk:
                 open_input = False
                 for pid in names:
                     os.kill(pid, signal.SIGKILL)
+                node.close()
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
@@ -183,6 +205,12 @@ def main() -> None:
                 if cmd["op"] == "release":
                     _kill_all(names)
                     _reply(out, ev="released", t=time.monotonic())
+                    continue
+                if cmd["op"] not in ("spawn", "preload"):
+                    try:
+                        _reply(out, ev="answer", name=cmd["name"], **node.answer(cmd, names))
+                    except Exception as exc:  # the harness hears of it; the launcher goes on
+                        _reply(out, ev="answer", name=cmd["name"], problem=f"{type(exc).__name__}: {exc}")
                     continue
                 if cmd["op"] == "preload":
                     began = time.monotonic()

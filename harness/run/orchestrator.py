@@ -36,7 +36,7 @@ from chaos.errors import HarnessError, UsageError
 from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.cmdfile import CommandFile
-from chaos.inject import NetlinkInjector, default_mechanisms
+from chaos.inject import default_mechanisms
 from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
@@ -146,7 +146,8 @@ def trial_mechanisms(backend: Backend, cluster: Cluster, trial_dir: Path) -> dic
     backend has links (probing needs root), the cluster's own over them, and last the
     trial's own delivery of gpu_hang (its command file in this trial's folder), which no
     backend's default can know."""
-    return {**(default_mechanisms() if backend.traits.network_faults else {}), **cluster.mechanisms(),
+    probed = backend.traits.network_faults and all(h.has_link for h in cluster.hosts)
+    return {**(default_mechanisms() if probed else {}), **cluster.mechanisms(),
             "gpu_hang": CommandFile(commands_dir(trial_dir))}
 
 
@@ -165,13 +166,15 @@ class Trial:
                  launchers: LauncherPool | None = None) -> None:
         self.plan = plan.trial
         self.faults = plan.faults
+        self.ranks_per_node = plan.ranks_per_node
+        self.scheduler_args = plan.scheduler_args
         self.placement = placement or choose("cpu", "gloo", plan.trial.ranks, 0)
         self.trial_dir = trial_dir
         self.backend = backend
         self.progress = progress
         # a backend without links gets no probe (it needs root): its cluster's own mechanisms
-        self.make_injector = make_injector or (lambda ledger, cluster: NetlinkInjector(
-            ledger, trial_mechanisms(backend, cluster, trial_dir), hosts=cluster.hosts, undos=undo_table()))
+        self.make_injector = make_injector or (lambda ledger, cluster: cluster.injector(
+            ledger, trial_mechanisms(backend, cluster, trial_dir)))
         self.clock = clock
         self.sleep = sleep
         self.state_dir = state_dir
@@ -232,7 +235,9 @@ class Trial:
             cluster = self.backend.up(ClusterSpec(self.run_id, plan.ranks, self.trial_dir,
                                                   Path(plan.job["workdir"]) if plan.job else None,
                                                   tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),
-                                                  tuple((plan.sysctls or {}).items()), _preload(plan.job)),
+                                                  tuple((plan.sysctls or {}).items()), _preload(plan.job),
+                                                  ranks_per_host=self.ranks_per_node,
+                                                  scheduler_args=self.scheduler_args, say=self._say),
                                       ledger, launchers)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
@@ -431,8 +436,10 @@ class Trial:
         actions = self.plan.actions
         starts = {}
         for pos, action in enumerate(actions):
-            # a user's job: its gradient size is unknown, so its traffic proves nothing either way
-            if action.verb == APPLY and self.faults[action.index].acts_on == "link" and self.plan.job is None:
+            # a user's job: its gradient size is unknown, so its traffic proves nothing either way;
+            # a backend that counts no link bytes (slurm) proves nothing here
+            if (action.verb == APPLY and self.faults[action.index].acts_on == "link" and self.plan.job is None
+                    and self.backend.traits.link_counters):
                 on = on_phase_s(action, list(actions[pos + 1:]))
                 starts[action] = max(0.0, action.at - (action.at if on is None else on))
 
@@ -449,7 +456,7 @@ class Trial:
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S
-        injection = injector.apply(fault, hosts, revert_after=dead_man)
+        injection = injector.apply(fault, hosts, revert_after=dead_man, heals_after=on_phase)
         if fault.reversible:
             outstanding[index] = injection
         applied = injection.applied

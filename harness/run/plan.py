@@ -32,6 +32,8 @@ class Plan:
 
     trial: TrialPlan
     faults: tuple[FaultBase, ...]    # faults[i] is trial.faults[i]'s value
+    ranks_per_node: int = 1          # cluster.ranks_per_node (a scheduler's backend)
+    scheduler_args: tuple[str, ...] = ()  # the allocation's (cluster.slurm)
 
 
 def build_plan(scenario: Scenario, policy: str) -> Plan:
@@ -48,7 +50,8 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
         actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job,
         sysctls=dict(scenario.cluster.sysctls) or None, stacks_at_detect=scenario.stacks_at_detect)
-    return Plan(trial, tuple(e.fault for e in scenario.faults))
+    return Plan(trial, tuple(e.fault for e in scenario.faults), scenario.cluster.ranks_per_node,
+                scenario.cluster.slurm.sbatch_args() if scenario.cluster.slurm else ())
 
 
 def placement_problem(scenario: Scenario, scenario_file: Path, device: str, reason: str) -> str | None:

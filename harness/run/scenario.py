@@ -106,8 +106,26 @@ def _setting_text(value: Any) -> Any:
     return {k: text(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
+class SlurmConfig(Frozen):
+    """The allocation a trial asks Slurm for (the slurm backend): `chaos run`'s --partition,
+    --account, --time and --slurm-arg set these too."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = Field(default=None, description="sbatch's --time, e.g. 10:00 (a time limit per trial)")
+    args: tuple[str, ...] = Field(default=(), description="more sbatch arguments, passed as they are")
+
+    def sbatch_args(self) -> tuple[str, ...]:
+        named = [(f"--{key}", value) for key, value in (("partition", self.partition), ("account", self.account),
+                                                        ("time", self.time)) if value]
+        return tuple(word for pair in named for word in pair) + self.args
+
+
 class ClusterConfig(Frozen):
     ranks: Annotated[int, Field(ge=2)] = 16
+    ranks_per_node: Annotated[int, Field(ge=1, description="ranks that share a host (a Slurm node): "
+                                                           "consecutive ranks, a link fault hits them all")] = 1
+    slurm: SlurmConfig | None = None
     backend: Literal[BACKEND_NAMES] = DEFAULT_BACKEND  # type: ignore[valid-type]  (harness.cluster.backends)
     # harness.job.device.choose picks from these and the host's GPUs when the run starts
     device: Literal["cpu", "cuda", "auto"] = "auto"
@@ -348,6 +366,20 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} acts on a rank's link, and the {backend} backend's "
                     f"hosts have none ({traits.summary}); run it with --backend "
                     f"{' or '.join(backends_with('network_faults'))}, or keep to kill, pause and gpu_hang")
+            if (event.fault.acts_on != "process" and traits.network_faults and traits.link_kinds is not None
+                    and event.fault.kind not in traits.link_kinds):
+                raise ValueError(
+                    f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
+                    f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
+                    f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
+        per = self.cluster.ranks_per_node
+        if per > 1 and not traits.ranks_per_host:
+            raise ValueError(f"cluster.ranks_per_node: {per} ranks per host, and the {backend} backend gives each "
+                             f"rank a host of its own; remove it, or run with --backend "
+                             f"{' or '.join(backends_with('ranks_per_host'))}")
+        if self.cluster.ranks % per:
+            raise ValueError(f"cluster.ranks_per_node: {self.cluster.ranks} ranks do not split into hosts of {per}; "
+                             f"give ranks a multiple of {per} (--ranks {per * max(1, round(self.cluster.ranks / per))})")
         if self.cluster.sysctls and not traits.host_sysctls:
             raise ValueError(f"cluster.sysctls: the {backend} backend's ranks share this machine's network "
                              f"settings; remove them, or run with --backend {' or '.join(backends_with('host_sysctls'))}")

@@ -1,0 +1,333 @@
+"""The slurm backend: a trial's ranks on the nodes of a Slurm allocation, from a login node.
+
+    allocation   sbatch of a placeholder batch script named chaos-<run id> (a batch job,
+                 so that Slurm can requeue it), recorded in the ledger before it is
+                 submitted; waited for with a deadline, saying why it is pending
+    node agents  one per node, `srun --jobid J --nodelist NODE --overlap python -m
+                 harness.cluster.slurm.agent`: the node's rank launcher (it forks the
+                 node's ranks from one warm interpreter, as the other backends do) and its
+                 faults; the harness talks to it through srun's standard input and output
+    ranks        rank r on node r // ranks_per_node; the control plane (rendezvous store,
+                 failure detector) on the first node
+    events       the ranks write them into the run folder, which must be on a filesystem
+                 every node mounts at the same path: each agent writes its facts there
+                 first, and the bring-up stops with the fix where the harness cannot read them
+
+The node agents' clocks are read against the harness's at bring-up (the offset is
+recorded per node); on one machine they are one clock. A link fault acts on the node's
+interface, all its ranks at once, reverted by the agent itself at the end of its on-phase
+(harness.cluster.slurm.agent). The teardown closes the agents' input (each kills its
+ranks, reverts its faults and exits), then cancels the job.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from chaos.api import AppliedFault, Host, Injection, Injector
+from chaos.errors import DeadlineExceeded, HarnessError, UnsupportedFault
+from chaos.faults import FaultBase
+from chaos.inject import NetlinkInjector
+from chaos.ledger import Ledger
+from chaos.mechanism import Mechanism, UndoTable
+from chaos.undo import UNDOS as CHAOS_UNDOS, undo_outstanding
+from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
+from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of, wait_for_text
+from harness.cluster.slurm import commands
+from harness.cluster.slurm.undo import UNDOS
+from harness.cluster.slurm.agent import LINK_KINDS, NODES_DIR
+from harness.job.control import LISTENING
+
+ALLOCATION_TIMEOUT_S = 120.0
+AGENTS_READY_TIMEOUT_S = 120.0  # every agent imports torch: 16 at once on 2 cores take ~40 s
+REQUEST_TIMEOUT_S = 30.0        # an answer that crosses a link just back (TCP's backoff)
+CLOSE_TIMEOUT_S = 10.0
+JOB_PREFIX = "chaos-"
+
+
+def job_name(run_id: str) -> str:
+    return f"{JOB_PREFIX}{run_id}"
+
+
+class SlurmCluster(Cluster):
+    def __init__(self, spec: ClusterSpec, ledger: Ledger) -> None:
+        self.spec = spec
+        self._ledger = ledger
+        per = spec.ranks_per_host
+        if spec.ranks % per:
+            raise HarnessError(f"{spec.ranks} ranks do not split into nodes of {per}")
+        self.node_count = spec.ranks // per
+        self.job_id: str | None = None
+        self.nodes: list[str] = []
+        self.agents: list[Launcher] = []
+        self.offsets: list[float] = []   # node clock - harness clock, per node
+        self.timings: dict[str, float] = {}
+        self.hosts: tuple[Host, ...] = ()
+        self.store_port = STORE_PORT
+        self._gone: set[int] = set()     # nodes whose agent ended
+
+    # -- bring-up ---------------------------------------------------------------------------
+    def bring_up(self, say) -> None:
+        began = time.monotonic()
+        (self.spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            commands.ping()
+            self._allocate(say)
+            allocated = time.monotonic()
+            self._start_agents()
+            agents = time.monotonic()
+            self._start_control()
+            self.timings = {"allocation_s": allocated - began, "agents_s": agents - allocated,
+                            "control_s": time.monotonic() - agents}
+        except BaseException:
+            self.close()
+            raise
+
+    def _allocate(self, say) -> None:
+        name = job_name(self.spec.run_id)
+        self._ledger.mark(self._ledger.record("slurm_job", name=name), "done")
+        argv = ["sbatch", "--parsable", "--job-name", name, "--nodes", str(self.node_count),
+                "--ntasks-per-node", "1", "--output", "/dev/null", *self.spec.scheduler_args,
+                "--wrap", "exec sleep infinity"]
+        self.job_id = commands.run(argv).strip().split(";")[0]
+        deadline = time.monotonic() + ALLOCATION_TIMEOUT_S
+        said = ""
+        while True:
+            state, reason, nodelist = commands.job_state(self.job_id)
+            if state == "RUNNING":
+                break
+            if state not in ("PENDING", "CONFIGURING"):
+                raise HarnessError(f"Slurm job {self.job_id} ({name}) is {state or 'gone'} before it ran "
+                                   f"(reason {reason or 'none given'}); see `scontrol show job {self.job_id}`")
+            if reason != said and reason not in ("None", ""):
+                say(f"allocation: job {self.job_id} pending ({reason}); waiting up to {ALLOCATION_TIMEOUT_S:.0f} s")
+                said = reason
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded(
+                    f"Slurm did not grant {self.node_count} nodes within {ALLOCATION_TIMEOUT_S:.0f} s (job "
+                    f"{self.job_id} pending: {reason}); free nodes (`sinfo`), ask for fewer (--ranks, "
+                    "cluster.ranks_per_node) or another --partition")
+            time.sleep(0.2)
+        self.nodes = commands.hostnames(nodelist)
+
+    def _start_agents(self) -> None:
+        run_dir = self.spec.run_dir
+        addresses = [commands.node_info(node).get("NodeAddr", node) for node in self.nodes]
+        for node, address in zip(self.nodes, addresses, strict=False):
+            argv = ["srun", "--jobid", self.job_id or "", "--nodelist", node, "--nodes", "1", "--ntasks", "1",
+                    "--overlap", "--unbuffered", "--kill-on-bad-exit=0", "--job-name", job_name(self.spec.run_id),
+                    "--error", str(run_dir / "logs" / f"agent-{node}.log"),
+                    sys.executable, "-m", "harness.cluster.slurm.agent", "--run-id", self.spec.run_id,
+                    "--run-dir", str(run_dir), "--address", address]
+            self.agents.append(Launcher(self._ledger, argv=argv, remote=True,
+                                        log=run_dir / "logs" / f"srun-{node}.log"))
+        deadline = time.monotonic() + AGENTS_READY_TIMEOUT_S
+        for node, agent in zip(self.nodes, self.agents, strict=False):
+            left = deadline - time.monotonic()
+            try:
+                agent.wait_ready(max(left, 0.1))
+            except HarnessError as exc:
+                log = run_dir / "logs" / f"agent-{node}.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-2:] if log.exists() else []
+                raise HarnessError(f"the agent on {node} did not start ({exc}): {' | '.join(tail) or log}") from None
+            if not (run_dir / NODES_DIR / f"{node}.json").exists():
+                raise HarnessError(
+                    f"the agent on {node} wrote {run_dir / NODES_DIR / (node + '.json')}, and the harness cannot "
+                    "read it: the slurm backend needs the run folder (--out) on a filesystem every node mounts "
+                    "at the same path (a shared home, NFS, Lustre); run from there")
+            sent = time.monotonic()
+            node_t = agent.request({"op": "clock"}, REQUEST_TIMEOUT_S)["t"]
+            self.offsets.append(node_t - (sent + time.monotonic()) / 2)
+        self.hosts = tuple(
+            Host(name=f"r{rank:03d}", address=addresses[self.node_of(rank)], switch_ns=None, port=None,
+                 ns_path=None, ifname=self.agents[self.node_of(rank)].hello["ifname"])
+            for rank in range(self.spec.ranks))
+        self.store_address = self.hosts[0].address
+
+    def _start_control(self) -> None:
+        log = self.spec.run_dir / "logs" / "control.log"
+        from runfolder.heartbeats import HEARTBEAT_GAPS_FILE
+        self.agents[0].spawn(self._ledger, "control", "control", None, str(log),
+                             {"port": self.store_port, "host": "0.0.0.0",
+                              "gaps": str(self.spec.run_dir / HEARTBEAT_GAPS_FILE)})
+        wait_for_text(log, LISTENING, 20.0)
+
+    # -- ranks ------------------------------------------------------------------------------
+    def node_of(self, rank: int) -> int:
+        return rank // self.spec.ranks_per_host
+
+    def ranks_of(self, node: int) -> list[int]:
+        per = self.spec.ranks_per_host
+        return list(range(node * per, (node + 1) * per))
+
+    def _agent(self, rank: int) -> Launcher:
+        return self.agents[self.node_of(rank)]
+
+    def start_rank(self, rank: int, config: dict) -> int:
+        return self._spawn(rank, "rank", config)
+
+    def start_job(self, rank: int, launch: dict) -> int:
+        if launch["start"] == "preloaded":
+            self._agent(rank).preload(launch["preload"], PRELOAD_TIMEOUT_S)
+        return self._spawn(rank, "exec", {**launch, "rank": rank})
+
+    def _spawn(self, rank: int, entry: str, config: dict) -> int:
+        name = self.hosts[rank].name
+        log = str(self.spec.run_dir / "logs" / f"{name}.log")
+        return self._agent(rank).spawn(self._ledger, name, entry, None, log, config)
+
+    def pid(self, rank: int) -> int | None:
+        return self._agent(rank).pids.get(self.hosts[rank].name)
+
+    def _exits(self, node: int, msgs: list[dict]) -> list[RankExit]:
+        exits = []
+        for msg in msgs:
+            if msg["name"].startswith("r"):
+                exits.append(exit_of(int(msg["name"][1:]), {**msg, "t": msg["t"] - self.offsets[node]}))
+        return exits
+
+    def reap(self) -> list[RankExit]:
+        exits: list[RankExit] = []
+        for node, agent in enumerate(self.agents):
+            if node in self._gone:
+                continue
+            try:
+                exits += self._exits(node, agent.exits())
+            except HarnessError:  # the agent ended (Slurm killed its step): its ranks with it
+                self._gone.add(node)
+                now = time.monotonic()
+                exits += [RankExit(rank, pid, None, signal.SIGKILL, now)
+                          for rank in self.ranks_of(node) if (pid := agent.pids.pop(self.hosts[rank].name, None))]
+        return exits
+
+    def signal(self, rank: int, signum: int) -> None:
+        self._agent(rank).request({"op": "signal", "target": self.hosts[rank].name, "signal": signum},
+                                  REQUEST_TIMEOUT_S)
+
+    def stop_ranks(self, deadline_s: float) -> list[RankExit]:
+        live = [r for r in range(self.spec.ranks) if self.node_of(r) not in self._gone and self.pid(r)]
+        for rank in live:
+            try:
+                self.signal(rank, signal.SIGTERM)
+            except HarnessError:
+                pass  # its agent cannot be reached; the close below ends it
+        deadline = time.monotonic() + deadline_s
+        exits: list[RankExit] = []
+        killed = False
+        while any(self.pid(r) for r in live if self.node_of(r) not in self._gone):
+            if time.monotonic() > deadline:
+                if killed:
+                    break
+                for rank in live:
+                    if self.pid(rank):
+                        for signum in (signal.SIGCONT, signal.SIGKILL):
+                            try:
+                                self.signal(rank, signum)
+                            except HarnessError:
+                                pass
+                killed, deadline = True, time.monotonic() + deadline_s
+            exits += self.reap()
+            time.sleep(0.05)
+        return exits
+
+    def injector(self, ledger: Ledger, mechanisms: dict[str, Mechanism]) -> Injector:
+        return AgentInjector(self, NetlinkInjector(ledger, {"gpu_hang": mechanisms["gpu_hang"]}, undos=CHAOS_UNDOS))
+
+    def link_bytes(self) -> tuple[int, ...]:
+        raise HarnessError("the slurm backend does not count a node's link bytes")
+
+    def backlog_drops(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        try:
+            for agent in self.agents:
+                agent.close_input()
+            deadline = time.monotonic() + CLOSE_TIMEOUT_S
+            for agent in self.agents:
+                agent.close(max(0.1, deadline - time.monotonic()))
+        finally:
+            undo_outstanding(self._ledger, UndoTable.combine({"chaos": CHAOS_UNDOS, "slurm": UNDOS}))
+
+
+class AgentInjection(Injection):
+    def __init__(self, applied: AppliedFault, cluster: SlurmCluster, index: int, nodes: list[int]) -> None:
+        self.applied = applied
+        self._cluster = cluster
+        self._index = index
+        self._nodes = nodes
+        self._t: float | None = None
+
+    def revert(self) -> float:
+        while self._nodes:
+            node = self._nodes.pop()
+            try:
+                t = self._cluster.agents[node].request({"op": "revert", "id": self._index}, REQUEST_TIMEOUT_S)["t"]
+            except HarnessError:  # the agent is gone (Slurm ended its step): it reverted on its way out
+                continue
+            self._t = max(self._t or 0.0, t - self._cluster.offsets[node])
+        return self._t if self._t is not None else time.monotonic()
+
+
+class AgentInjector(Injector):
+    """Faults through the node agents: each applies on its node what is aimed at it."""
+
+    def __init__(self, cluster: SlurmCluster, local: Injector) -> None:
+        self.cluster = cluster
+        self.local = local  # gpu_hang: a command file in the shared run folder
+        self._count = 0
+
+    def mechanism(self, fault: FaultBase) -> str:
+        kind = fault.kind  # type: ignore[attr-defined]
+        if kind == "gpu_hang":
+            return self.local.mechanism(fault)
+        if fault.acts_on == "process":
+            return "signal from the node agent to the rank's process tree"
+        return "the node agent, on the node's own interface (all its ranks)"
+
+    def apply(self, fault: FaultBase, hosts: Sequence[Host], revert_after: float | None = None,
+              heals_after: float | None = None) -> Injection:
+        kind = fault.kind  # type: ignore[attr-defined]
+        if kind == "gpu_hang":
+            return self.local.apply(fault, hosts, revert_after)
+        if fault.acts_on != "process" and kind not in LINK_KINDS:
+            raise UnsupportedFault(f"{kind} cannot be injected on a Slurm node's own link")
+        self._count += 1
+        by_node: dict[int, list[str]] = {}
+        for host in hosts:
+            by_node.setdefault(self.cluster.node_of(int(host.name[1:])), []).append(host.name)
+        t_requested, t_applied, mechanism, done = None, 0.0, "", []
+        for node, names in by_node.items():
+            answer = self.cluster.agents[node].request(
+                {"op": "fault", "id": self._count, "fault": fault.model_dump(mode="json"), "targets": names,
+                 "heals_after": heals_after, "revert_after": revert_after}, REQUEST_TIMEOUT_S)
+            done.append(node)
+            offset = self.cluster.offsets[node]
+            t_requested = min(t_requested or answer["t_requested"] - offset, answer["t_requested"] - offset)
+            t_applied = max(t_applied, answer["t"] - offset)
+            mechanism = f"{answer['mechanism']} on {'node ' + self.cluster.nodes[node]}"
+        applied = AppliedFault(fault, tuple(h.name for h in hosts), mechanism, t_applied, t_requested)
+        return AgentInjection(applied, self.cluster, self._count, done if fault.reversible else [])
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    traits = Traits("a Slurm allocation: a node agent per node, started by srun",
+                    needs_root=False, user_namespace=False, network_faults=True,
+                    link_counters=False, host_sysctls=False, link_kinds=LINK_KINDS, ranks_per_host=True)
+    start_timeout_s = ALLOCATION_TIMEOUT_S + AGENTS_READY_TIMEOUT_S
+
+    @classmethod
+    def why_not_here(cls) -> str | None:
+        if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf"):
+            return "no Slurm cluster configured (SLURM_CONF unset, no /etc/slurm/slurm.conf)"
+        return None
+
+    def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> SlurmCluster:
+        cluster = SlurmCluster(spec, ledger)
+        cluster.bring_up(spec.say or (lambda text: None))
+        return cluster
+

@@ -1,0 +1,108 @@
+"""Slurm's own command line, the backend's one interface to a cluster: sbatch, srun,
+squeue, scontrol, scancel, sinfo (their output formats are Slurm's stable interface from
+release to release, unlike pyslurm, which is tied to one release). Every call has a
+deadline; a missing command, a controller that does not answer and a refusal become a
+`SlurmError` naming the command, what Slurm said and the fix."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from typing import Sequence
+
+from chaos.errors import HarnessError, UsageError
+
+COMMAND_TIMEOUT_S = 30.0
+INSTALL = "install Slurm's client commands (Debian: apt-get install slurm-client)"
+
+
+class SlurmError(HarnessError):
+    """A Slurm command failed or did not answer."""
+
+
+def conf_note() -> str:
+    conf = os.environ.get("SLURM_CONF")
+    return f"SLURM_CONF={conf}" if conf else "the default slurm.conf (SLURM_CONF is not set)"
+
+
+def run(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = True) -> str:
+    """Run a Slurm command; its standard output. With `check`, a non-zero exit raises."""
+    if shutil.which(argv[0]) is None:
+        raise SlurmError(f"`{argv[0]}` is not on PATH: {INSTALL}, or run from a login node of the cluster")
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s: is the controller "
+                         f"up ({conf_note()})? `scontrol ping` says") from None
+    if check and done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise SlurmError(f"`{' '.join(argv)}` failed (exit {done.returncode}): "
+                         f"{said[-1] if said else 'no output'} ({conf_note()})")
+    return done.stdout
+
+
+PING_TIMEOUT_S = 10.0
+
+
+def ping() -> None:
+    """The controller answers, or an error says how to get one: a SLURM_CONF that names no
+    file is the user's to fix (UsageError), a controller that does not answer a SlurmError."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise UsageError(f"SLURM_CONF={conf}: no such file; export the path `chaos slurm up` printed, or your "
+                         "cluster's slurm.conf (or unset it to use the default)")
+    out = run(["scontrol", "ping"], timeout_s=PING_TIMEOUT_S, check=False)
+    if "is UP" not in out:
+        raise SlurmError(f"no Slurm controller answers ({conf_note()}; `scontrol ping`: "
+                         f"{out.strip() or 'no answer'}): start one (`chaos slurm up --nodes 4` runs a local "
+                         "cluster and prints the SLURM_CONF to export) or point SLURM_CONF at your cluster's")
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """A compressed node list (node[01-04]) expanded by Slurm itself."""
+    return run(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def node_info(node: str) -> dict[str, str]:
+    """`scontrol show node` as key=value pairs (NodeAddr, State, Reason, ...)."""
+    out = run(["scontrol", "show", "node", "-o", node])
+    fields = {}
+    for token in out.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def partitions() -> list[str]:
+    return [p.rstrip("*") for p in run(["sinfo", "-h", "-o", "%P"]).split()]
+
+
+def job_state(job_id: str) -> tuple[str, str, str]:
+    """(state, reason, node list) of a job; ("", "", "") once Slurm has forgotten it."""
+    out = run(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"], check=False).strip()
+    if not out:
+        return "", "", ""
+    state, reason, nodes = (out.splitlines()[0].split("|") + ["", ""])[:3]
+    return state, reason, nodes
+
+
+CANCEL_TIMEOUT_S = 30.0  # Slurm's KillWait between SIGTERM and SIGKILL, and the epilog
+
+
+def cancel_named(name: str, timeout_s: float = CANCEL_TIMEOUT_S) -> list[str]:
+    """scancel every job of this user named `name` and wait until squeue no longer lists
+    them; the job ids that were listed."""
+    listed = run(["squeue", "-h", "-n", name, "-o", "%i"], check=False).split()
+    if not listed:
+        return []
+    run(["scancel", "--name", name], check=False)
+    deadline = time.monotonic() + timeout_s
+    while run(["squeue", "-h", "-n", name, "-o", "%i"], check=False).split():
+        if time.monotonic() > deadline:
+            raise SlurmError(f"job(s) {', '.join(listed)} ({name}) still listed by squeue {timeout_s:.0f} s "
+                             "after scancel; see `scontrol show job`")
+        time.sleep(0.2)
+    return listed

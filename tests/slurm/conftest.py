@@ -1,0 +1,48 @@
+"""Slurm-backend tests: a real local cluster (Debian's slurm-wlm and munge, installed by
+.ci/slurm.sh; `chaos slurm up` starts munged, slurmctld and a slurmd per node, each node a
+network namespace), root. Where Slurm is missing they skip with the reason, except where
+CHAOS_REQUIRE_SLURM is set (CI), where they fail naming it."""
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import chaos_cli
+
+NODES = 4
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "a local Slurm cluster needs root (slurmd starts tasks as the job's user)"
+    missing = [c for c in ("slurmctld", "slurmd", "munged", "srun", "sbatch")
+               if shutil.which(c) is None and not os.path.exists(f"/usr/sbin/{c}")]
+    return f"Slurm is not installed ({', '.join(missing)} missing: .ci/slurm.sh installs it)" if missing else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    ours = [i for i in items if str(i.fspath).startswith(here)]
+    why = _why_not() if ours else None
+    if why is None:
+        return
+    if os.environ.get("CHAOS_REQUIRE_SLURM"):
+        raise pytest.UsageError(f"CHAOS_REQUIRE_SLURM is set and {why}")
+    for item in ours:
+        item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture(scope="package")
+def slurm_env() -> Iterator[dict[str, str]]:
+    """A local 4-node cluster for the package's tests; the environment that names it."""
+    up = chaos_cli("slurm", "up", "--nodes", str(NODES), timeout=120)
+    assert up.returncode == 0, up.stderr
+    conf = up.stdout.strip().removeprefix("export SLURM_CONF=")
+    try:
+        yield {**os.environ, "SLURM_CONF": conf}
+    finally:
+        down = chaos_cli("slurm", "down", timeout=120)
+        assert down.returncode == 0, down.stderr

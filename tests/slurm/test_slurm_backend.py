@@ -1,0 +1,155 @@
+"""The slurm backend against a real local cluster (tests/slurm/conftest.py): the installed
+`chaos` run as a user runs it, `--backend slurm`; ranks on the nodes of an sbatch
+allocation, started by node agents that srun started; faults through the agents.
+The 16-node runs of the shipped scenarios are the nights' (nightly/slurm.yaml)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import CHAOS, REPO, chaos_cli
+
+
+def _scenario(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(f"name: {name}\nseed: 1\nworkload: {{step_period: 250ms, checkpoint_every: 10}}\n"
+                    f"warmup_steps: 8\nsettle_steps: 6\n{body}")
+    return path
+
+
+def _events(run_dir: Path, policy: str) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "trials" / policy / "events.jsonl").read_text().splitlines()]
+
+
+def _run_dir(stdout: str) -> Path:
+    return Path(next(line.split(":", 1)[1].strip() for line in stdout.splitlines() if line.startswith("run folder:")))
+
+
+def _nothing_left(env: dict[str, str], run_dir: Path | None = None) -> None:
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i %j"], env=env, capture_output=True, text=True).stdout
+    assert jobs.strip() == "", f"jobs left in squeue: {jobs}"
+    agents = subprocess.run(["pgrep", "-f", "harness.cluster.slurm.agent"], capture_output=True, text=True).stdout
+    assert agents.strip() == "", f"node agents left: {agents}"
+    if run_dir is not None:
+        from chaos.ledger import state_dir
+        ids = [json.loads(t.read_text())["run_id"] for t in run_dir.rglob("trial.json")]
+        assert [p.name for p in state_dir().glob("*.jsonl") if p.name.split(".")[0] in ids] == []
+
+
+def test_kill_and_link_down_meet_their_expectations(slurm_env, tmp_path):
+    """A kill (one node's rank) and a 10 s link down of one node, 4 nodes x 1 rank: the
+    timeout policy fails fast at its timeout, retry comes back after the link does."""
+    kill = _scenario(tmp_path, "kill_rank", """cluster: {ranks: 4}
+faults:
+  - {kind: kill, target: {rank: 2}, start: 1s}
+hang_cap: 15s
+policies:
+  timeout: {timeout: 5s}
+expect:
+  timeout: {outcome: failed-fast, detect_within: 2s}
+""")
+    done = chaos_cli("run", str(kill), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
+                     timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = _run_dir(done.stdout)
+    events = _events(run_dir, "timeout")
+    applied = next(e for e in events if e["kind"] == "fault_applied")
+    assert "node03" in applied["mechanism"]  # rank 2 of 4 x 1 lives on the third node
+    facts = [json.loads(p.read_text()) for p in sorted((run_dir / "trials" / "timeout" / "nodes").glob("*.json"))]
+    assert [f["node"] for f in facts] == ["node01", "node02", "node03", "node04"]
+    _nothing_left(slurm_env, run_dir)
+
+    link = _scenario(tmp_path, "link_down", """cluster: {ranks: 4}
+faults:
+  - {kind: link_down, target: {rank: 1}, start: 1s, duration: 10s}
+hang_cap: 30s
+policies:
+  retry: {timeout: 5s, rendezvous_timeout: 20s, max_retries: 6, backoff_base: 1s, backoff_cap: 8s}
+expect:
+  retry: {outcome: recovered, detect_within: 7s, recover_within: 30s}
+""")
+    done = chaos_cli("run", str(link), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
+                     timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = _events(_run_dir(done.stdout), "retry")
+    applied = next(e for e in events if e["kind"] == "fault_applied")
+    reverted = next(e for e in events if e["kind"] == "fault_reverted")
+    # the node's agent brought its own link back at the end of the on-phase, not when the
+    # harness's revert could reach it
+    assert 9.5 <= reverted["t"] - applied["t"] <= 11.0, reverted["t"] - applied["t"]
+    _nothing_left(slurm_env)
+
+
+def test_ranks_share_a_node(slurm_env, tmp_path):
+    """ranks_per_node: 4 ranks on 2 nodes; a pause of rank 3 stops only rank 3's processes."""
+    path = _scenario(tmp_path, "pause_rank", """cluster: {ranks: 4, ranks_per_node: 2}
+faults:
+  - {kind: pause, target: {rank: 3}, start: 1s, duration: 8s}
+hang_cap: 15s
+policies:
+  timeout: {timeout: 5s}
+expect:
+  timeout: {outcome: failed-fast, detect_within: 7s}
+""")
+    done = chaos_cli("run", str(path), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
+                     timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trial = _run_dir(done.stdout) / "trials" / "timeout"
+    assert sorted(p.stem for p in (trial / "nodes").glob("*.json")) == ["node01", "node02"]
+    applied = next(e for e in _events(trial.parent.parent, "timeout") if e["kind"] == "fault_applied")
+    assert "node02" in applied["mechanism"]
+    _nothing_left(slurm_env)
+
+
+def test_bad_input_is_refused_before_anything_runs(slurm_env, tmp_path):
+    uneven = _scenario(tmp_path, "uneven", "cluster: {ranks: 6, ranks_per_node: 4}\n"
+                       "faults: [{kind: kill, target: {rank: 1}, start: 1s}]\npolicies: {timeout: {timeout: 5s}}\n")
+    done = chaos_cli("run", str(uneven), "--backend", "slurm", "--dry-run", env=slurm_env)
+    assert done.returncode == 2 and "6 ranks do not split into hosts of 4" in done.stderr, done.stderr
+    delay = _scenario(tmp_path, "delay", "cluster: {ranks: 4}\n"
+                      "faults: [{kind: delay, latency: 50ms, target: {rank: 1}, start: 1s}]\n"
+                      "policies: {timeout: {timeout: 5s}}\n")
+    done = chaos_cli("run", str(delay), "--backend", "slurm", "--dry-run", env=slurm_env)
+    assert done.returncode == 2 and "its link faults are link_down, blackhole, loss" in done.stderr, done.stderr
+    done = chaos_cli("run", str(uneven), "--dry-run", env=slurm_env)  # netns: a host per rank
+    assert done.returncode == 2 and "ranks_per_node" in done.stderr, done.stderr
+    nowhere = {**slurm_env, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf")}
+    kill = _scenario(tmp_path, "kill", "cluster: {ranks: 4}\n"
+                     "faults: [{kind: kill, target: {rank: 1}, start: 1s}]\npolicies: {timeout: {timeout: 5s}}\n")
+    done = chaos_cli("run", str(kill), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=nowhere,
+                     timeout=120)
+    assert done.returncode == 2 and "no-such-slurm.conf: no such file" in done.stderr, done.stderr
+
+
+def test_a_killed_harness_is_healed(slurm_env, tmp_path):
+    """SIGKILL of `chaos run --backend slurm` mid-trial, then `chaos heal`: no job in
+    squeue, no agent, no rank, no ledger."""
+    path = _scenario(tmp_path, "held", """cluster: {ranks: 4}
+faults:
+  - {kind: link_down, target: {rank: 3}, start: 2s, duration: 30s}
+hang_cap: 60s
+policies:
+  baseline: {}
+""")
+    runs = tmp_path / "runs"
+    child = subprocess.Popen([CHAOS, "run", str(path), "--backend", "slurm", "--out", str(runs), "--quiet"],
+                             cwd=REPO, env=slurm_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not any('"fault_applied"' in p.read_text() for p in runs.rglob("events.jsonl")):
+        assert child.poll() is None and time.monotonic() < deadline, "the run never applied its fault"
+        time.sleep(0.2)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    healed = chaos_cli("heal", env=slurm_env, timeout=120)
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    deadline = time.monotonic() + 30  # the agents revert and leave once srun's input closes
+    while subprocess.run(["pgrep", "-f", "harness.cluster.slurm.agent"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "node agents still alive 30 s after the heal"
+        time.sleep(0.2)
+    _nothing_left(slurm_env, runs)
+    up = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout  # the nodes' links are up again
+    assert "state DOWN" not in "".join(line for line in up.splitlines() if "chaos" in line)
