@@ -47,6 +47,16 @@ def missing_trials(run: RunRecord) -> list[str]:
     return [policy for policy in run.info.policies if policy not in stored]
 
 
+def incomplete_text(run: RunRecord, frame: pd.DataFrame) -> str:
+    """Where an incomplete run ended, before its table ("" for a complete run)."""
+    lines = [f"INCOMPLETE: trial {row['trial']}: {row['outcome_reason']}"
+             for _, row in frame.iterrows() if row["outcome"] == "incomplete"]
+    missing = missing_trials(run)
+    if missing:
+        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial.json)")
+    return "".join(f"{line}\n" for line in lines) + ("\n" if lines else "")
+
+
 def run_frame(run: RunRecord) -> pd.DataFrame:
     frame = pd.DataFrame([trial_row(run, trial) for trial in run.trials])
     frame["expect_ok"] = frame["expect_ok"].astype("boolean")  # NA where nothing was expected

@@ -140,7 +140,8 @@ def what_happened(row: Mapping[str, Any]) -> str:
     if row.get("trajectory") == "differs":  # reports.trajectory: it went on, not as without the fault
         lead += f"trajectory: {row.get('trajectory_detail')} | "
     stuck = f" | stuck in: {row.get('stuck_in')}" if row.get("stuck_in") else ""
-    return lead + _story(row) + stuck
+    skipped = f" | {text}" if isinstance(text := row.get("not_applied"), str) and text else ""
+    return lead + _story(row) + stuck + skipped
 
 
 def _story(row: Mapping[str, Any]) -> str:

@@ -172,6 +172,11 @@ GPU_MEMORY_FREED = _kind("gpu_memory_freed", HARNESS, ("killed_t", "killed_pid")
 RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
                     "the harness reaped rank `rank`'s process; stopped: true when the harness "
                     "stopped it", optional=("stopped",))
+FAULT_NOT_APPLIED = _kind("fault_not_applied", HARNESS, ("index", "fault_kind", "targets", "exited_t"),
+                          "a process fault (kill, pause, gpu_hang) came due on ranks with no process "
+                          "left: targets those ranks, exited_t when each one's process was reaped "
+                          "(null: not known); the trial goes on. The fault's other targets, if any, "
+                          "got it (fault_applied)")
 HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
                       "no step and no policy action for `cap` seconds")
 HOST_DROPS = _kind("host_drops", HARNESS, ("packets", "secs"),
@@ -202,7 +207,9 @@ TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled (every live rank not frozen for good made the "
                   "settle steps) | held (every live rank frozen by a fault that "
                   "never heals) | hung | deadline | error | cap (steps not observed: ranks still "
-                  "running hang_cap after the last fault action)")
+                  "running hang_cap after the last fault action); error: with reason error, what "
+                  "stopped it (the harness's error, `interrupted (SIGINT)`, `received SIGTERM`)",
+                  optional=("error",))
 
 
 def schema_problems(event: dict[str, Any]) -> list[str]:
