@@ -28,6 +28,7 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
     ("outcome_reason", "why"),
     ("not_applied", "faults not applied (their rank had exited)"),
+    ("checkpoints", "checkpoints loaded from before the trial or from another trial (reports.checkpoints)"),
     ("state", "state (reports.state)"),
     ("state_detail", "state: what it rests on"),
     ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),

@@ -127,6 +127,19 @@ RESOURCES_RELEASED = _kind("resources_released", RANK,
 EXIT = _kind("exit", RANK, ("reason", "code"),
              "reason: stopped | failed-fast | retries-exhausted | isolated | terminated | crashed",
              optional=("error",))
+# A user's job's checkpoint files, as the startup hook sees torch.save / torch.load and
+# torch.distributed.checkpoint's save / load: file identifies what was written or read
+# ({"ino", "mtime_ns", "size"} of the file, or of a distributed checkpoint's .metadata; null
+# when it is no file), so that a load can be traced to the trial that wrote it (or to
+# none: a file from before the trial) even after a temporary file was renamed into place.
+CHECKPOINT_FILE_FIELDS = ("path", "step", "file")
+CHECKPOINT_SAVE = _kind("checkpoint_save", RANK, CHECKPOINT_FILE_FIELDS,
+                        "a user's job wrote a checkpoint: path (absolute) after `step` optimizer steps of "
+                        "this process; api: torch.save | dcp (torch.distributed.checkpoint)",
+                        optional=("local_rank", "api"))
+CHECKPOINT_LOAD = _kind("checkpoint_load", RANK, CHECKPOINT_FILE_FIELDS,
+                        "a user's job read a checkpoint (fields as checkpoint_save; file as it was "
+                        "when the read began)", optional=("local_rank", "api"))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (harness.cluster.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")

@@ -49,7 +49,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       so a worker's error printed as its peers were stopped counted as the trial's)
   14  a trial's events gain `fault_not_applied` (a process fault due on a rank whose process
       had exited: not applied, the trial goes on; a version 1-13 trial stopped on an error),
-      and `trial_end` an `error` (what stopped a trial that ended on one)
+      `checkpoint_save` / `checkpoint_load` (a user's job's checkpoint files, from the hook;
+      a version 1-13 trial reads as one whose checkpoints were not observed), and
+      `trial_end` an `error` (what stopped a trial that ended on one); a user's job in the
+      plan gains `shared_checkpoint` (a version 1-13 job reads as false)
 """
 from __future__ import annotations
 
