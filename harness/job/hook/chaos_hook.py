@@ -9,7 +9,9 @@ flight recorder (`flight_ready`; harness.job.flight.serve), and after every CHAO
 it reached: fingerprints of the optimizer's parameters and of its per-parameter state
 (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
 scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
-records that state. All do nothing when CHAOS_EVENTS_PATH is not set.
+records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
+their save and load are wrapped to record `checkpoint_save` / `checkpoint_load` with the
+file's path and identity. All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
 
