@@ -28,12 +28,15 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from chaos.errors import ChaosError, UsageError
 from harness import signals
 from harness.cluster.backends import BACKEND_NAMES, require_privileges
 from harness.signals import Terminated
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "link_down.yaml"
 
@@ -90,19 +93,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.cluster.launcher import LauncherPool
     from harness.run import machine
     speed = machine.measure_or_why()  # before the launcher's import of torch takes a CPU
-    with LauncherPool() as launchers:
-        launchers.start_ahead()  # its import of torch overlaps the imports and work below
-        import reports
-        from harness.cluster.backends import backend_named
-        from harness.run.orchestrator import run_scenario
-        from harness.run.progress import Progress
-        backend = backend_named(scenario.cluster.backend)
-        progress = Progress(quiet=args.quiet, scope=scenario.name)
-        run_dir, _ = run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
-                                  launchers=launchers, machine=speed)
-    table, written = reports.report_run(run_dir)
-    print(reports.format_table(table))
-    print(f"\nrun folder: {run_dir}\nreport:     {written['report.md']}")
+    run_dirs: list[Path] = []
+    try:
+        with LauncherPool() as launchers:
+            launchers.start_ahead()  # its import of torch overlaps the imports and work below
+            from harness.cluster.backends import backend_named
+            from harness.run.orchestrator import run_scenario
+            from harness.run.progress import Progress
+            backend = backend_named(scenario.cluster.backend)
+            progress = Progress(quiet=args.quiet, scope=scenario.name)
+            run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
+                         launchers=launchers, machine=speed, started=run_dirs.append)
+    except BaseException:
+        # whatever ended the run early (an error, a signal), the trials that finished keep
+        # their reports; what ended it is still what `main` says and exits with
+        if run_dirs:
+            try:
+                _report(run_dirs[0], partial=True)
+            except Exception as exc:  # the run's own error matters more than the report's
+                print(f"chaos: the finished trials' reports could not be written ({exc}); "
+                      f"`chaos report {run_dirs[0]}` tries again", file=sys.stderr)
+        raise
+    import reports
+    table = _report(run_dirs[0], partial=False)
+    assert table is not None  # a whole run has every trial
     failures = reports.expectation_failures(table)
     for line in failures:
         print(f"EXPECTATION FAILED: {line}", file=sys.stderr)
@@ -111,6 +125,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"reproduce: {reproduce_command(Path(args.scenario), failed, scenario.seed, overrides)}",
               file=sys.stderr)
     return 1 if failures else 0
+
+
+def _report(run_dir: Path, partial: bool) -> pd.DataFrame | None:
+    """Write the run's reports and print its table (the trials that did not finish marked
+    so); returns the table. A run ended early (`partial`) may have no trial begun: said,
+    and None."""
+    from reports.analysis import incomplete_text, run_frame
+    from reports.history import load_run
+    from reports.tables import format_table
+    from reports.writer import write_run_reports
+    from runfolder.info import RunFolderError
+    try:
+        run = load_run(run_dir)
+    except RunFolderError:
+        if not partial:
+            raise
+        print(f"\nrun folder: {run_dir} (no trial began: nothing to report)", file=sys.stderr)
+        return None
+    table = run_frame(run)
+    written = write_run_reports(run, table, run.path)
+    print(incomplete_text(run, table) + format_table(table))
+    print(f"\nrun folder: {run_dir}\nreport:     {written['report.md']}")
+    return table
 
 
 def _mechanism_names(backend: str) -> Callable[[object], str]:

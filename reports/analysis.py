@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from reports.checkpoints import foreign_loads, saved, shared_checkpoint_failure
 from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
 from reports.metrics import trial_metrics
@@ -31,13 +32,19 @@ def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics["at_detect"] = detect_summary(trial.path, records, trial.info.plan.ranks, t0)
     trajectory = check_trajectory(records, read_reference(run.path) if trial.info.plan.job is None else None)
     metrics["trajectory"], metrics["trajectory_detail"] = trajectory.verdict, trajectory.detail
+    job = trial.info.plan.job
+    others = [(other.name, saved(other.events)) for other in run.trials if other is not trial]
+    findings = foreign_loads(trial.events, trial.info, others) if job is not None else []
+    metrics["checkpoints"] = "; ".join(findings)
     expect = trial.info.plan.expect if metrics["outcome"] != "incomplete" else None
     failures = check_expectations(metrics, expect)
+    if not (job or {}).get("shared_checkpoint"):  # a trial that did not start from its own state
+        failures += [shared_checkpoint_failure(finding) for finding in findings]
     return {"run": run.path.name, "scenario": run.info.scenario, "seed": run.info.seed,
             "trial": trial.name, **metrics,
             "expect": expectation_json(expect) if expect else "",
-            # None (an empty CSV cell) when the scenario set no expectation for this policy
-            "expect_ok": (not failures) if expect else None,
+            # None (an empty CSV cell) when nothing was expected of this trial
+            "expect_ok": (not failures) if expect or failures else None,
             "expect_failures": FAILURE_SEPARATOR.join(failures)}
 
 
@@ -45,6 +52,16 @@ def missing_trials(run: RunRecord) -> list[str]:
     """Trials run.json lists that have no folder: the run ended before they began."""
     stored = {trial.name for trial in run.trials}
     return [policy for policy in run.info.policies if policy not in stored]
+
+
+def incomplete_text(run: RunRecord, frame: pd.DataFrame) -> str:
+    """Where an incomplete run ended, before its table ("" for a complete run)."""
+    lines = [f"INCOMPLETE: trial {row['trial']}: {row['outcome_reason']}"
+             for _, row in frame.iterrows() if row["outcome"] == "incomplete"]
+    missing = missing_trials(run)
+    if missing:
+        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial.json)")
+    return "".join(f"{line}\n" for line in lines) + ("\n" if lines else "")
 
 
 def run_frame(run: RunRecord) -> pd.DataFrame:

@@ -11,9 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from reports.analysis import missing_trials, run_frame, run_label
+from reports.analysis import incomplete_text, run_frame, run_label
 from reports.history import RunRecord, load_run
 from reports.tables import format_table
 from reports.writer import compare_markdown, write_run_reports
@@ -59,16 +57,6 @@ def report_main(argv: list[str]) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     return report_command(args)
-
-
-def incomplete_text(run: RunRecord, frame: pd.DataFrame) -> str:
-    """Where an incomplete run ended, before its table ("" for a complete run)."""
-    lines = [f"INCOMPLETE: trial {row['trial']}: {row['outcome_reason']}"
-             for _, row in frame.iterrows() if row["outcome"] == "incomplete"]
-    missing = missing_trials(run)
-    if missing:
-        lines.append(f"INCOMPLETE: never began: {', '.join(missing)} (listed in run.json, no trial.json)")
-    return "".join(f"{line}\n" for line in lines) + ("\n" if lines else "")
 
 
 def report_command(args: argparse.Namespace) -> int:

@@ -10,6 +10,10 @@ Definitions (the one definition of each; every report repeats them):
                       on the rank's GPU) is silent like pause and judged by the same rules;
                       its start is when its command was written (the rank queues the
                       kernel within harness.job.gpufault.POLL_S of it).
+  not applied         a process fault (kill, pause, gpu_hang) that came due on ranks whose
+                      process had already exited: named, with when each exited (after the
+                      warm-up), and not a fault of the trial (no fault_applied); its other
+                      targets got it.
   observation end     when the harness stopped watching: the first of hang_detected,
                       a fault reverted at teardown, a rank reaped by the harness's stop
                       (rank_exited stopped), a rank exiting "terminated" (asked to stop),
@@ -122,7 +126,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
-                              FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
+                              FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.state import check_state
@@ -198,6 +202,7 @@ class TrialFacts:
     traffic: tuple[LinkTraffic, ...] = ()  # per application of a fault on the network
     steps_observed: bool = True         # False: a user's job that made no step by its start_timeout
     left_out: tuple[int, ...] = ()      # survivors the final membership left out (elastic)
+    stopped_by: str = ""                # what stopped a trial that ended on an error ("" when not recorded)
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -304,6 +309,27 @@ def _stopped_at(events: pd.DataFrame) -> str:
 def _end_reason(events: pd.DataFrame) -> str:
     ends = _of_kind(events, TRIAL_END)
     return str(_field(ends.iloc[0], "reason", "")) if len(ends) else ""
+
+
+def _end_error(events: pd.DataFrame) -> str:
+    ends = _of_kind(events, TRIAL_END)
+    return str(_field(ends.iloc[0], "error", "")) if len(ends) else ""
+
+
+def not_applied_text(events: pd.DataFrame) -> str:
+    """Each process fault that came due on ranks with no process left (fault_not_applied),
+    with when each had exited after the warm-up: "kill on r5: not applied, the rank had
+    exited at +50.7 s"; "" when every fault was applied."""
+    warm = _of_kind(events, WARMUP_DONE, STEPS_NOT_OBSERVED)
+    t0 = float(warm["t"].iloc[0]) if len(warm) else float(events["t"].min())
+    texts = []
+    for _, row in _of_kind(events, FAULT_NOT_APPLIED).iterrows():
+        ranks, exited = list(row["targets"]), list(row["exited_t"])
+        whens = ["" if t is None else f" at +{t - t0:.1f} s" for t in exited]
+        gone = (f"the rank had exited{whens[0]}" if len(ranks) == 1 else
+                "the ranks had exited (" + ", ".join(f"r{r}{w}" for r, w in zip(ranks, whens, strict=True)) + ")")
+        texts.append(f"{row['fault_kind']} on {', '.join(f'r{r}' for r in ranks)}: not applied, {gone}")
+    return "; ".join(texts)
 
 
 def _hang(events: pd.DataFrame) -> Hang | None:
@@ -500,7 +526,8 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events),
                       detections=detections, detection_cause=cause, departures=gone,
                       resumed=resumed, final_world=world, breaker_opens=opens,
-                      end_reason=_end_reason(events), stopped_at=_stopped_at(events), step_times=steps,
+                      end_reason=_end_reason(events), stopped_at=_stopped_at(events),
+                      stopped_by=_end_error(events), step_times=steps,
                       traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)),
                       left_out=left_out)
 
@@ -566,6 +593,8 @@ def _incomplete(f: TrialFacts) -> str | None:
     if not f.stopped_at:
         return None
     if f.end_reason == "error":
+        if f.stopped_by:
+            return f"the harness stopped the trial: {f.stopped_by} ({f.stopped_at})"
         return f"the harness stopped the trial on an error ({f.stopped_at}); its command said why"
     return f"no trial_end: the trial did not finish ({f.stopped_at})"
 
@@ -767,7 +796,8 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     facts = trial_facts(events, trial)
     outcome, reason = classify(facts)
     row: dict[str, Any] = {**_trial_columns(trial), **_fault_columns(facts, trial.plan.faults),
-                           "ranks": len(facts.ranks), "outcome": outcome, "outcome_reason": reason}
+                           "ranks": len(facts.ranks), "outcome": outcome, "outcome_reason": reason,
+                           "not_applied": not_applied_text(events)}
     row.update(_outcome_times(events, facts, outcome))
     for figures in fault_figures(events, facts):
         row.update(figures.columns())

@@ -140,7 +140,9 @@ def what_happened(row: Mapping[str, Any]) -> str:
     if row.get("trajectory") == "differs":  # reports.trajectory: it went on, not as without the fault
         lead += f"trajectory: {row.get('trajectory_detail')} | "
     stuck = f" | stuck in: {row.get('stuck_in')}" if row.get("stuck_in") else ""
-    return lead + _story(row) + stuck
+    notes = "".join(f" | {prefix}{text}" for prefix, column in (("", "not_applied"), ("checkpoint: ", "checkpoints"))
+                    if isinstance(text := row.get(column), str) and text)
+    return lead + _story(row) + stuck + notes
 
 
 def _story(row: Mapping[str, Any]) -> str:
@@ -234,9 +236,9 @@ def expectation_text(row: Mapping[str, Any]) -> str:
     failures = row.get("expect_failures") or ""
     if row.get("outcome") == "incomplete":
         return "not judged: the trial did not finish"
-    if not row.get("expect"):
-        return "none set"
-    return "met" if not failures else f"FAILED: {failures}"
+    if failures:
+        return f"FAILED: {failures}"
+    return "met" if row.get("expect") else "none set"
 
 
 def table_rows(df: pd.DataFrame) -> list[list[str]]:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from reports import metrics as metric_definitions
-from reports.analysis import run_frame, run_label
+from reports.analysis import incomplete_text, run_frame, run_label
 from reports.history import RunRecord, load_run
 from reports.plots import comparison_png, timeline_png
 from reports.tables import (EVERY_FAULT, FAULT_COLUMNS, TABLE_COLUMNS, claim_marks, compare_table, fault_rows,
@@ -27,6 +27,8 @@ from runfolder.layout import (COMPARISON_PLOT, METRICS_FILE, PLOTS_DIR, REPORT_H
 KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
     ("outcome_reason", "why"),
+    ("not_applied", "faults not applied (their rank had exited)"),
+    ("checkpoints", "checkpoints loaded from before the trial or from another trial (reports.checkpoints)"),
     ("state", "state (reports.state)"),
     ("state_detail", "state: what it rests on"),
     ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),
@@ -109,7 +111,8 @@ def markdown_report(run: RunRecord, df: pd.DataFrame, plots: Mapping[str, str],
     out = [f"# Chaos run: {run.info.scenario}", ""]
     out += [f"- {key}: {value}" for key, value in _meta_lines(run)]
     out += ["", f"![the policies compared]({COMPARISON_PLOT})", ""]
-    out += ["## Measured against the source document", "", format_table(df), "", "## Trials", ""]
+    out += ["## Measured against the source document", "", incomplete_text(run, df) + format_table(df), "",
+            "## Trials", ""]
     for _, row in df.iterrows():
         out += [f"### {row['trial']}: {row['outcome']}", "", markdown_table(("metric", "value"), _summary_rows(row)), ""]
         if row["trial"] in plots:

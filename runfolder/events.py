@@ -127,6 +127,19 @@ RESOURCES_RELEASED = _kind("resources_released", RANK,
 EXIT = _kind("exit", RANK, ("reason", "code"),
              "reason: stopped | failed-fast | retries-exhausted | isolated | terminated | crashed",
              optional=("error",))
+# A user's job's checkpoint files, as the startup hook sees torch.save / torch.load and
+# torch.distributed.checkpoint's save / load: file identifies what was written or read
+# ({"ino", "mtime_ns", "size"} of the file, or of a distributed checkpoint's .metadata; null
+# when it is no file), so that a load can be traced to the trial that wrote it (or to
+# none: a file from before the trial) even after a temporary file was renamed into place.
+CHECKPOINT_FILE_FIELDS = ("path", "step", "file")
+CHECKPOINT_SAVE = _kind("checkpoint_save", RANK, CHECKPOINT_FILE_FIELDS,
+                        "a user's job wrote a checkpoint: path (absolute) after `step` optimizer steps of "
+                        "this process; api: torch.save | dcp (torch.distributed.checkpoint)",
+                        optional=("local_rank", "api"))
+CHECKPOINT_LOAD = _kind("checkpoint_load", RANK, CHECKPOINT_FILE_FIELDS,
+                        "a user's job read a checkpoint (fields as checkpoint_save; file as it was "
+                        "when the read began)", optional=("local_rank", "api"))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (harness.cluster.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
@@ -172,6 +185,11 @@ GPU_MEMORY_FREED = _kind("gpu_memory_freed", HARNESS, ("killed_t", "killed_pid")
 RANK_EXITED = _kind("rank_exited", HARNESS, ("pid", "exitcode", "signal"),
                     "the harness reaped rank `rank`'s process; stopped: true when the harness "
                     "stopped it", optional=("stopped",))
+FAULT_NOT_APPLIED = _kind("fault_not_applied", HARNESS, ("index", "fault_kind", "targets", "exited_t"),
+                          "a process fault (kill, pause, gpu_hang) came due on ranks with no process "
+                          "left: targets those ranks, exited_t when each one's process was reaped "
+                          "(null: not known); the trial goes on. The fault's other targets, if any, "
+                          "got it (fault_applied)")
 HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
                       "no step and no policy action for `cap` seconds")
 HOST_DROPS = _kind("host_drops", HARNESS, ("packets", "secs"),
@@ -202,7 +220,9 @@ TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled (every live rank not frozen for good made the "
                   "settle steps) | held (every live rank frozen by a fault that "
                   "never heals) | hung | deadline | error | cap (steps not observed: ranks still "
-                  "running hang_cap after the last fault action)")
+                  "running hang_cap after the last fault action); error: with reason error, what "
+                  "stopped it (the harness's error, `interrupted (SIGINT)`, `received SIGTERM`)",
+                  optional=("error",))
 
 
 def schema_problems(event: dict[str, Any]) -> list[str]:

@@ -47,6 +47,12 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   13  a trial's events gain `stopping`: when the harness began to stop the ranks, which ends
       what is judged (a version 1-12 trial's observation ends at the first rank it stopped,
       so a worker's error printed as its peers were stopped counted as the trial's)
+  14  a trial's events gain `fault_not_applied` (a process fault due on a rank whose process
+      had exited: not applied, the trial goes on; a version 1-13 trial stopped on an error),
+      `checkpoint_save` / `checkpoint_load` (a user's job's checkpoint files, from the hook;
+      a version 1-13 trial reads as one whose checkpoints were not observed), and
+      `trial_end` an `error` (what stopped a trial that ended on one); a user's job in the
+      plan gains `shared_checkpoint` (a version 1-13 job reads as false)
 """
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 13
+FORMAT_VERSION = 14
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

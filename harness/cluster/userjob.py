@@ -142,6 +142,9 @@ class JobSpec(BaseModel):
         default=1, description="the step hook records a fingerprint of the model's and the optimizer's "
                                "state every this many optimizer steps (reports.state checks them)")
     tune: JobKnobs | None = Field(default=None, description="where `chaos tune` sets the job's settings")
+    shared_checkpoint: bool = Field(
+        default=False, description="true: a trial may load a checkpoint another trial or an earlier run wrote "
+                                   "(reports.checkpoints otherwise fails that trial's expectations)")
 
     @model_validator(mode="after")
     def _restarts_need_an_agent(self) -> "JobSpec":

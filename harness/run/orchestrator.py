@@ -86,6 +86,7 @@ class Monitor:
     breakers: dict[int, float] = field(default_factory=dict)   # rank -> its breaker_open t
     errors: int = 0
     exited: set[int] = field(default_factory=set)
+    exited_at: dict[int, float] = field(default_factory=dict)  # rank -> t its process was reaped
     detections: list[float] = field(default_factory=list)  # t of every rank's detection event
 
     def poll(self) -> None:
@@ -220,7 +221,7 @@ class Trial:
         recorder = EventRecorder(self.events_path, kinds.HARNESS, clock=self.clock)
         started = recorder.emit(kinds.TRIAL_START, policy=plan.policy, run_id=self.run_id,
                                 ranks=plan.ranks, backend=self.backend.name, hang_cap=plan.hang_cap)
-        end = ["error"]
+        end, stopped_by = ["error"], []
         with contextlib.ExitStack() as teardown:
             teardown.callback(ledger.close_if_clean)
             # what no cluster took back: the owner entry when bring-up stopped before a cluster
@@ -228,7 +229,8 @@ class Trial:
             teardown.callback(undo_outstanding, ledger, undo_table())
             record_owner(ledger)
             teardown.callback(recorder.close)
-            teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0]))
+            teardown.callback(lambda: recorder.emit(kinds.TRIAL_END, reason=end[0], **dict(stopped_by)))
+            teardown.push(lambda _type, exc, _tb: stopped_by.append(("error", _stop_text(exc))) if exc else None)
             teardown.callback(self.progress.done)
             launchers = self.launchers or teardown.enter_context(LauncherPool(self.state_dir))
             launcher = launchers.next_launcher
@@ -289,6 +291,7 @@ class Trial:
     def _reap(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
         for ex in cluster.reap():
             monitor.exited.add(ex.rank)
+            monitor.exited_at[ex.rank] = ex.t
             recorder.emit(kinds.RANK_EXITED, t=ex.t, rank=ex.rank, pid=ex.pid,
                           exitcode=ex.exitcode, signal=ex.signal)
 
@@ -346,8 +349,11 @@ class Trial:
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
                 if action.verb == APPLY:
-                    pids = {rank: cluster.pid(rank) for rank in self.plan.faults[action.index].targets}
-                    applied = self._apply(action.index, cluster, injector, recorder, outstanding,
+                    targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
+                    if not targets:
+                        continue
+                    pids = {rank: cluster.pid(rank) for rank in targets}
+                    applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
                                           on_phase_s(action, pending), traffic.applying(action))
                     if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                         gpu.killed(pids, applied.t_applied)
@@ -449,10 +455,31 @@ class Trial:
                           tuple(monitor.fewest(monitor.steps_made, r) for r in range(self.plan.ranks)))
         return TrafficWatch(starts, WorkloadSpec.model_validate(self.plan.workload).gradient_bytes, sample)
 
-    def _apply(self, index: int, cluster: Cluster, injector: Injector, recorder: EventRecorder,
-               outstanding: dict[int, Injection], on_phase: float | None, traffic: dict[str, Any]) -> AppliedFault:
+    def _with_a_process(self, index: int, cluster: Cluster, monitor: Monitor, recorder: EventRecorder,
+                        t_warm: float) -> tuple[int, ...]:
+        """The targets of fault `index` it can act on now. A process fault due on a rank whose
+        process has exited (a job that ended, an agent that gave up) is a fact about the trial,
+        not the harness's error: recorded and said as not applied there, and the trial goes on."""
+        planned = self.plan.faults[index]
+        if self.faults[index].acts_on != "process":
+            return planned.targets
+        self._reap(cluster, monitor, recorder)  # when each one that is gone exited
+        gone = [rank for rank in planned.targets if cluster.pid(rank) is None]
+        if gone:
+            exited = [monitor.exited_at.get(rank) for rank in gone]
+            recorder.emit(kinds.FAULT_NOT_APPLIED, index=index, fault_kind=planned.kind, targets=gone,
+                          exited_t=[None if t is None else round(t, 6) for t in exited])
+            when = ", ".join(f"r{rank} at +{t - t_warm:.1f} s" if t is not None else f"r{rank}"
+                             for rank, t in zip(gone, exited, strict=True))
+            self._say(f"fault {planned.description} on {ranks_text(gone)}: not applied, the process had "
+                      f"exited ({when})")
+        return tuple(rank for rank in planned.targets if rank not in gone)
+
+    def _apply(self, index: int, targets: tuple[int, ...], cluster: Cluster, injector: Injector,
+               recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
+               traffic: dict[str, Any]) -> AppliedFault:
         planned, fault = self.plan.faults[index], self.faults[index]
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in planned.targets]
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S
@@ -462,9 +489,9 @@ class Trial:
         applied = injection.applied
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
-                      fault_kind=planned.kind, fault=planned.fault, targets=list(planned.targets),
+                      fault_kind=planned.kind, fault=planned.fault, targets=list(targets),
                       mechanism=applied.mechanism, **traffic)
-        self._say(f"fault {planned.description} on {ranks_text(planned.targets)} applied ({applied.mechanism})")
+        self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism})")
         return applied
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
@@ -483,6 +510,13 @@ class Trial:
                       targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
+
+
+def _stop_text(exc: BaseException) -> str:
+    """What stopped a trial, for its trial_end."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (SIGINT)"
+    return str(exc) or type(exc).__name__
 
 
 def frozen_for_good(outstanding: dict[int, Injection], plan: Plan) -> set[int]:
@@ -536,14 +570,16 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
 
 def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], out: Path,
                  backend: Backend, progress: Progress, command: str | None = None,
-                 launchers: LauncherPool | None = None,
-                 machine: MachineSpeed | str | None = None) -> tuple[Path, list[TrialResult]]:
+                 launchers: LauncherPool | None = None, machine: MachineSpeed | str | None = None,
+                 started: Callable[[Path], None] | None = None) -> tuple[Path, list[TrialResult]]:
     """Run every policy of `scenario` in turn; returns the run folder and the trial results.
     `command` is how to run it again (default: this process's `chaos` command line);
     `launchers` lends the rank launcher to every trial (default: a pool for this run alone),
     so that only the first trial waits for its import of torch; `machine` is the machine's
     speed (or why it is not known) measured before a launcher started, which would slow it
-    (default: measured now)."""
+    (default: measured now); `started` is told the run folder as soon as it exists, so that a
+    caller can report the trials that finished when a later one ends the run (an error, a
+    signal)."""
     # Leftovers of crashed runs (their owner is dead); live runs are left alone. What cannot
     # be undone (another backend's engine is down) is said, and this run goes on.
     problem = scenario.job and command_problem(scenario.job)
@@ -565,6 +601,8 @@ def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], o
     run_dir = start_run(out, scenario, scenario_file, policies, backend.name,
                         command or shlex.join(["chaos", *sys.argv[1:]]), placement,
                         None if isinstance(machine, str) else machine)
+    if started is not None:
+        started(run_dir)
     results = []
     with contextlib.ExitStack() as stack:
         pool = launchers or stack.enter_context(LauncherPool())

@@ -519,8 +519,10 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise UsageError(f"{path}: a scenario is a mapping of fields (name, faults, policies, ...), "
                          f"not {type(data).__name__}")
     data.setdefault("name", path.stem)
+    written_workdir = None
     if isinstance(data.get("job"), dict):  # the job's folder is relative to the scenario file
-        data["job"]["workdir"] = str(path.resolve().parent / str(data["job"].get("workdir", ".")))
+        written_workdir = str(data["job"].get("workdir", "."))
+        data["job"]["workdir"] = str(path.resolve().parent / written_workdir)
     for dotted, value in (overrides or {}).items():
         *parents, leaf = dotted.split(".")
         node = data
@@ -530,7 +532,7 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
             node = node.setdefault(key, {})
         node[leaf] = value
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         lines = []
         for loc, message in describe_errors(exc):
@@ -539,3 +541,9 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise UsageError("\n".join(lines)) from None
     except RecursionError:
         raise UsageError(f"{path}: a value refers to itself (a YAML alias loop)") from None
+    if scenario.job is not None and not Path(scenario.job.workdir).is_dir():  # refused before anything runs
+        line = line_of(root, ("job", "workdir"))
+        raise UsageError(f"{path}{f':{line}' if line else ''}: job.workdir: {written_workdir!r} is not a folder "
+                         f"({scenario.job.workdir}); give the folder your command runs in, relative to "
+                         f"{path.resolve().parent}")
+    return scenario

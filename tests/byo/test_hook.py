@@ -59,7 +59,7 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     assert [d.returncode for d in done] == [0, 0], [d.stdout[-2000:] for d in done]
     by_rank = kinds_by_rank(events)
     for rank in (0, 1):
-        own = by_rank[rank]
+        own = [e for e in by_rank[rank] if not e["kind"].startswith("checkpoint_")]
         assert [e["kind"] for e in own] == ["rank_start", "state", "flight_ready"] + ["step", "state"] * 5
         assert own[0]["world"] == 2 and own[0]["policy"] == "default"
         states = [e for e in own if e["kind"] == "state"]
@@ -70,6 +70,11 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
         assert len({e["pid"] for e in own}) == 1
         times = [e["t"] for e in steps]
         assert times == sorted(times) and steps[0]["dur"] is None and all(e["dur"] > 0 for e in steps[1:])
+    # rank 0 saves to a temporary file that it renames into place; the hook sees the save
+    saves = [e for e in by_rank[0] if e["kind"] == "checkpoint_save"]
+    assert [(e["path"], e["step"], e["api"]) for e in saves] == [(str(tmp_path / "c.pt.tmp"), s, "torch.save")
+                                                                 for s in (2, 4)]
+    assert not [e for e in by_rank[1] if e["kind"].startswith("checkpoint_")]
     verdict = check_state(read_events(events)[0])  # DDP's replicas, fingerprinted on each side
     assert verdict.verdict == "consistent" and verdict.compared == 6, verdict.violations
     # the job resumes from its checkpoint: a second run starts at step 4 and makes one more
@@ -78,6 +83,10 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     assert [d.returncode for d in again] == [0, 0]
     assert "resumed from" in again[0].stdout and "at step 4" in again[0].stdout
     assert [e["kind"] for e in kinds_by_rank(events)[0]].count("step") == 5 + 1
+    # every rank read what rank 0 last saved, renamed since: the same file by inode, time and size
+    loads = [e for e in read_events(events)[0] if e["kind"] == "checkpoint_load"]
+    assert sorted((e["rank"], e["path"], e["step"]) for e in loads) == [(r, str(tmp_path / "c.pt"), 0) for r in (0, 1)]
+    assert all(e["file"] == saves[-1]["file"] and e["file"]["size"] > 0 for e in loads)
 
 
 @pytest.mark.parametrize("kind, sharded", [("zero", "optim"), ("fsdp", "params")])

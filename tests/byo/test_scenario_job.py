@@ -81,3 +81,12 @@ def test_shipped_byo_scenarios_plan(path):
     if path.name == "byo_torchrun_elastic.yaml":  # the elastic torchrun it runs, in the plan
         assert done.stdout.count("min_hosts 7 (--nnodes 7:8)") == 3, done.stdout
         assert done.stdout.count("--rdzv-conf keep_alive_interval=1,last_call_timeout=2") == 1, done.stdout
+
+
+def test_a_workdir_that_does_not_exist_is_refused_at_load_with_the_path_and_the_fix(tmp_path):
+    path = write(tmp_path, "cluster: {ranks: 2}\njob: {command: [python, t.py], workdir: ../nowhere}\n")
+    done = chaos_cli("run", str(path), "--dry-run")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"chaos: error: {path}:2: job.workdir: '../nowhere' is not a folder "
+                                   f"({tmp_path}/../nowhere); give the folder your command runs in, relative to "
+                                   f"{tmp_path}")

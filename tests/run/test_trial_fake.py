@@ -50,11 +50,11 @@ faults:
 """
 
 
-def run_trial(tmp_path: Path, text: str):
+def run_trial(tmp_path: Path, text: str, clock: FakeClock | None = None):
     path = tmp_path / "scenario.yaml"
     path.write_text(text)
     scenario = load_scenario(path)
-    clock = FakeClock()
+    clock = clock or FakeClock()
     backend = FakeBackend(clock)
     run_dir = start_run(tmp_path / "runs", scenario, path, ["timeout"], backend.name, "chaos run scenario.yaml")
     plan = build_plan(scenario, "timeout")
@@ -184,3 +184,55 @@ def test_a_user_job_settles_without_a_host_cut_off_for_good_the_built_in_runner_
     grouped = {0: SimpleNamespace(applied=SimpleNamespace(fault=parse_fault({"kind": "partition",
                                                                              "groups": [[0, 1], [2, 3]]})))}
     assert cut_off_for_good(grouped, job) == set()  # type: ignore[arg-type]  # which side goes on is the job's
+
+
+# due on rank 1 after its process ended on its own (a job that gave up): a pause of rank 1
+# and rank 2, and a kill
+GONE = HEADER + """\
+hang_cap: 10s
+faults:
+  - {kind: pause, target: {ranks: [1, 2]}, start: 2s, duration: 1s}
+  - {kind: kill, target: {rank: 1}, start: 4s}
+"""
+
+
+class ExitingClock(FakeClock):
+    """Ends rank 1's process (as if it exited) once the clock passes `at`."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__()
+        self.at, self.backend = at, None
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        cluster = self.backend.clusters[-1] if self.backend and self.backend.clusters else None
+        if cluster is not None and self.now >= self.at and 1 in cluster.live:
+            cluster.kill(1)
+
+
+def test_a_process_fault_due_on_a_rank_that_exited_is_not_applied_and_the_trial_goes_on(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    clock = ExitingClock(at=FakeClock().now + 2.0)  # about 1 s into the fault timeline, before either fault
+    made = FakeBackend.__init__
+
+    def remember(backend, clock_):  # the clock acts on the cluster the trial brings up
+        made(backend, clock_)
+        clock.backend = backend
+    monkeypatch.setattr(FakeBackend, "__init__", remember)
+    _, result, events, journal, run_dir = run_trial(tmp_path, GONE, clock)
+    assert result.end == "settled"
+    assert [entry for entry in journal if entry[0] in ("apply", "revert")] == [
+        ("apply", "pause", (2,)), ("revert", "pause", (2,))]
+    warm = next(e["t"] for e in events if e["kind"] == "warmup_done")
+    [exited] = [e["t"] for e in events if e["kind"] == "rank_exited" and e["rank"] == 1]
+    assert warm < exited < warm + 2
+    skipped = [e for e in events if e["kind"] == "fault_not_applied"]
+    assert [(e["index"], e["fault_kind"], e["targets"], e["exited_t"]) for e in skipped] == [
+        (0, "pause", [1], [pytest.approx(exited)]), (1, "kill", [1], [pytest.approx(exited)])]
+    assert [e["targets"] for e in events if e["kind"] == "fault_applied"] == [[2]]
+    assert [p for e in events for p in schema_problems(e)] == []
+    [row] = reports.analyze_run(run_dir).to_dict("records")
+    after = f"{exited - warm:.1f}"
+    assert row["not_applied"] == (f"pause on r1: not applied, the rank had exited at +{after} s; "
+                                  f"kill on r1: not applied, the rank had exited at +{after} s")
+    assert row["not_applied"] in reports.format_table(reports.analyze_run(run_dir))

@@ -10,6 +10,10 @@ straight into the trial's events file (CHAOS_EVENTS_PATH; one O_APPEND write per
                  registered when the script imports torch.optim; nothing is imported early)
     state        fingerprints of the parameters and the optimizer's state: before the
                  process's first step (at start) and every `job.state_every` steps after
+    checkpoint_save, checkpoint_load
+                 each torch.save / torch.load and torch.distributed.checkpoint save / load
+                 with a path: the path, the process's step and the file's identity (inode,
+                 modification time, size), which reports.checkpoints traces across trials
 
 A script without torch.optim opts in with one line in its training loop:
 

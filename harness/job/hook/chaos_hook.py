@@ -9,7 +9,9 @@ flight recorder (`flight_ready`; harness.job.flight.serve), and after every CHAO
 it reached: fingerprints of the optimizer's parameters and of its per-parameter state
 (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
 scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
-records that state. All do nothing when CHAOS_EVENTS_PATH is not set.
+records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
+their save and load are wrapped to record `checkpoint_save` / `checkpoint_load` with the
+file's path and identity. All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
 
@@ -27,11 +29,15 @@ STATE_EVERY_ENV = "CHAOS_STATE_EVERY"  # a `state` event every this many steps (
 OWNER_ENV = "CHAOS_HOOK_OWNER"    # the pid that measures; Python processes it starts do not
 HOST_RANK_ENV = "CHAOS_RANK"      # the host's rank: torchrun's RANK is the rendezvous' choice
 OPTIMIZER_MODULE = "torch.optim.optimizer"
+SERIALIZATION_MODULE = "torch.serialization"   # torch.save, torch.load
+DCP_MODULE = "torch.distributed.checkpoint"    # its save, load
+DCP_METADATA = ".metadata"  # a distributed checkpoint's folder is known by this file in it
 
 _recorder: Any = None
 _steps = 0
 _depth = 0  # optimizer steps in progress (one inside another: ZeroRedundancyOptimizer's)
 _last: float | None = None
+_in_checkpoint = 0  # checkpoint calls in progress: a distributed checkpoint's own torch.save is not one
 
 
 def _open() -> Any:
@@ -118,6 +124,83 @@ def _register_optimizer_hook(module: Any) -> None:
     module.register_optimizer_step_post_hook(_after_step)
 
 
+def _file_of(path: str) -> dict[str, int] | None:
+    """What identifies the file at `path` (a distributed checkpoint: its folder's metadata),
+    kept by a rename: inode, modification time, size. None: no such file."""
+    try:
+        stat = os.stat(path)
+        if os.path.isdir(path):
+            stat = os.stat(os.path.join(path, DCP_METADATA))
+    except OSError:
+        return None
+    return {"ino": stat.st_ino, "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
+
+
+def _path_of(target: Any) -> str | None:
+    """The absolute path a checkpoint call names: a path, a file object opened by name, or a
+    distributed checkpoint's storage writer or reader; None for a stream (BytesIO)."""
+    if isinstance(target, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(target))
+    for name in ("name", "path"):
+        value = getattr(target, name, None)
+        if isinstance(value, (str, os.PathLike)):
+            return os.path.abspath(os.fspath(value))
+    return None
+
+
+def _watched(call: Any, event: str, api: str, target: Any) -> Any:
+    """`call` recording a `checkpoint_save` after it, or a `checkpoint_load` before it (the
+    file as it was when the read began), of the path `target(args, kwargs)` names."""
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        global _in_checkpoint
+        recorder = _open() if _in_checkpoint == 0 else None
+        path = _path_of(target(args, kwargs)) if recorder is not None else None
+        if path is not None and event == "checkpoint_load":
+            recorder.emit(event, path=path, step=_steps, file=_file_of(path), local_rank=_local_rank(), api=api)
+        _in_checkpoint += 1
+        try:
+            result = call(*args, **kwargs)
+        finally:
+            _in_checkpoint -= 1
+        if path is not None and event == "checkpoint_save":
+            recorder.emit(event, path=path, step=_steps, file=_file_of(path), local_rank=_local_rank(), api=api)
+        return result
+    watched.__wrapped__ = call  # type: ignore[attr-defined]
+    watched.__name__, watched.__doc__ = call.__name__, call.__doc__
+    return watched
+
+
+def _argument(position: int, name: str) -> Any:
+    return lambda args, kwargs: args[position] if len(args) > position else kwargs.get(name)
+
+
+def _storage(io: str) -> Any:
+    """A distributed checkpoint's path: checkpoint_id, else its storage writer or reader."""
+    return lambda args, kwargs: kwargs.get("checkpoint_id") or kwargs.get(io)
+
+
+def _watch_serialization(module: Any) -> None:
+    module.save = _watched(module.save, "checkpoint_save", "torch.save", _argument(1, "f"))
+    module.load = _watched(module.load, "checkpoint_load", "torch.save", _argument(0, "f"))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "save"):  # torch bound them before the hook came
+        torch.save, torch.load = module.save, module.load
+
+
+def _watch_dcp(module: Any) -> None:
+    module.save = _watched(module.save, "checkpoint_save", "dcp", _storage("storage_writer"))
+    module.load = _watched(module.load, "checkpoint_load", "dcp", _storage("storage_reader"))
+
+
+def _after_import(name: str, then: Any) -> None:
+    """`then(module)` once `name` is imported: now if it is (a preloaded start), else right
+    after its import."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Runs `then(module)` right after `name` is imported, by wrapping its real loader."""
 
@@ -148,7 +231,7 @@ def install() -> None:
         return
     recorder.emit("rank_start", policy=os.environ.get(TRIAL_ENV, "job"),
                   world=int(os.environ.get("WORLD_SIZE", "1")), local_rank=_local_rank(), restart=_generation())
-    if OPTIMIZER_MODULE in sys.modules:  # a preloaded start (harness.cluster.preload): torch is in
-        _register_optimizer_hook(sys.modules[OPTIMIZER_MODULE])
-    else:
-        sys.meta_path.insert(0, _AfterImport(OPTIMIZER_MODULE, _register_optimizer_hook))
+    # a preloaded start (harness.cluster.preload) has torch in already
+    _after_import(OPTIMIZER_MODULE, _register_optimizer_hook)
+    _after_import(SERIALIZATION_MODULE, _watch_serialization)
+    _after_import(DCP_MODULE, _watch_dcp)
