@@ -55,6 +55,7 @@ case "${1:-}" in
             fi
             echo "dev.sh: no Docker engine; docker tests will skip" >&2
         fi
+        bash .ci/uml-kernel.sh  # a kernel with sch_netem for tests/chaos/test_netem_uml.py
         .venv/bin/ruff check --quiet .
         # pytest exits 5 when it collected no test: that fails here like any other error.
         exec .venv/bin/python -m pytest "$@"
