@@ -61,6 +61,7 @@ case "${1:-}" in
             echo "dev.sh: Slurm could not be installed and CHAOS_REQUIRE_SLURM is set" >&2
             exit 1
         fi
+        bash .ci/uml-kernel.sh  # a kernel with sch_netem for tests/chaos/test_netem_uml.py
         .venv/bin/ruff check --quiet .
         # pytest exits 5 when it collected no test: that fails here like any other error.
         exec .venv/bin/python -m pytest "$@"

@@ -52,8 +52,14 @@ class Station:
 
 
 def mac_of(address: str) -> str:
-    """The MAC of the host at IPv4 `address`: locally administered 02:77, then its 4 bytes."""
-    return ":".join(f"{b:02x}" for b in b"\x02\x77" + ipaddress.IPv4Address(address).packed)
+    """The MAC of the host at IPv4 `address`: locally administered 02, then 77 or 76 so that
+    the last five bytes' bits have even parity, then the address's 4 bytes. Two hosts' MACs thus differ
+    in two bits or more: a frame with one bit flipped (a corrupt fault, which a real switch
+    drops by its FCS and a Linux bridge forwards) never carries a peer's MAC as its source,
+    which would make the switch send that peer's traffic to the sender's port."""
+    packed = ipaddress.IPv4Address(address).packed
+    parity = sum(bin(b).count("1") for b in packed) % 2
+    return ":".join(f"{b:02x}" for b in bytes([0x02, 0x77 ^ parity]) + packed)
 
 
 def station(host: Host) -> Station:

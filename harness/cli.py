@@ -9,7 +9,7 @@
     chaos schema                             JSON Schema of scenario files, for editors
     chaos heal [--run-id ID | --all]         remove what crashed runs left behind
     chaos doctor                             what this machine can inject, and how; its speed
-    chaos calibrate                          configured vs measured, per fault mechanism
+    chaos calibrate [--kind KIND]...         configured vs measured, per fault mechanism
     chaos export k8s SCENARIO.yaml --policy NAME ...   manifests for Kubernetes (docs/kubernetes.md)
     chaos collect k8s --namespace NS --job NAME --out RUN_DIR   its results as a run folder
     chaos nightly [PLAN.yaml] [--quick] [--repeat N] [--history DB] [--gate] [--out DIR]
@@ -311,7 +311,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "heal": ("remove what crashed runs left on this host",
              _arguments_of("chaos.heal", "add_heal_arguments"), cmd_heal),
     "doctor": ("what this machine can inject, and how; its speed", _no_arguments, cmd_doctor),
-    "calibrate": ("measure each fault mechanism: configured vs measured", _no_arguments, cmd_calibrate),
+    "calibrate": ("measure each fault mechanism: configured vs measured",
+                  _arguments_of("chaos.calibrate", "add_calibrate_arguments"), cmd_calibrate),
     "export": ("write one trial of a scenario as manifests for a cluster (export k8s ...)",
                _k8s_arguments("add_export_arguments"), cmd_export),
     "collect": ("read a trial run on a cluster back into a run folder (collect k8s ...)",

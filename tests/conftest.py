@@ -49,6 +49,8 @@ _CHECKS = {
     "requires_gpu": (_has_cuda, "needs a CUDA device; none is visible to torch"),
     "requires_netem": (lambda: os.geteuid() == 0 and _has_netem(),
                        "needs the sch_netem qdisc, which this kernel does not have"),
+    "requires_uml": (lambda: shutil.which("linux.uml") is not None,
+                     "needs User-Mode Linux (apt-get install user-mode-linux kmod)"),
 }
 
 

@@ -43,6 +43,8 @@ def test_netem_delay_uses_64_bit_times_a_table_and_a_queue_for_the_delay():
     qopt, attrs = decode_netem(netem.options(fault))
     assert struct.unpack("=q", attrs[netem.TCA_NETEM_LATENCY64]) == (5_000_000_000,)
     assert struct.unpack("=q", attrs[netem.TCA_NETEM_JITTER64]) == (1_000_000_000,)
+    assert struct.unpack("=Q", attrs[netem.TCA_NETEM_RATE64]) == (netem.ORDER_KEEPING_RATE,)  # in order
+    assert netem.TCA_NETEM_RATE64 not in decode_netem(netem.options(parse_fault({"kind": "delay", "latency": "5s"})))[1]
     table = struct.unpack(f"={len(attrs[netem.TCA_NETEM_DELAY_DIST]) // 2}h", attrs[netem.TCA_NETEM_DELAY_DIST])
     assert table == netem.distribution_table("pareto") and len(table) == netem.DIST_SIZE
     assert struct.unpack("=III", attrs[netem.TCA_NETEM_CORR])[0] == round(0.3 * 0xFFFFFFFF)

@@ -33,6 +33,9 @@ def test_a_hosts_mac_follows_from_its_address() -> None:
     macs = {neighbours.mac_of(h.address) for h in topology.hosts_of("ab12", 4096)}
     assert len(macs) == 4096 and topology.BRIDGE_MAC not in macs
     assert all(int(m[:2], 16) & 0b11 == 0b10 for m in macs)  # unicast, locally administered
+    # a corrupt fault's flipped bit never turns one host's MAC into another's
+    flips = {int(m.replace(":", ""), 16) ^ (1 << bit) for m in macs for bit in range(48)}
+    assert not flips & {int(m.replace(":", ""), 16) for m in macs}
 
 
 @pytest.mark.requires_root
