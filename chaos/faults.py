@@ -28,7 +28,7 @@ class FaultBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     # Faults on a link act on its switch side ("wire" semantics) unless a kind says otherwise.
-    acts_on: ClassVar[str] = "link"  # "link" | "process"
+    acts_on: ClassVar[str] = "link"  # "link" | "process" | "scheduler"
     # Whether the fault has a natural end that the harness reverts after `duration`.
     reversible: ClassVar[bool] = True
     # A disruptive fault that must end even if the harness dies (see chaos.deadman).
@@ -245,12 +245,62 @@ class Partition(FaultBase):
         return self
 
 
-# The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject.
+class SchedulerFault(FaultBase):
+    """A fault the cluster's scheduler makes on the job's allocation (the slurm backend's
+    own: harness.cluster.slurm), refused on backends without a scheduler."""
+
+    acts_on: ClassVar[str] = "scheduler"
+
+
+class Preempt(SchedulerFault):
+    """The scheduler preempts the job, as Slurm does: with `signal`, that signal to every task
+    `lead` before (sbatch --signal's warning); then SIGCONT and SIGTERM to every task, and
+    SIGKILL after the cluster's KillWait. With `requeue`, the job is then queued again and
+    starts from the top (a spot instance taken back)."""
+
+    kind: Literal["preempt"] = "preempt"
+    signal: Annotated[int, BeforeValidator(_signal_number)] | None = None
+    lead: Seconds = 0.0
+    requeue: bool = False
+    reversible: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _lead_needs_signal(self) -> "Preempt":
+        if self.lead and self.signal is None:
+            raise ValueError("lead: a warning needs its signal (signal: USR1); give both or neither")
+        return self
+
+
+class Requeue(SchedulerFault):
+    """The job is requeued (scontrol requeue): every task ends (SIGTERM, SIGKILL after
+    KillWait), the job is queued again and starts from the top, SLURM_RESTART_COUNT one higher."""
+
+    kind: Literal["requeue"] = "requeue"
+    reversible: ClassVar[bool] = False
+
+
+class NodeDown(SchedulerFault):
+    """The target ranks' nodes are set DOWN: the scheduler ends the job (node failure) and
+    requeues it where it may; reverted by resuming the nodes."""
+
+    kind: Literal["node_down"] = "node_down"
+
+
+class Drain(SchedulerFault):
+    """The target ranks' nodes are drained: what runs there goes on, the nodes take no new
+    work (a requeued job waits for others); reverted by resuming them."""
+
+    kind: Literal["drain"] = "drain"
+
+
+# The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject
+# (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang)
+    GpuHang, Preempt, Requeue, NodeDown, Drain)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang], Field(discriminator="kind")]
+                        Partition, Kill, Pause, GpuHang, Preempt, Requeue, NodeDown, Drain],
+                  Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
 

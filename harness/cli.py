@@ -58,6 +58,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if args.backend is not None:
         overrides["cluster.backend"] = args.backend
+    if args.ranks_per_node is not None:
+        overrides["cluster.ranks_per_node"] = args.ranks_per_node
     for key in ("partition", "account", "time"):
         if getattr(args, key) is not None:
             overrides[f"cluster.slurm.{key}"] = getattr(args, key)
@@ -151,19 +153,21 @@ def _report(run_dir: Path, partial: bool) -> pd.DataFrame | None:
 
 
 def _mechanism_names(backend: str) -> Callable[[object], str]:
-    """Which mechanism each fault kind gets here: on a backend without links the process
-    kinds' own; else from the last probe on this boot if there was one (so a dry run
-    answers at once), else from a probe now (root only)."""
+    """Which mechanism each fault kind gets here: the backend's own way where it has one
+    (a Slurm node's agent, its scheduler); on a backend without links the process kinds'
+    own; else from the last probe on this boot if there was one (so a dry run answers at
+    once), else from a probe now (root only)."""
     from chaos.inject import choose_mechanisms, process_mechanisms
-    from harness.cluster.backends import traits_of
+    from harness.cluster.backends import backend_class, traits_of
+    own = backend_class(backend).planned_mechanism
     if not traits_of(backend).network_faults:
         mechanisms = process_mechanisms()
     elif os.geteuid() != 0:
-        return lambda fault: "the mechanism the probe picks at run time (`chaos doctor` as root shows it)"
+        return lambda fault: own(fault) or "the mechanism the probe picks at run time (`chaos doctor` as root shows it)"
     else:
         from chaos.probe import capabilities, last_probe
         mechanisms = choose_mechanisms(last_probe() or capabilities())
-    return lambda fault: mechanisms[fault.kind].name  # type: ignore[attr-defined]
+    return lambda fault: own(fault) or mechanisms[fault.kind].name  # type: ignore[attr-defined]
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -279,6 +283,8 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's, netns)")
     run.add_argument("--out", default="runs", help="folder for run folders (default: ./runs)")
     slurm = run.add_argument_group("slurm backend", "the allocation each trial asks for (cluster.slurm)")
+    slurm.add_argument("--ranks-per-node", type=int, help="ranks that share a node (overrides "
+                       "cluster.ranks_per_node; default 1)")
     slurm.add_argument("--partition", help="sbatch --partition")
     slurm.add_argument("--account", help="sbatch --account")
     slurm.add_argument("--time", help="sbatch --time, a limit per trial (e.g. 10:00)")

@@ -151,7 +151,9 @@ TRIAL_START = _kind("trial_start", HARNESS, ("policy", "ranks", "run_id", "backe
 CLUSTER_UP = _kind("cluster_up", HARNESS, ("secs",),
                    "every host and the control plane are up (launcher: `kept`, the rank launcher an "
                    "earlier trial of the run gave back, torch already imported; `ahead`, started "
-                   "when the run began; `new`, started for this trial)", optional=("launcher",))
+                   "when the run began; `new`, started for this trial; phases: seconds per phase "
+                   "of the bring-up, the backend's own: hosts, launcher, control; a scheduler's "
+                   "allocation, agents)", optional=("launcher", "phases"))
 RANK_SPAWNED = _kind("rank_spawned", HARNESS, ("pid",), "rank `rank`'s process started")
 WARMUP_DONE = _kind("warmup_done", HARNESS, ("step",),
                     "every rank made the warm-up steps; fault offsets count from here")
@@ -216,6 +218,11 @@ STOPPING = _kind("stopping", HARNESS, (),
                  "its deadline), its faults already reverted: what a rank does or says from here on "
                  "(a worker's error as its peers are stopped) is the teardown's, not the trial's")
 AT_CAP = ("hung", "cap")  # stacks_captured reasons of the hang cap's capture
+JOB_REQUEUED = _kind("job_requeued", HARNESS, ("restarts", "waited_s"),
+                     "the scheduler started the job again after every rank had ended (a requeue, a "
+                     "preemption with requeue, a node failure): its ranks start again from the top; "
+                     "restarts: the scheduler's count (SLURM_RESTART_COUNT); waited_s: since the last "
+                     "rank ended")
 TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "reason: all-exited | settled (every live rank not frozen for good made the "
                   "settle steps) | held (every live rank frozen by a fault that "

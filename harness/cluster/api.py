@@ -43,6 +43,7 @@ class Traits:
     # can inject); the others are refused at load with the reason
     link_kinds: tuple[str, ...] | None = None
     ranks_per_host: bool = False  # several ranks may share one host (cluster.ranks_per_node)
+    scheduler_kinds: tuple[str, ...] = ()  # the scheduler's own fault kinds it makes (preempt, ...)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class Cluster(abc.ABC):
     store_address: str       # the control plane (rendezvous store), reachable from every host
     store_port: int
     job_port: int = JOB_MASTER_PORT  # a user job's MASTER_PORT on rank 0's host
+    restarts: int = 0  # how often a scheduler started the job again (requeue_state)
+    timings: dict[str, float]  # seconds per phase of its bring-up (hosts, launcher, control, ...), where measured
 
     @abc.abstractmethod
     def start_rank(self, rank: int, config: dict) -> int:
@@ -125,6 +128,13 @@ class Cluster(abc.ABC):
         from harness.cluster.backends import undo_table
         return NetlinkInjector(ledger, mechanisms, hosts=self.hosts, undos=undo_table())
 
+    def requeue_state(self) -> str | None:
+        """Once every rank has ended, whether a scheduler starts the job again (a requeue, a
+        preemption with requeue, a node failure): None, the job is over (and always where
+        there is no scheduler); "pending", it is to start again; "ready", it runs again and
+        its hosts take ranks. Asked at every turn of the trial's loop until not "pending"."""
+        return None
+
     def mechanisms(self) -> dict[str, Mechanism]:
         """Fault mechanisms this backend does its own way (e.g. kill through the engine),
         by fault kind; they replace the defaults of `chaos.inject` for its hosts."""
@@ -147,6 +157,12 @@ class Backend(abc.ABC):
             return "needs root"
         why = None if userns.entered() else userns.why_not()
         return None if why is None else f"needs root, or a user namespace: {why}"  # from bring-up until every rank steps (warm-up steps' own time on top)
+
+    @classmethod
+    def planned_mechanism(cls, fault: object) -> str | None:
+        """How this backend puts `fault` on, for a dry run's plan, where it does so its own
+        way (None: the machine's mechanism for the kind, from the probe)."""
+        return None
 
     @abc.abstractmethod
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> Cluster:

@@ -245,7 +245,8 @@ class Trial:
             teardown.callback(self._stop_ranks, cluster, recorder)
             at_detection = stacks.AtDetection(self.trial_dir, functools.partial(self._captured, recorder, "detect"))
             teardown.callback(at_detection.join, STACKS_AT_DETECT_DEADLINE_S)  # before the ranks stop
-            up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher)
+            up = recorder.emit(kinds.CLUSTER_UP, secs=round(self.clock() - started, 3), launcher=launcher,
+                               phases={k: round(v, 3) for k, v in getattr(cluster, "timings", {}).items()})
             teardown.callback(self._count_drops, cluster, recorder, cluster.backlog_drops(), up)
             teardown.callback(self._count_steal, recorder, machine_speed.steal_s(), up)
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
@@ -373,7 +374,11 @@ class Trial:
                 recorder.emit(kinds.GPU_MEMORY_FREED, rank=rank, killed_t=killed_t, killed_pid=pid)
             self._reap(cluster, monitor, recorder)
             if not monitor.live:
-                return "all-exited"
+                requeue = cluster.requeue_state()
+                if requeue is None:
+                    return "all-exited"
+                if requeue == "ready":
+                    self._restart(cluster, monitor, recorder)
             # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
                                if not pending and steps_observed else (set(), set()))
@@ -409,6 +414,19 @@ class Trial:
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             self.sleep(POLL_S)
             signals.check()
+
+    def _restart(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
+        """The scheduler started the job again: every rank starts from the top, as its batch
+        script would start it (the job's own checkpoint is what it resumes from)."""
+        last = max(monitor.exited_at.values(), default=self.clock())
+        recorder.emit(kinds.JOB_REQUEUED, restarts=cluster.restarts,
+                      waited_s=round(self.clock() - last, 3))
+        self._say(f"the scheduler started the job again after {self.clock() - last:.1f} s: its ranks start again")
+        for rank in range(self.plan.ranks):
+            recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=self._start(cluster, rank))
+        monitor.exited.clear()
+        monitor.last_activity = self.clock()
+        monitor.mark()
 
     @staticmethod
     def _live_pids(cluster: Cluster, monitor: Monitor) -> dict[int, int]:

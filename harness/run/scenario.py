@@ -366,6 +366,13 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} acts on a rank's link, and the {backend} backend's "
                     f"hosts have none ({traits.summary}); run it with --backend "
                     f"{' or '.join(backends_with('network_faults'))}, or keep to kill, pause and gpu_hang")
+            if event.fault.acts_on == "scheduler":
+                if event.fault.kind not in traits.scheduler_kinds:
+                    raise ValueError(
+                        f"faults.{i}.kind: {event.fault.kind} is a scheduler's fault, and the {backend} backend "
+                        f"has no scheduler ({traits.summary}); run it with --backend "
+                        f"{' or '.join(b for b in BACKEND_NAMES if event.fault.kind in traits_of(b).scheduler_kinds)}")
+                continue
             if (event.fault.acts_on != "process" and traits.network_faults and traits.link_kinds is not None
                     and event.fault.kind not in traits.link_kinds):
                 raise ValueError(
@@ -470,7 +477,8 @@ def _overlap(a: FaultEvent, b: FaultEvent) -> bool:
 # -- loading ------------------------------------------------------------------------------
 
 # The overrides `chaos run` takes as options (the seed is the scenario's, overridden or not).
-OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend"}
+OVERRIDE_OPTIONS = {"cluster.ranks": "--ranks", "cluster.backend": "--backend",
+                    "cluster.ranks_per_node": "--ranks-per-node"}
 
 
 def reproduce_command(scenario_file: Path, policies: str | Sequence[str], seed: int,

@@ -21,6 +21,7 @@ from chaos.probe import Capabilities
     ({"kind": "loss", "percent": "20%", "rate": "1mbit"}, "loss.rate", "'1mbit'", "unknown field"),
     ({"kind": "partition", "groups": [[0, 1], [1]]}, "partition: groups", "host 1", "two groups"),
     ({"kind": "delay", "latency": "5ms", "jitter": "10ms"}, "delay: jitter", "10ms", "exceeds"),
+    ({"kind": "preempt", "lead": "30s"}, "preempt: lead", "signal", "give both or neither"),
 ])
 def test_invalid_parameters_are_refused_with_field_value_and_form(data, field, value, form):
     with pytest.raises(InvalidFault) as refused:
@@ -37,6 +38,8 @@ def test_every_kind_parses_from_its_scenario_form():
         "corrupt": {"percent": "0.1%"}, "reorder": {"percent": "25%", "latency": "10ms"},
         "blackhole": {"direction": "to_host"}, "partition": {"groups": [["r000"], [1, 2]]},
         "kill": {"signal": "TERM"}, "pause": {}, "gpu_hang": {"duration": "10s"},
+        "preempt": {"signal": "USR1", "lead": "30s", "requeue": True}, "requeue": {}, "node_down": {},
+        "drain": {},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
     for kind, params in examples.items():

@@ -158,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     shared.write_text(json.dumps(facts) + "\n")
 
     def ended_by_slurm(signum: int, frame: object) -> None:
-        # scancel, a time limit, a preemption: revert, then leave (the ranks die with the agent)
+        # scancel, a time limit, a preemption: Slurm signals every process of the step, the
+        # ranks too, and SIGKILLs them after KillWait; the agent gives the node back its
+        # link and goes on reporting how its ranks end (a job that checkpoints on SIGTERM)
         agent.close()
-        raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, ended_by_slurm)
     zygote.main(agent, ready=facts)
 

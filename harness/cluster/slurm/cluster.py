@@ -24,13 +24,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import DeadlineExceeded, HarnessError, UnsupportedFault
-from chaos.faults import FaultBase
-from chaos.inject import NetlinkInjector
+from chaos.faults import FaultBase, NodeDown, Preempt, Requeue
+from chaos.inject import LedgerInjection, NetlinkInjector
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism, UndoTable
 from chaos.undo import UNDOS as CHAOS_UNDOS, undo_outstanding
@@ -68,6 +69,8 @@ class SlurmCluster(Cluster):
         self.hosts: tuple[Host, ...] = ()
         self.store_port = STORE_PORT
         self._gone: set[int] = set()     # nodes whose agent ended
+        self.restarts = 0                # the job's restarts seen (Slurm's RestartCnt)
+        self.requeue_expected = False    # a fault asked Slurm to start the job again
 
     # -- bring-up ---------------------------------------------------------------------------
     def bring_up(self, say) -> None:
@@ -88,7 +91,8 @@ class SlurmCluster(Cluster):
 
     def _allocate(self, say) -> None:
         name = job_name(self.spec.run_id)
-        self._ledger.mark(self._ledger.record("slurm_job", name=name), "done")
+        # by name and with its slurm.conf: a heal from another shell still reaches the cluster
+        self._ledger.mark(self._ledger.record("slurm_job", name=name, conf=commands.conf_path()), "done")
         argv = ["sbatch", "--parsable", "--job-name", name, "--nodes", str(self.node_count),
                 "--ntasks-per-node", "1", "--output", "/dev/null", *self.spec.scheduler_args,
                 "--wrap", "exec sleep infinity"]
@@ -234,7 +238,32 @@ class SlurmCluster(Cluster):
         return exits
 
     def injector(self, ledger: Ledger, mechanisms: dict[str, Mechanism]) -> Injector:
-        return AgentInjector(self, NetlinkInjector(ledger, {"gpu_hang": mechanisms["gpu_hang"]}, undos=CHAOS_UNDOS))
+        return AgentInjector(self, NetlinkInjector(ledger, {"gpu_hang": mechanisms["gpu_hang"]}, undos=CHAOS_UNDOS),
+                             ledger)
+
+    def requeue_state(self) -> str | None:
+        """Once every rank ended: None when the job is over (no requeue was asked for, or
+        Slurm ended it for good); "pending" while it is to start again (a preemption's
+        grace, queued, starting); "ready" once it runs again and its agents and control
+        plane are up, for the ranks to start."""
+        if not self.requeue_expected or self.job_id is None:
+            return None
+        state, reason, nodelist = commands.job_state(self.job_id)
+        restarts = commands.restart_count(self.job_id)
+        if restarts <= self.restarts:
+            return "pending" if state in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED", "CONFIGURING") else None
+        if state != "RUNNING":
+            return "pending" if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING") else None
+        began = time.monotonic()
+        self.restarts, self.requeue_expected = restarts, False
+        for agent in self.agents:
+            agent.close(1.0)
+        self.agents, self.offsets, self._gone = [], [], set()
+        self.nodes = commands.hostnames(nodelist)
+        self._start_agents()
+        self._start_control()
+        self.timings = {**self.timings, "requeue_agents_s": time.monotonic() - began}
+        return "ready"
 
     def link_bytes(self) -> tuple[int, ...]:
         raise HarnessError("the slurm backend does not count a node's link bytes")
@@ -275,24 +304,25 @@ class AgentInjection(Injection):
 class AgentInjector(Injector):
     """Faults through the node agents: each applies on its node what is aimed at it."""
 
-    def __init__(self, cluster: SlurmCluster, local: Injector) -> None:
+    def __init__(self, cluster: SlurmCluster, local: Injector, ledger: Ledger) -> None:
         self.cluster = cluster
         self.local = local  # gpu_hang: a command file in the shared run folder
+        self.ledger = ledger
         self._count = 0
 
     def mechanism(self, fault: FaultBase) -> str:
         kind = fault.kind  # type: ignore[attr-defined]
         if kind == "gpu_hang":
             return self.local.mechanism(fault)
-        if fault.acts_on == "process":
-            return "signal from the node agent to the rank's process tree"
-        return "the node agent, on the node's own interface (all its ranks)"
+        return SlurmBackend.planned_mechanism(fault) or kind
 
     def apply(self, fault: FaultBase, hosts: Sequence[Host], revert_after: float | None = None,
               heals_after: float | None = None) -> Injection:
         kind = fault.kind  # type: ignore[attr-defined]
         if kind == "gpu_hang":
             return self.local.apply(fault, hosts, revert_after)
+        if fault.acts_on == "scheduler":
+            return self._scheduler(fault, hosts)
         if fault.acts_on != "process" and kind not in LINK_KINDS:
             raise UnsupportedFault(f"{kind} cannot be injected on a Slurm node's own link")
         self._count += 1
@@ -313,12 +343,72 @@ class AgentInjector(Injector):
         return AgentInjection(applied, self.cluster, self._count, done if fault.reversible else [])
 
 
+    def _scheduler(self, fault: FaultBase, hosts: Sequence[Host]) -> Injection:
+        """What Slurm does, asked of Slurm: the signals of a preemption, a requeue, a node's state."""
+        cluster, job = self.cluster, self.cluster.job_id or ""
+        t_requested = time.monotonic()
+        entries = []
+        if isinstance(fault, Preempt):
+            if fault.signal is not None:  # sbatch --signal's warning, to every task of every step
+                commands.run(["scancel", f"--signal={fault.signal}", job])
+            grace = commands.config_seconds("KillWait", 30.0)
+            end = ["scontrol", "requeue", job] if fault.requeue else ["scancel", job]
+            cluster.requeue_expected = fault.requeue
+
+            def preempt_now() -> None:  # as Slurm preempts: SIGCONT and SIGTERM to every task at once
+                for name in ("CONT", "TERM"):
+                    commands.run(["scancel", f"--signal={name}", job])
+            _after(fault.lead, preempt_now)
+            _after(fault.lead + grace, lambda: commands.run(end))
+        elif isinstance(fault, Requeue):
+            cluster.requeue_expected = True
+            commands.run(["scontrol", "requeue", job])
+        else:  # node_down, drain: the nodes of the target ranks
+            state = "DOWN" if isinstance(fault, NodeDown) else "DRAIN"
+            cluster.requeue_expected = state == "DOWN"
+            for node in sorted({cluster.nodes[cluster.node_of(int(h.name[1:]))] for h in hosts}):
+                entry = self.ledger.record("slurm_node_state", node=node, conf=commands.conf_path())
+                commands.set_node_state(node, state, reason=f"chaos-{cluster.spec.run_id}")
+                self.ledger.mark(entry, "done")
+                entries.append(entry)
+        applied = AppliedFault(fault, tuple(h.name for h in hosts), self.mechanism(fault), time.monotonic(),
+                               t_requested)
+        return LedgerInjection(applied, entries, self.ledger, UndoTable.combine({"slurm": UNDOS}))
+
+
+def _after(seconds: float, action: Callable[[], object]) -> None:
+    """`action` now, or on a timer thread `seconds` from now (a preemption's warning lead,
+    its grace): the harness's loop goes on meanwhile."""
+    if seconds <= 0:
+        action()
+        return
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+
+
 class SlurmBackend(Backend):
     name = "slurm"
     traits = Traits("a Slurm allocation: a node agent per node, started by srun",
                     needs_root=False, user_namespace=False, network_faults=True,
-                    link_counters=False, host_sysctls=False, link_kinds=LINK_KINDS, ranks_per_host=True)
+                    link_counters=False, host_sysctls=False, link_kinds=LINK_KINDS, ranks_per_host=True,
+                    scheduler_kinds=("preempt", "requeue", "node_down", "drain"))
     start_timeout_s = ALLOCATION_TIMEOUT_S + AGENTS_READY_TIMEOUT_S
+
+    @classmethod
+    def planned_mechanism(cls, fault: object) -> str | None:
+        kind = getattr(fault, "kind", "")
+        if kind in ("kill", "pause"):
+            return "a signal from the node's agent to the rank's process tree"
+        if kind in LINK_KINDS:
+            return "the node's agent, on the node's own interface (every rank of the node)"
+        if kind == "preempt":
+            return "Slurm: scancel --signal (warning, SIGCONT, SIGTERM), then scancel or scontrol requeue after KillWait"
+        if kind == "requeue":
+            return "Slurm: scontrol requeue"
+        if kind in ("node_down", "drain"):
+            return f"Slurm: scontrol update state={'DOWN' if kind == 'node_down' else 'DRAIN'} of the ranks' nodes, RESUME after"
+        return None
 
     @classmethod
     def why_not_here(cls) -> str | None:

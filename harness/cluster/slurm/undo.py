@@ -1,16 +1,34 @@
 """What takes back the slurm backend's side effects: the run's allocation, cancelled by its
 name (`chaos-<run id>`, recorded before it was submitted, so a harness killed before it read
-the job's id still leaves a job a heal finds). Kept light: every heal imports it."""
+the job's id still leaves a job a heal finds), and a node a fault set down or drained,
+resumed. Kept light: every heal imports it."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from chaos.mechanism import UndoTable
 from harness.cluster.slurm import commands
 
 
+def _gone(args: dict[str, Any]) -> bool:
+    """The run's cluster is gone with its configuration (a local cluster taken down): so are
+    its jobs and its nodes' states."""
+    return bool(args.get("conf")) and not os.path.exists(args["conf"])
+
+
 def _cancel_job(args: dict[str, Any]) -> None:
-    commands.cancel_named(args["name"])
+    if not _gone(args):
+        commands.cancel_named(args["name"], args.get("conf"))
 
 
-UNDOS = UndoTable({"slurm_job": _cancel_job})
+def _resume_node(args: dict[str, Any]) -> None:
+    """A node a fault set DOWN or DRAIN, back in service (one already resumed stays so)."""
+    if _gone(args):
+        return
+    state = commands.node_info(args["node"], args.get("conf")).get("State", "")
+    if "DOWN" in state or "DRAIN" in state:
+        commands.set_node_state(args["node"], "RESUME", conf=args.get("conf"))
+
+
+UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_node_state": _resume_node})
