@@ -37,6 +37,7 @@ def test_every_kind_parses_from_its_scenario_form():
         "corrupt": {"percent": "0.1%"}, "reorder": {"percent": "25%", "latency": "10ms"},
         "blackhole": {"direction": "to_host"}, "partition": {"groups": [["r000"], [1, 2]]},
         "kill": {"signal": "TERM"}, "pause": {}, "gpu_hang": {"duration": "10s"},
+        "disk_full": {"after_bytes": "1mib"}, "read_only": {},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
     for kind, params in examples.items():
