@@ -26,6 +26,7 @@ class Host:
     ns_path: str | None       # the host's own network namespace (/run/netns/X or /proc/PID/ns/net)
     ifname: str = "eth0"      # the host-side end of the link
     pid: int | None = None    # the process on the host (a rank), for process faults
+    storage: str | None = None  # the rank's checkpoint directory, for storage faults
 
     @property
     def has_link(self) -> bool:

@@ -28,7 +28,7 @@ class FaultBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     # Faults on a link act on its switch side ("wire" semantics) unless a kind says otherwise.
-    acts_on: ClassVar[str] = "link"  # "link" | "process" | "scheduler"
+    acts_on: ClassVar[str] = "link"  # "link" | "process" | "storage" | "scheduler"
     # Whether the fault has a natural end that the harness reverts after `duration`.
     reversible: ClassVar[bool] = True
     # A disruptive fault that must end even if the harness dies (see chaos.deadman).
@@ -91,6 +91,28 @@ class GpuHang(FaultBase):
     kind: Literal["gpu_hang"] = "gpu_hang"
     duration: Annotated[Seconds, AfterValidator(_finite_duration), Field(gt=0)]
     acts_on: ClassVar[str] = "process"
+
+
+class StorageFault(FaultBase):
+    """A fault on a rank's checkpoint directory (`Host.storage`): the job's own file calls
+    there get the kernel's error. Each kind is one mechanism of chaos.storage's family."""
+
+    acts_on: ClassVar[str] = "storage"
+
+
+class DiskFull(StorageFault):
+    """Writes in the directory fail with ENOSPC: from the start, or once `after_bytes` more
+    were written (a save cut off half-way). What was written before stays."""
+
+    kind: Literal["disk_full"] = "disk_full"
+    after_bytes: Bytes | None = None
+
+
+class ReadOnly(StorageFault):
+    """The directory turns read-only: creating, writing, renaming and removing there fail
+    with EROFS; reads go on."""
+
+    kind: Literal["read_only"] = "read_only"
 
 
 # Which way a link fault acts, seen from the host: traffic it sends, receives, or both.
@@ -297,9 +319,9 @@ class Drain(SchedulerFault):
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang, Preempt, Requeue, NodeDown, Drain)
+    GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang, Preempt, Requeue, NodeDown, Drain],
+                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 

@@ -25,6 +25,7 @@ from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable,
 from chaos.nfq import NfqueueDelay
 from chaos.deadman import DEAD_MAN_READY
 from chaos.nft import NftDrop, NftPartition
+from chaos.storage import ReadOnlyBind, SizedTmpfs
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 from chaos.undo import UNDOS
 
@@ -102,6 +103,8 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "pause": SignalStop(),
         # the trial gives the run folder it writes to (harness.run.orchestrator)
         "gpu_hang": cmdfile.CommandFile(None),
+        "disk_full": SizedTmpfs(),
+        "read_only": ReadOnlyBind(),
     }
 
 
@@ -114,11 +117,11 @@ NO_LINK = "the hosts have no network of their own (ranks on the machine's loopba
 
 
 def process_mechanisms() -> dict[str, Mechanism]:
-    """Per kind, the mechanisms for hosts without a link of their own: the process kinds'
-    own, a refusal for every link kind; nothing is probed (it needs no privilege)."""
+    """Per kind, the mechanisms for hosts without a link of their own: the process and
+    storage kinds' own, a refusal for every link kind; nothing is probed (it needs no privilege)."""
     chosen = choose_mechanisms(probe.Capabilities())
     return {kind.model_fields["kind"].default: chosen[kind.model_fields["kind"].default]
-            if kind.acts_on == "process" else Unavailable(NO_LINK) for kind in FAULT_KINDS}
+            if kind.acts_on != "link" else Unavailable(NO_LINK) for kind in FAULT_KINDS}
 
 
 class LedgerInjection(Injection):
@@ -168,7 +171,7 @@ class NetlinkInjector(Injector):
         mech = self._mechanism(fault)
         if isinstance(mech, Unavailable):
             raise UnsupportedFault(f"{fault.kind} cannot be injected here: {mech.reason}")  # type: ignore[attr-defined]
-        if fault.acts_on != "process" and not all(h.has_link for h in (*hosts, *self.hosts)):
+        if fault.acts_on == "link" and not all(h.has_link for h in (*hosts, *self.hosts)):
             raise UnsupportedFault(f"{fault.kind} cannot be injected here: {NO_LINK}")  # type: ignore[attr-defined]
         for host in hosts:
             reason = mech.conflict(fault, host)

@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Any
 
-from chaos import cmdfile, netlink, nft, proc, tc, userns
+from chaos import cmdfile, netlink, nft, proc, storage, tc, userns
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import UndoTable
 
@@ -58,6 +58,7 @@ UNDOS = UndoTable.combine({
     "chaos.tc": tc.UNDOS,
     "chaos.nft": nft.UNDOS,
     "chaos.cmdfile": cmdfile.UNDOS,
+    "chaos.storage": storage.UNDOS,
 })
 
 

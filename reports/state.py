@@ -10,7 +10,10 @@ against named invariants, apart from whatever injected the faults (as Jepsen's c
                        state before its first step) equals a state some rank recorded
                        before the fault at that step (a user's job: at any step, which then
                        says the step it resumed at): not a fresh initialisation, not a torn
-                       or foreign checkpoint, and the optimizer's state with the weights
+                       or foreign checkpoint, and the optimizer's state with the weights;
+                       nor a save that failed (`checkpoint_failed`), nor the initial state
+                       once a checkpoint was written (a resume that silently starts from
+                       scratch, as when a full disk left the newest file torn)
     progress is honest a rank's steps only go forward between resumes; steps rolled back
                        (thrown away by a resume) and repeated (run again) are counted per rank
 
@@ -35,6 +38,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
+from runfolder.events import CHECKPOINT, CHECKPOINT_FAILED, CHECKPOINT_SAVE
 from runfolder.plan import STATE_VERDICTS
 
 CONSISTENT, DIVERGED, NOT_OBSERVED = STATE_VERDICTS  # the names a scenario may expect
@@ -229,6 +233,8 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                                         f"generation {gen} resumed at different steps: {text}"))
 
     # restore is real, and the absolute step of every state (a user's job: offset per process)
+    saves = sorted((float(e["t"]), e["kind"], _int(e.get("step"))) for e in events
+                   if e.get("kind") in (CHECKPOINT, CHECKPOINT_SAVE, CHECKPOINT_FAILED))
     offsets: dict[int, int | None] = {}
     absolute: list[tuple[State, int | None]] = []
     recorded = Recorded()
@@ -259,6 +265,10 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                     if s.values not in {e.values for e in before}:
                         same = [(e, step) for e in before if e.params == s.params]
                         violations.append(_not_real(s, same, labels, user_job, recorded=before))
+        if s.at in RESUMED and s.epoch > (0, 0) and step is not None:
+            problem = _lost_checkpoint(s, step, saves, labels, user_job)
+            if problem is not None:
+                violations.append(problem)
         absolute.append((s, step))
         recorded.add(s, step)
 
@@ -293,6 +303,24 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     verdict = DIVERGED if violations else CONSISTENT
     return StateVerdict(verdict, tuple(violations), len(states), len(labels), compared, checked, unchecked,
                         rolled_back, repeated, _context(events, violations[0]) if violations else "")
+
+
+def _lost_checkpoint(s: State, step: int, saves: list[tuple[float, str, int]],
+                     labels: Mapping[tuple[int, int], str], user_job: bool) -> Violation | None:
+    """A resume from a save that failed, or from scratch once a checkpoint was written."""
+    before = [(t, kind, saved) for t, kind, saved in saves if t <= s.t]
+    label = labels[s.replica]
+    if step == 0 and any(kind != CHECKPOINT_FAILED for _, kind, _ in before):
+        t, _, saved = next(x for x in reversed(before) if x[1] != CHECKPOINT_FAILED)
+        which = "a checkpoint" if user_job else f"the checkpoint of step {saved}"
+        return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,),
+                         f"rank {label} resumed at {_where(s, user_job)} from scratch (the initial state) "
+                         f"though {which} was written {s.t - t:.2f} s before: the restore did not find it")
+    outcome = [kind for _, kind, saved in before if saved == step and kind != CHECKPOINT_SAVE]
+    if not user_job and outcome and outcome[-1] == CHECKPOINT_FAILED:
+        return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,),
+                         f"rank {label} resumed at {_where(s, user_job)}, whose save failed: a torn checkpoint")
+    return None
 
 
 def _comparable(earlier: State, resumed: State) -> bool:

@@ -84,6 +84,9 @@ STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "(ZeroRedundancyOptimizer: the optimizer's state is), not compared across ranks",
               optional=("local_rank", "sharded"))
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
+CHECKPOINT_FAILED = _kind("checkpoint_failed", RANK, ("step", "errno", "error"),
+                          "the disk refused the checkpoint of `step` (errno: ENOSPC, EROFS, ...); the "
+                          "older ones stay the newest durable (group rank 0)")
 SUSPECT = _kind("suspect", RANK, ("peer", "via", "cause", "silent_s", "gen", "waited_s"),
                 "the failure detector suspects `peer`; via = cause: connection (its process is "
                 "gone) | heartbeat (silent for silent_s) | cut-off (this rank hears no digest: "
@@ -169,8 +172,9 @@ TRAFFIC_BEFORE = ("link_bytes_before", "steps_before", "before_s", "allreduce_by
 TRAFFIC_DURING = ("link_bytes_during", "steps_during", "during_s")
 FAULT_APPLIED = _kind("fault_applied", HARNESS,
                       ("index", "fault_kind", "fault", "targets", "mechanism", "t_requested"),
-                      "t: the kernel acknowledged the apply; t_requested: just before it",
-                      optional=TRAFFIC_BEFORE)
+                      "t: the kernel acknowledged the apply; t_requested: just before it; storage: "
+                      "the checkpoint folder a storage fault acts on",
+                      optional=(*TRAFFIC_BEFORE, "storage"))
 FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
                        "t: the kernel acknowledged the revert; teardown: true when it was the "
                        "harness cleaning up, not the fault healing, and t when the revert began (the "

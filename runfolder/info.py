@@ -53,6 +53,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       a version 1-13 trial reads as one whose checkpoints were not observed), and
       `trial_end` an `error` (what stopped a trial that ended on one); a user's job in the
       plan gains `shared_checkpoint` (a version 1-13 job reads as false)
+  15  a trial's events gain `checkpoint_failed` (the built-in runner's save refused by its
+      disk: a storage fault, disk_full or read_only; a version 1-14 trial had none), and a
+      `fault_applied` of a storage fault names the rank's checkpoint directory (`storage`)
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 14
+FORMAT_VERSION = 15
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

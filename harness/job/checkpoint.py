@@ -1,12 +1,16 @@
 """Atomic checkpoints: write a temp file, fsync it, os.replace it, fsync the directory.
 
 A reader only ever sees complete files (``step-00000120.pt``); a crash mid-write leaves at
-most a ``.tmp-*`` file that the next save removes (one writer per directory: the group's
+most a ``.tmp-*`` file that the next save removes, and a save the disk refuses (ENOSPC,
+EROFS: chaos.storage) raises with the older checkpoints untouched, its own temp file
+removed where the disk allows it (one writer per directory: the group's
 rank 0, so any other temp file there is a dead writer's). The newest `keep` checkpoints are kept
 so that ranks one checkpoint apart can still agree on a common one.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
@@ -40,10 +44,19 @@ class Checkpointer:
         tmp = self.directory / f"{TEMP_PREFIX}{os.getpid()}-{final.name}"
         for stale in self.directory.glob(f"{TEMP_PREFIX}*"):
             stale.unlink(missing_ok=True)
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
+        # serialized first: torch's zip writer reports a failed write as its own RuntimeError,
+        # the file calls below as the OSError the disk gave (ENOSPC, EROFS, EIO)
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(buffer.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, final)
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:

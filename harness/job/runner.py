@@ -50,6 +50,7 @@ logic is unit-tested with fakes and the same code runs against real gloo groups 
 from __future__ import annotations
 
 import enum
+import errno
 import functools
 import random
 import time
@@ -201,11 +202,21 @@ class FaultTolerantRunner:
         if self.workload.step % self.workload.spec.state_every == 0:
             self._record_state("step")
         if self.group.rank == 0 and self.workload.step % self.workload.spec.checkpoint_every == 0:
-            self.checkpoints.save(self.workload.step, self.workload.state())
-            self.recorder.emit(kinds.CHECKPOINT, step=self.workload.step)
+            self._checkpoint()
         if self._move_on:
             return self._move_to_next_generation(gen)
         return self._pace(started + self.workload.spec.step_period)
+
+    def _checkpoint(self) -> None:
+        """Save the state; a save the disk refuses (full, read-only) leaves the newest
+        durable checkpoint the one to restore, and training goes on to the next save."""
+        try:
+            self.checkpoints.save(self.workload.step, self.workload.state())
+        except OSError as exc:
+            self.recorder.emit(kinds.CHECKPOINT_FAILED, step=self.workload.step,
+                               errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)), error=str(exc))
+            return
+        self.recorder.emit(kinds.CHECKPOINT, step=self.workload.step)
 
     def _admission(self) -> bool:
         """Group rank 0: ranks asking to rejoin? Agree the next generation with them in."""

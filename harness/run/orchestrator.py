@@ -53,7 +53,7 @@ from harness.run import machine as machine_speed, stacks
 from harness.run.gpumem import GpuRelease
 from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
 from harness.run.progress import Progress
-from harness.run.scenario import Scenario
+from harness.run.scenario import Scenario, job_checkpoint_dir
 from harness.run.traffic import Sample, TrafficWatch
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
@@ -183,6 +183,15 @@ class Trial:
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
+    @property
+    def storage_dir(self) -> Path:
+        """The ranks' checkpoint folder, where storage faults act: the runner's, or the one
+        a user's job names under its trial folder (one folder for every rank: they share
+        this machine's disk)."""
+        if self.plan.job is None:
+            return self.trial_dir / CHECKPOINT_DIR
+        return self.trial_dir / job_checkpoint_dir(JobSpec.model_validate(self.plan.job))
+
     def _say(self, text: str) -> None:
         self.progress.phase(self.plan.policy, text)
 
@@ -251,6 +260,8 @@ class Trial:
             teardown.callback(self._count_steal, recorder, machine_speed.steal_s(), up)
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
                       + (" (rank launcher kept from the last trial)" if launcher == "kept" else ""))
+            if any(fault.acts_on == "storage" for fault in self.faults):
+                self.storage_dir.mkdir(parents=True, exist_ok=True)  # a job's own code may expect it
             for rank in range(plan.ranks):
                 pid = self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
@@ -497,7 +508,8 @@ class Trial:
                recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
                traffic: dict[str, Any]) -> AppliedFault:
         planned, fault = self.plan.faults[index], self.faults[index]
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank)) for rank in targets]
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=str(self.storage_dir))
+                 for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S
@@ -508,7 +520,8 @@ class Trial:
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
                       fault_kind=planned.kind, fault=planned.fault, targets=list(targets),
-                      mechanism=applied.mechanism, **traffic)
+                      mechanism=applied.mechanism, **traffic,
+                      **({"storage": str(self.storage_dir)} if fault.acts_on == "storage" else {}))
         self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism})")
         return applied
 

@@ -44,7 +44,7 @@ import math
 import random
 import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import yaml
@@ -56,7 +56,7 @@ from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
-from harness.cluster.userjob import JobSpec, JobVariant
+from harness.cluster.userjob import TRIAL_DIR_FIELD, JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import POLICY_NAMES, PolicySpec, policy_spec
 from harness.run.yaml_errors import TARGET_FORM, describe_errors, duplicate_keys, line_of
@@ -65,6 +65,8 @@ from runfolder.plan import OUTCOMES, STATE_VERDICTS
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
 FAULT_CLASSES = dict(zip(kind_names(), FAULT_KINDS, strict=True))
 JOB_TRIAL = "job"  # the one trial of a user's job without variants
+# where a mount over the ranks' checkpoint folder is what their processes see (chaos.storage)
+STORAGE_BACKENDS = ("netns", "local")
 
 
 def _finite(seconds: float) -> float:
@@ -346,6 +348,13 @@ class Scenario(Frozen):
                 job = variant.applied_to(self.job) if variant else self.job  # type: ignore[arg-type]
             except ValidationError as exc:
                 raise ValueError(f"variants.{name}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            storage = next((i for i, event in enumerate(self.faults) if event.fault.acts_on == "storage"), None)
+            if job is not None and storage is not None:
+                try:
+                    job_checkpoint_dir(job)
+                except ValueError as exc:
+                    raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
+                                     f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
             if job is not None and job.min_hosts is not None and job.min_hosts > world:
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.min_hosts: {job.min_hosts} is more than the "
                                  f"cluster's {world} hosts (torchrun's --nnodes {job.min_hosts}:{world}); give at "
@@ -361,7 +370,7 @@ class Scenario(Frozen):
         backend = self.cluster.backend
         traits = traits_of(backend)
         for i, event in enumerate(self.faults):
-            if event.fault.acts_on != "process" and not traits.network_faults:
+            if event.fault.acts_on == "link" and not traits.network_faults:
                 raise ValueError(
                     f"faults.{i}.kind: {event.fault.kind} acts on a rank's link, and the {backend} backend's "
                     f"hosts have none ({traits.summary}); run it with --backend "
@@ -373,12 +382,17 @@ class Scenario(Frozen):
                         f"has no scheduler ({traits.summary}); run it with --backend "
                         f"{' or '.join(b for b in BACKEND_NAMES if event.fault.kind in traits_of(b).scheduler_kinds)}")
                 continue
-            if (event.fault.acts_on != "process" and traits.network_faults and traits.link_kinds is not None
+            if (event.fault.acts_on == "link" and traits.network_faults and traits.link_kinds is not None
                     and event.fault.kind not in traits.link_kinds):
                 raise ValueError(
                     f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
                     f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
                     f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
+            if event.fault.acts_on == "storage" and backend not in STORAGE_BACKENDS:
+                raise ValueError(
+                    f"faults.{i}.kind: {event.fault.kind} mounts over the ranks' checkpoint folder in the "
+                    f"harness's mount namespace, which the {backend} backend's ranks do not see; run it with "
+                    f"--backend {' or '.join(STORAGE_BACKENDS)}")
         per = self.cluster.ranks_per_node
         if per > 1 and not traits.ranks_per_host:
             raise ValueError(f"cluster.ranks_per_node: {per} ranks per host, and the {backend} backend gives each "
@@ -432,6 +446,27 @@ class Scenario(Frozen):
 
     def policy(self, name: str) -> PolicySpec:
         return policy_spec(name, self.policies.get(name, {}))
+
+
+def job_checkpoint_dir(job: JobSpec) -> str:
+    """The folder, relative to the trial's, where a user's job keeps its checkpoint: the
+    first path under `{trial_dir}` its command or environment names (a file's folder, a
+    name without a suffix being the folder itself). Raises ValueError with the fix where
+    there is none, or it is the trial's folder itself (its events and logs are there) or
+    outside it."""
+    fix = f'pass the checkpoint as a path in a folder of its own, such as "{TRIAL_DIR_FIELD}/ckpt/checkpoint.pt"'
+    named = [(word.split(TRIAL_DIR_FIELD, 1)[1].split() or [""])[0]
+             for word in (*job.command, *job.env.values()) if TRIAL_DIR_FIELD in word]
+    if not named:
+        raise ValueError(f"job.command names no path under {TRIAL_DIR_FIELD}; {fix}")
+    path = PurePosixPath(named[0].lstrip("/"))
+    folder = path.parent if path.suffix else path
+    if str(folder) in ("", "."):
+        raise ValueError(f"{TRIAL_DIR_FIELD}{named[0]} is in the trial's own folder, which holds its events "
+                         f"and logs; {fix}")
+    if ".." in folder.parts:
+        raise ValueError(f"{TRIAL_DIR_FIELD}{named[0]} is outside the trial's folder; {fix}")
+    return str(folder)
 
 
 def _inside(where: str, ranks: tuple[int, ...], world: int) -> None:

@@ -8,20 +8,26 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import random
 from pathlib import Path
 
 import pytest
 import torch
 
+from chaos.api import Host
 from chaos.errors import UsageError
+from chaos.faults import DiskFull
+from chaos.inject import NetlinkInjector
+from chaos.ledger import Ledger
+from chaos.storage import SizedTmpfs
 from harness.job.checkpoint import Checkpointer
 from harness.job.detector import Straggler, Suspicion
 from runfolder.events import EventRecorder
 from harness.job.group import CollectiveError, NotAMember
 from harness.job.policies import policy_spec
 from harness.job.outcome import ExitReason as Outcome
-from harness.job.runner import FaultTolerantRunner, free_accelerator_memory
+from harness.job.runner import FaultTolerantRunner, State, free_accelerator_memory
 from harness.job.workload import Workload, WorkloadSpec
 
 
@@ -633,3 +639,32 @@ def test_without_rejoin_a_rank_asking_back_does_not_shorten_a_step(tmp_path):
 def test_rejoin_needs_an_elastic_policy():
     with pytest.raises(UsageError, match="rejoin needs an elastic policy"):
         policy_spec("isolation", {"rejoin": True})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a full disk is a size-capped tmpfs: mounting needs root")
+def test_a_save_the_full_disk_refuses_is_recorded_and_the_retry_restores_the_last_durable_one(tmp_path):
+    """The checkpoint folder fills up after step 4's save (a real ENOSPC): every later save
+    fails, training goes on, and the failure at step 9 restores step 4, not a torn file."""
+    group = ScriptedGroup(fail_steps={10})
+    runner, _ = make_runner(tmp_path, "retry", group)
+    state = runner.start(max_steps=5)
+    while runner.workload.step < 5:
+        state = runner.advance(state)
+    ckpt = tmp_path / "ckpt"
+    host = Host("r000", "10.0.0.1", None, None, None, storage=str(ckpt))
+    ledger = Ledger("runnerfull", tmp_path / "state")
+    full = NetlinkInjector(ledger, {"disk_full": SizedTmpfs()}).apply(DiskFull(), [host])
+    try:
+        runner.max_steps = 12
+        while state is not State.DONE:
+            state = runner.advance(state)
+        assert Checkpointer(ckpt).steps() == [2, 4]
+        assert not list(ckpt.glob(".tmp-*"))
+    finally:
+        full.revert()
+    evs = events(tmp_path)
+    # step 9's failure rolls back to 4: steps 6 and 8 are saved (and refused) twice
+    assert [(e["step"], e["errno"]) for e in evs if e["kind"] == "checkpoint_failed"] == [
+        (6, "ENOSPC"), (8, "ENOSPC"), (6, "ENOSPC"), (8, "ENOSPC"), (10, "ENOSPC"), (12, "ENOSPC")]
+    assert [e["step"] for e in evs if e["kind"] == "restored"] == [0, 4]
+    assert runner.exit_reason is Outcome.STOPPED

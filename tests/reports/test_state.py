@@ -220,3 +220,43 @@ def test_at_one_instant_the_rank_that_did_not_restore_comes_before_the_replicas_
     verdict = check_state(user_job(steps_after=0, weights_only_rank=3).events)
     assert {v.invariant for v in verdict.violations} >= {RESTORE_IS_REAL, REPLICAS_AGREE}
     assert verdict.first.invariant == RESTORE_IS_REAL and verdict.first.ranks == ("3",)
+
+
+def with_saves(h: History, saves: list[tuple[str, int]]) -> History:
+    """`h` with rank 0's checkpoint events (kind, step) written just after its step 10."""
+    at = next(i for i, e in enumerate(h.events) if e["kind"] == "state" and e["step"] == 11)
+    h.events[at:at] = [{"t": h.events[at - 1]["t"] + 0.001 * (i + 1), "src": "rank", "rank": 0, "pid": 1000,
+                        "kind": kind, "step": step} for i, (kind, step) in enumerate(saves)]
+    return h
+
+
+def test_a_resume_from_scratch_after_a_checkpoint_was_written_is_not_a_real_restore():
+    scratch = {rank: (0, "w0", "m0") for rank in range(4)}
+    verdict = check_state(with_saves(job_with_restore(scratch), [("checkpoint", 10)]).events)
+    assert verdict.verdict == DIVERGED
+    assert verdict.first.invariant == RESTORE_IS_REAL
+    assert "from scratch" in verdict.first.detail and "checkpoint of step 10" in verdict.first.detail
+    # the same resume with no checkpoint written yet is the only state there is
+    assert check_state(job_with_restore(scratch).events).verdict == CONSISTENT
+
+
+def test_a_resume_from_a_save_that_failed_is_a_torn_checkpoint():
+    verdict = check_state(with_saves(job_with_restore(), [("checkpoint_failed", 10)]).events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert "whose save failed" in verdict.first.detail
+    # a failed save of another step, the one restored written: consistent
+    fine = with_saves(job_with_restore(), [("checkpoint", 10), ("checkpoint_failed", 5)])
+    assert check_state(fine.events).verdict == CONSISTENT
+
+
+def test_a_user_job_that_starts_over_though_it_saved_a_checkpoint_is_named():
+    h = user_job(resume_at=0)
+    for e in h.events:  # every worker starts from the initial state, its optimizer's empty
+        if e["kind"] == "state" and e["at"] == "start":
+            e["optim"] = None
+    first_restart = next(i for i, e in enumerate(h.events) if e["kind"] == "rank_start")
+    h.events.insert(first_restart, {"t": h.events[first_restart - 1]["t"] + 0.001, "src": "rank", "rank": 0,
+                                    "pid": 1000, "kind": "checkpoint_save", "step": 13})
+    verdict = check_state(h.events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert "from scratch" in verdict.first.detail and "a checkpoint was written" in verdict.first.detail

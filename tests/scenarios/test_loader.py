@@ -11,7 +11,7 @@ from pydantic import ValidationError
 import yaml
 
 from chaos.errors import UsageError
-from harness.run.scenario import Scenario, load_scenario
+from harness.run.scenario import Scenario, job_checkpoint_dir, load_scenario
 from harness.run.schema import json_schema
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -185,3 +185,31 @@ def test_the_json_schema_accepts_the_shipped_files_and_refuses_mistakes() -> Non
                     {"cluster": {"ranks": "many"}}, {"hang_cap": "soon"}, {"colour": "red"}):
         assert list(validator.iter_errors({**data, **mistake})), mistake
     json.dumps(schema)  # printable as is
+
+
+STORAGE_JOB = """\
+cluster: {{ranks: 4{backend}}}
+job:
+  command: [python, train.py, --checkpoint, "{path}"]
+faults:
+  - {{kind: disk_full, after_bytes: 1mib, target: {{rank: 0}}, duration: 5s}}
+"""
+
+
+@pytest.mark.parametrize("path, backend, words", [
+    ("/tmp/checkpoint.pt", "", [":5:", "faults.0.kind", "names no path under {trial_dir}", "{trial_dir}/ckpt/"]),
+    ("{trial_dir}/checkpoint.pt", "", [":5:", "the trial's own folder", "events and logs", "{trial_dir}/ckpt/"]),
+    ("{trial_dir}/../elsewhere/checkpoint.pt", "", [":5:", "outside the trial's folder"]),
+    ("{trial_dir}/ckpt/checkpoint.pt", ", backend: docker", [":5:", "faults.0.kind", "--backend netns or local"]),
+])
+def test_a_storage_fault_without_a_checkpoint_folder_of_its_own_is_refused(
+        tmp_path: Path, path: str, backend: str, words: list[str]) -> None:
+    message = error_of(tmp_path, STORAGE_JOB.format(path=path, backend=backend))
+    assert message.startswith(str(tmp_path / "s.yaml")), message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_a_storage_fault_acts_on_the_folder_its_job_names(tmp_path: Path) -> None:
+    scenario = load_text(tmp_path, STORAGE_JOB.format(path="{trial_dir}/ckpt/checkpoint.pt", backend=""))
+    assert scenario.job is not None and job_checkpoint_dir(scenario.job) == "ckpt"

@@ -1,0 +1,165 @@
+"""Storage faults on a rank's checkpoint directory (`Host.storage`), by the kernel's own filesystems.
+
+    disk_full   a size-capped tmpfs mounted over the directory, holding a copy of what the
+                directory held; its capacity is what that copy uses plus `after_bytes`, so
+                writes fail with a real ENOSPC (none given: at once)
+    read_only   the directory bind-mounted over itself and made read-only: a real EROFS
+
+Ranks enter only a network namespace of their own and share the harness's mount namespace,
+so what is mounted here is what their file calls see. Both kinds are undone by one op,
+`unmount_storage`: a lazy unmount (a file a process still holds open there stays its own;
+every new call sees the directory below). Before a disk_full's tmpfs goes, what it holds is
+copied back to the directory below, so a full disk loses no write that succeeded (a file
+removed on the tmpfs, as a rotation removes an old checkpoint, is removed below too). The
+entry is written before the first mount, so a revert, `chaos heal` after a SIGKILL and a
+later run's heal run the same undo. More mechanisms of this family (a FUSE passthrough for
+EIO, delays, lost unsynced writes) act on the same directory and bring undos of their own.
+"""
+from __future__ import annotations
+
+import abc
+import ctypes
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from chaos.api import Host
+from chaos.errors import InjectionError, UnsupportedFault
+from chaos.faults import DiskFull, FaultBase
+from chaos.ledger import Entry, Ledger
+from chaos.mechanism import Mechanism, UndoTable
+
+MS_RDONLY, MS_REMOUNT, MS_BIND = 0x1, 0x20, 0x1000
+MNT_DETACH = 2
+# tmpfs reads size=0 as no limit: a directory that holds nothing yet keeps this file, one
+# page, so that its tmpfs can be full from the start
+FILLER = ".chaos-disk-full"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+    if _libc.mount(raw(source), raw(target), raw(fstype), flags, raw(data)) != 0:
+        code = ctypes.get_errno()
+        raise InjectionError(f"mount {fstype or 'bind'} on {target}: {os.strerror(code)}")
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    for code in ("040", "011", "012", "134"):
+        field = field.replace("\\" + code, chr(int(code, 8)))
+    return field
+
+
+def mounted(path: str) -> bool:
+    """Whether something is mounted on `path` (a bind mount of a directory over itself
+    included, which os.path.ismount cannot see)."""
+    target = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as lines:
+        return any(_unescape(line.split()[4]) == target for line in lines)
+
+
+def _unmount_storage(args: dict[str, Any]) -> None:
+    path = args["path"]
+    if not mounted(path):
+        return  # already gone
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY) if args.get("copy_back") else None
+    try:
+        if _libc.umount2(path.encode(), MNT_DETACH) != 0:
+            raise InjectionError(f"unmount {path}: {os.strerror(ctypes.get_errno())}")
+        if top is not None:  # the detached tmpfs, still reachable through the open directory
+            _copy_back(f"/proc/self/fd/{top}", path, args.get("before", ()))
+    finally:
+        if top is not None:
+            os.close(top)
+
+
+def _copy_back(source: str, target: str, before: list[str] | tuple[str, ...]) -> None:
+    """Make `target` hold what `source` holds, each file synced: what was written there
+    stays written; what the directory held before and the tmpfs no longer does is removed."""
+    kept = set(os.listdir(source)) - {FILLER}
+    for name in kept:
+        src, dst = os.path.join(source, name), os.path.join(target, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+            continue
+        shutil.copy2(src, dst)
+        with open(dst, "rb+") as copied:
+            os.fsync(copied.fileno())
+    for name in set(before) - kept:
+        gone = Path(target, name)
+        shutil.rmtree(gone, ignore_errors=True) if gone.is_dir() else gone.unlink(missing_ok=True)
+    directory = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+UNDOS = UndoTable({"unmount_storage": _unmount_storage})
+
+
+class StorageMechanism(Mechanism):
+    """A mount over the target's checkpoint directory, undone by `unmount_storage`
+    (`copies_back`: what the mount holds is copied to the directory below first)."""
+
+    copies_back = False
+
+    def conflict(self, fault: FaultBase, host: Host) -> str | None:
+        if host.storage is not None and mounted(host.storage):
+            return f"its checkpoint directory {host.storage} already holds a storage fault (a mount)"
+        return None
+
+    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+        if host.storage is None:
+            raise UnsupportedFault(f"{fault.kind} on {host.name}: the rank has no checkpoint directory")  # type: ignore[attr-defined]
+        path = os.path.realpath(host.storage)
+        if not os.path.isdir(path):
+            raise UnsupportedFault(f"{fault.kind} on {host.name}: its checkpoint directory {path} does not exist")  # type: ignore[attr-defined]
+        before = sorted(os.listdir(path))
+        entry = ledger.record("unmount_storage", path=path, copy_back=self.copies_back, before=before)
+        try:
+            self.mount(fault, path, ledger.run_id)
+        except BaseException:
+            _unmount_storage(entry.args)  # half made (one of two mounts): taken back here
+            ledger.mark(entry, "undone")
+            raise
+        ledger.mark(entry, "done")
+        return [entry]
+
+    @abc.abstractmethod
+    def mount(self, fault: FaultBase, path: str, run_id: str) -> None:
+        """Mount over `path` (the directory's real path), named after the run."""
+
+
+class SizedTmpfs(StorageMechanism):
+    name = "size-capped tmpfs over the checkpoint directory (ENOSPC)"
+    copies_back = True
+
+    def mount(self, fault: FaultBase, path: str, run_id: str) -> None:
+        assert isinstance(fault, DiskFull)
+        below = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # the directory as it was, once covered
+        try:
+            st = os.fstat(below)
+            _mount(f"chaos-{run_id}", path, "tmpfs", 0, f"mode={st.st_mode & 0o7777:o},uid={st.st_uid},gid={st.st_gid}")
+            shutil.copytree(f"/proc/self/fd/{below}", path, dirs_exist_ok=True)
+        finally:
+            os.close(below)
+        fs = os.statvfs(path)
+        used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+        if not used and not fault.after_bytes:
+            Path(path, FILLER).write_bytes(b"\0" * PAGE)
+            used = PAGE
+        size = used + -(-(fault.after_bytes or 0) // PAGE) * PAGE
+        _mount(None, path, None, MS_REMOUNT, f"size={size}")
+
+
+class ReadOnlyBind(StorageMechanism):
+    name = "read-only bind mount over the checkpoint directory (EROFS)"
+
+    def mount(self, fault: FaultBase, path: str, run_id: str) -> None:
+        _mount(path, path, None, MS_BIND, None)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)

@@ -1,0 +1,105 @@
+"""Storage faults on a real directory: the kernel's own ENOSPC and EROFS, what a full disk
+wrote kept after the revert, and a heal from the ledger alone (as after a SIGKILL) leaving
+no mount behind."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from chaos.api import Host
+from chaos.errors import FaultConflict
+from chaos.faults import DiskFull, ReadOnly, parse_fault
+from chaos.heal import HealReport, heal_run
+from chaos.inject import NetlinkInjector
+from chaos.ledger import Ledger
+from chaos.storage import FILLER, ReadOnlyBind, SizedTmpfs, mounted
+from chaos.undo import UNDOS
+from tests.chaos.conftest import new_run_id
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+MECHANISMS = {"disk_full": SizedTmpfs(), "read_only": ReadOnlyBind()}
+
+
+@pytest.fixture
+def storage(state_dir, tmp_path):
+    """A checkpoint directory holding one checkpoint, a host naming it, and a ledger; every
+    mount of the test's run healed and checked gone afterwards."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    (directory / "step-00000010.pt").write_bytes(b"ten" * 1000)
+    run_id = new_run_id("s")
+    host = Host("r000", "10.0.0.1", None, None, None, storage=str(directory))
+    try:
+        yield host, Ledger(run_id), directory
+    finally:
+        heal_run(run_id, HealReport(), UNDOS)
+        assert not mounted(str(directory)), "the test left a mount"
+
+
+def write(path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_storage_kinds_parse_with_their_sizes():
+    assert parse_fault({"kind": "disk_full", "after_bytes": "64kib"}) == DiskFull(after_bytes=64 * 1024)
+    assert parse_fault({"kind": "read_only"}) == ReadOnly()
+    assert DiskFull.acts_on == ReadOnly.acts_on == "storage"
+
+
+def test_disk_full_from_the_start_fails_writes_and_keeps_what_was_there(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(DiskFull(), [host])
+    assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000  # copied in: still readable
+    with pytest.raises(OSError) as full:
+        write(directory / "step-00000020.pt", 10_000)
+    assert full.value.errno == errno.ENOSPC
+    injection.revert()
+    assert not mounted(str(directory))
+    assert sorted(p.name for p in directory.iterdir()) == ["step-00000010.pt", "step-00000020.pt"]
+    assert (directory / "step-00000020.pt").stat().st_size == 0  # the torn file is what the disk had
+
+
+def test_disk_full_after_bytes_lets_one_save_through_and_keeps_it_after_the_revert(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(DiskFull(after_bytes=64 * 1024), [host])
+    write(directory / "step-00000020.pt", 60 * 1024)
+    (directory / "step-00000010.pt").unlink()  # a rotation: gone below too after the revert
+    with pytest.raises(OSError) as full:
+        write(directory / "step-00000030.pt", 64 * 1024)
+    assert full.value.errno == errno.ENOSPC
+    injection.revert()
+    assert (directory / "step-00000020.pt").stat().st_size == 60 * 1024
+    assert not (directory / "step-00000010.pt").exists()
+    assert not (directory / FILLER).exists()
+
+
+def test_read_only_refuses_writes_with_erofs_and_a_second_storage_fault(storage):
+    host, ledger, directory = storage
+    injector = NetlinkInjector(ledger, MECHANISMS)
+    injection = injector.apply(ReadOnly(), [host])
+    for act in (lambda: write(directory / "new.pt", 10), lambda: (directory / "step-00000010.pt").unlink()):
+        with pytest.raises(OSError) as refused:
+            act()
+        assert refused.value.errno == errno.EROFS
+    assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
+    with pytest.raises(FaultConflict, match="already holds a storage fault"):
+        injector.apply(DiskFull(), [host])
+    injection.revert()
+    write(directory / "new.pt", 10)
+
+
+@pytest.mark.parametrize("fault", [DiskFull(after_bytes=4096), ReadOnly()])
+def test_a_heal_from_the_ledger_alone_removes_the_mount(storage, fault):
+    host, ledger, directory = storage
+    NetlinkInjector(ledger, MECHANISMS).apply(fault, [host])  # never reverted: the harness "died"
+    assert mounted(str(directory))
+    report = HealReport()
+    heal_run(ledger.run_id, report, UNDOS)
+    assert not mounted(str(directory)) and report.failed == []
+    assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
+    heal_run(ledger.run_id, HealReport(), UNDOS)  # idempotent
