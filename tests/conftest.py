@@ -1,5 +1,12 @@
-"""Markers for privileged tests: each skips, saying why, where the capability is missing.
-CI runs as root with a Docker engine, so there they run.
+"""What privileged tests need, and the session-wide fixtures.
+
+Capabilities: each test that needs one (a marker below, or a scenario file's fault kind
+that only a probed kernel mechanism injects) skips, saying why, where the machine lacks
+it. CHAOS_REQUIRE (comma-separated names of CAPABILITIES; .ci/run sets it) lists the ones
+the machine must have: where a collected test needs one of those and it is missing, the
+session fails at collection, naming it and why, instead of turning its tests into skips.
+CHAOS_TEST_HIDE takes the capabilities it names for missing (tests/test_require.py shows
+CI failing and a user's machine skipping on one).
 
 `host_left_clean` (session-wide, automatic): the run fails when the session left anything
 of a run on the host (namespaces, ledgers, containers, project processes, any process the
@@ -11,6 +18,9 @@ alone (`harness.cluster.host`). `stop_child` ends a helper harness a test starte
 happens."""
 from __future__ import annotations
 
+import dataclasses
+import functools
+import glob
 import json
 import os
 import shutil
@@ -19,50 +29,144 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+REQUIRE = "CHAOS_REQUIRE"
+HIDE = "CHAOS_TEST_HIDE"
+# kernel mechanisms the capability probe tries (chaos.probe, `chaos doctor`)
+PROBED = ("netem", "clsact_bpf", "nft_bridge", "tbf", "nfqueue_delay")
 
 
-def _has_cuda() -> bool:
+def _names(variable: str) -> set[str]:
+    return {name.strip() for name in os.environ.get(variable, "").split(",") if name.strip()}
+
+
+def _root() -> str | None:
+    return None if os.geteuid() == 0 else "needs root (network namespaces, netlink)"
+
+
+def _gpu() -> str | None:
     import torch
-    return torch.cuda.is_available()
+    return None if torch.cuda.is_available() else "needs a CUDA device; none is visible to torch"
 
 
-def _has_netem() -> bool:
-    # The kernel offers a qdisc kind if tc can add it to a scratch namespace's loopback.
-    ns = f"chaos-netemprobe{os.getpid()}"
+def _uml_netem() -> str | None:
+    if shutil.which("linux.uml") is None or shutil.which("modprobe") is None:
+        return "needs User-Mode Linux (apt-get install user-mode-linux kmod: .ci/uml-kernel.sh)"
+    if not glob.glob("/usr/lib/uml/modules/*/kernel/net/sched/sch_netem.ko*"):
+        return "User-Mode Linux is installed without a sch_netem module (/usr/lib/uml/modules)"
+    return None
+
+
+def _docker() -> str | None:
     try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        added = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo",
-                                "root", "netem", "delay", "1ms"], capture_output=True)
-        return added.returncode == 0
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        import docker  # noqa: F401
+    except ImportError:
+        return "the Docker SDK for Python is not installed (pip install 'chaos-harness[docker]')"
+    from harness.cluster.docker.engine import engine_unavailable_reason
+    return engine_unavailable_reason()
 
 
-_CHECKS = {
-    "requires_root": (lambda: os.geteuid() == 0, "needs root (network namespaces, netlink)"),
-    "requires_gpu": (_has_cuda, "needs a CUDA device; none is visible to torch"),
-    "requires_netem": (lambda: os.geteuid() == 0 and _has_netem(),
-                       "needs the sch_netem qdisc, which this kernel does not have"),
-    "requires_uml": (lambda: shutil.which("linux.uml") is not None,
-                     "needs User-Mode Linux (apt-get install user-mode-linux kmod)"),
-}
+def _probed(check: str) -> Callable[[], str | None]:
+    def why_not() -> str | None:
+        from chaos import probe
+        caps = probe.capabilities()
+        return None if getattr(caps, check) else f"needs {check}: {caps.why_not(check)}"
+    return why_not
 
 
+# name: why it is missing (None: present)
+CAPABILITIES: dict[str, Callable[[], str | None]] = {
+    "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker,
+    **{check: _probed(check) for check in PROBED}}
+# required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
+CHECKED_ELSEWHERE = {"slurm"}
+# a marker: the capability it names (requires_mechanism("tbf") names its own)
+MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
+           "requires_uml": "uml_netem", "requires_docker": "docker"}
+
+
+@functools.cache
+def why_missing(name: str) -> str | None:
+    if name in _names(HIDE):
+        return f"{name} is taken for missing here ({HIDE})"
+    return CAPABILITIES[name]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires_mechanism(check): needs a kernel mechanism the capability "
+                                       f"probe tries (one of {', '.join(PROBED)})")
+    known = [*CAPABILITIES, *sorted(CHECKED_ELSEWHERE)]
+    unknown = sorted(_names(REQUIRE) - set(known))
+    if unknown:
+        raise pytest.UsageError(f"{REQUIRE} names unknown capabilities {', '.join(unknown)}; "
+                                f"known: {', '.join(known)}")
+    if "slurm" in _names(REQUIRE):
+        os.environ["CHAOS_REQUIRE_SLURM"] = "1"
+    hidden = _names(HIDE) & set(PROBED)
+    if hidden:  # the scenario plugin asks the probe, not this file, which fault kinds it can inject
+        from chaos import probe
+        real = probe.probe
+
+        def without_hidden() -> probe.Capabilities:
+            caps = real()
+            return dataclasses.replace(caps, **dict.fromkeys(hidden, False),
+                                       reasons={**caps.reasons, **{c: why_missing(c) for c in hidden}})
+        probe.probe = without_hidden
+
+
+def _needs(item: pytest.Item) -> list[str]:
+    needs = [name for marker, name in MARKERS.items() if item.get_closest_marker(marker)]
+    needs += [m.args[0] for m in item.iter_markers("requires_mechanism")]
+    return needs
+
+
+def _scenario_needs(item: pytest.Item) -> list[str]:
+    """For a scenario trial the plugin skips because a fault kind cannot be injected here:
+    the probed mechanisms missing here each of which would let one more kind be injected."""
+    from harness.pytest_plugin import ScenarioTest
+    if not isinstance(item, ScenarioTest):
+        return []
+    from harness.cluster.backends import traits_of
+    if not traits_of(item.scenario.cluster.backend).network_faults:
+        return []
+    from chaos import probe
+    from chaos.inject import choose_mechanisms
+    from chaos.mechanism import Unavailable
+    caps = probe.capabilities()
+    kinds = {event.fault.kind for event in item.scenario.faults}
+
+    def refused(with_caps: probe.Capabilities) -> set[str]:
+        chosen = choose_mechanisms(with_caps)
+        return {kind for kind in kinds if isinstance(chosen[kind], Unavailable)}
+    now = refused(caps)
+    return [check for check in PROBED if now and not getattr(caps, check)
+            and refused(dataclasses.replace(caps, **{check: True})) < now]
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    verdicts: dict[str, bool] = {}
+    required = _names(REQUIRE)
+    lacking: dict[str, list[str]] = {}
     for item in items:
-        for marker, (check, reason) in _CHECKS.items():
-            if item.get_closest_marker(marker):
-                if marker not in verdicts:
-                    verdicts[marker] = check()
-                if not verdicts[marker]:
-                    item.add_marker(pytest.mark.skip(reason=reason))
+        missing = [name for name in _needs(item) if why_missing(name)]
+        # a test that skips for a capability not required skips, whatever else it lacks
+        optional = [name for name in missing if name not in required]
+        if optional:
+            item.add_marker(pytest.mark.skip(reason=why_missing(optional[0])))
+            continue
+        # the plugin skips the trial, saying why; it fails here if it lacks one CI requires
+        missing = missing or [name for name in _scenario_needs(item) if name in required]
+        for name in missing:
+            lacking.setdefault(name, []).append(item.nodeid)
+    if lacking:
+        raise pytest.UsageError(f"{REQUIRE} requires capabilities this machine lacks, which these tests need:\n"
+                                + "\n".join(f"  {name}: {why_missing(name)}\n    needed by {ids[0]}"
+                                            + (f" and {len(ids) - 1} more" if len(ids) > 1 else "")
+                                            for name, ids in lacking.items()))
 
 
 def _descendants(me: int) -> list[str]:

@@ -24,12 +24,6 @@ def injector(cluster):
     return NetlinkInjector(cluster.ledger, hosts=cluster.hosts)
 
 
-def needs(check: str) -> None:
-    caps = probe.capabilities()
-    if not getattr(caps, check):
-        pytest.skip(caps.why_not(check))
-
-
 def restored(sender, receiver, within_s: float = 3.0) -> bool:
     """Whether traffic flows fully again within `within_s`: a neighbour entry that failed
     during a cut is retried by the kernel on its own clock, as after a real cable pull."""
@@ -50,8 +44,8 @@ def port_state(host) -> dict:
             "up": netlink.link_is_up(ns, port)}
 
 
+@pytest.mark.requires_mechanism("clsact_bpf")
 def test_loss_drops_the_configured_share_and_composes(cluster, injector):
-    needs("clsact_bpf")
     a, b = cluster.hosts[:2]
     clean = port_state(a)
     first = injector.apply(parse_fault({"kind": "loss", "percent": "20%", "direction": "from_host"}), [a])
@@ -69,8 +63,8 @@ def test_loss_drops_the_configured_share_and_composes(cluster, injector):
     assert port_state(a) == clean and delivered(a, b) == 1.0
 
 
+@pytest.mark.requires_mechanism("nfqueue_delay")
 def test_delay_holds_packets_for_the_latency(cluster, injector):
-    needs("nfqueue_delay")
     a, b = cluster.hosts[:2]
     clean = port_state(a)
     injection = injector.apply(parse_fault({"kind": "delay", "latency": "30ms", "direction": "to_host"}), [b])
@@ -88,8 +82,8 @@ def test_delay_holds_packets_for_the_latency(cluster, injector):
         assert statistics.median(send(50, 0.002).delays()) < 0.005
 
 
+@pytest.mark.requires_mechanism("tbf")
 def test_bandwidth_caps_both_ways_and_refuses_a_second_cap(cluster, injector):
-    needs("tbf")
     a, b = cluster.hosts[:2]
     injection = injector.apply(parse_fault({"kind": "bandwidth", "rate": "20mbit"}), [a])
     assert "tbf" in port_state(a)["qdiscs"] and "tbf" in port_state(a)["eth0"]
@@ -105,8 +99,8 @@ def test_bandwidth_caps_both_ways_and_refuses_a_second_cap(cluster, injector):
     assert udp_cap(a, b, 20e6, 0.5) >= 1.4 * 20e6  # uncapped, everything offered arrives
 
 
+@pytest.mark.requires_mechanism("clsact_bpf")
 def test_blackhole_keeps_the_link_up_and_drops_everything(cluster, injector):
-    needs("clsact_bpf")
     a, b = cluster.hosts[:2]
     injection = injector.apply(parse_fault({"kind": "blackhole"}), [a])
     state = port_state(a)
@@ -124,8 +118,8 @@ def test_link_down_cuts_and_restores(cluster, injector):
     assert port_state(a)["up"] and restored(a, b)
 
 
+@pytest.mark.requires_mechanism("nft_bridge")
 def test_partition_separates_groups_one_way_or_both(cluster, injector):
-    needs("nft_bridge")
     a, b, c = cluster.hosts
     both = injector.apply(parse_fault({"kind": "partition"}), [a])  # a against everyone else
     assert delivered(a, b) == delivered(c, a) == 0.0 and delivered(b, c) == 1.0
@@ -138,10 +132,10 @@ def test_partition_separates_groups_one_way_or_both(cluster, injector):
     assert port_state(a)["tables"] == [] and restored(a, b)
 
 
+@pytest.mark.requires_mechanism("nft_bridge")
 def test_a_partition_of_64_hosts_is_one_batch_larger_than_the_socket_buffers(cluster, state_dir):
     """Halves of 64 hosts: 2,048 drop rules in one nftables transaction (~400 KB). Three hosts
     are real; the other 61 are named ports on the same switch, which a rule may name unplugged."""
-    needs("nft_bridge")
     named = [dataclasses.replace(cluster.hosts[0], name=f"r{i:03d}", port=f"p{i:03d}") for i in range(3, 64)]
     hosts = [*cluster.hosts, *named]
     injector = NetlinkInjector(cluster.ledger, hosts=hosts)
@@ -163,8 +157,8 @@ def test_netem_only_kinds_are_refused_with_the_reason(cluster, injector, kind):
     assert cluster.ledger.outstanding()[0].op == "netns"  # nothing was recorded for it
 
 
+@pytest.mark.requires_mechanism("clsact_bpf")
 def test_dead_man_switch_reverts_without_the_harness(cluster, injector):
-    needs("clsact_bpf")
     a, b = cluster.hosts[:2]
     # long enough to see the fault on (a measurement takes ~1 s: ARP, then the stream)
     blackhole = injector.apply(parse_fault({"kind": "blackhole"}), [a], revert_after=2.5)

@@ -1,6 +1,10 @@
 """The netem path for real, on kernels that have sch_netem: the qdisc the kernel holds,
 decoded back, what loss, delay and jitter do to traffic, and `chaos calibrate` measuring
-every netem mechanism against its targets.
+the kinds only netem injects (duplicate, corrupt, reorder) against their targets. Loss and
+delay are measured by the first test here; `chaos calibrate --kind loss --kind delay` adds
+a burst loss over 23,500 datagrams, a delay both ways and a jitter's spread, which CI's
+one-CPU kernel would spend most of this file's time on
+(bench/results/calibrate-netem-uml-2026-12-06.txt has them).
 
 The build VM's kernel has no sch_netem: CI runs this file inside a User-Mode Linux kernel
 that has it (tests/chaos/test_netem_uml.py). There the kernel is one process of the host's
@@ -26,7 +30,7 @@ from chaos.inject import NetlinkInjector, choose_mechanisms
 from tests.conftest import chaos_cli
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.requires_netem]
-NETEM_CALIBRATIONS = ("loss", "delay", "duplicate", "corrupt", "reorder")
+NETEM_ONLY = ("duplicate", "corrupt", "reorder")
 
 
 def _latency_in_microseconds(encode):
@@ -97,11 +101,11 @@ def test_every_netem_encoding_is_accepted_by_the_kernel(cluster, injector, spec)
     injection.revert()
 
 
-def test_calibrate_measures_every_netem_mechanism_on_target(state_dir):
-    kinds = [arg for kind in NETEM_CALIBRATIONS for arg in ("--kind", kind)]
+def test_calibrate_measures_the_netem_only_kinds_on_target(state_dir):
+    kinds = [arg for kind in NETEM_ONLY for arg in ("--kind", kind)]
     done = chaos_cli("calibrate", *kinds, env={**os.environ, "CHAOS_STATE_DIR": str(state_dir)}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     figures = [lines[i:i + 3] for i in range(0, len(lines), 3)]  # verdict and fault, figures, mechanism
-    assert [f[0][:4] for f in figures] == ["ok  "] * 8, done.stdout
+    assert [f[0].split("(")[0] for f in figures] == [f"ok   {kind}" for kind in NETEM_ONLY], done.stdout
     assert all(f[2].strip().startswith("via netem qdisc") for f in figures), done.stdout

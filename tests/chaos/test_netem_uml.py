@@ -4,10 +4,13 @@ as a process of this host's with the host's filesystem as its root (hostfs) and
 tests/chaos/uml_init.sh as its init. No KVM is needed; it has one CPU and its syscalls are
 several times slower than the host's, which test_netem.py's pacing allows for.
 
-The run inside writes its pytest log, JUnit XML and exit code into this test's temporary
-folder; here they are judged: every test passed, none skipped (a module that failed to load
-would otherwise turn them into skips). The kernel gets a deadline and runs in a session of
-its own: at the deadline, or on any failure here, every process of it is killed."""
+One boot (a boot costs seconds) runs two pytest sessions one after the other: the netem
+tests as they are, then the delay test with a netem encoding the kernel accepts but reads
+wrongly. Each writes its pytest log, JUnit XML and exit code into this module's temporary
+folder; here they are judged: every test of the first passed, none skipped (a module that
+failed to load would otherwise turn them into skips), and the second failed on the delay
+it measured. The kernel gets a deadline and runs in a session of its own: at the deadline,
+or on any failure here, every process of it is killed."""
 from __future__ import annotations
 
 import os
@@ -17,6 +20,7 @@ import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,15 +32,23 @@ BOOT_DEADLINE_S = 240
 pytestmark = [pytest.mark.requires_root, pytest.mark.requires_uml]
 
 
-def run_in_uml(out: Path, pytest_args: list[str], env: dict[str, str]) -> tuple[int, str, ET.Element]:
-    """Boot User-Mode Linux, run `pytest PYTEST_ARGS` in it with `env`; (exit code, log, JUnit)."""
+@dataclass
+class Session:
+    rc: int
+    log: str
+    junit: ET.Element
+
+
+def run_in_uml(out: Path, sessions: dict[str, tuple[list[str], dict[str, str]]]) -> dict[str, Session]:
+    """Boot User-Mode Linux and run in it, in turn, per name `pytest PYTEST_ARGS` with `ENV`
+    added to the environment; per name its exit code, log and JUnit."""
     out.mkdir()
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {
-        "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1", **env}.items())
-    (out / "command").write_text(
-        f"cd {shlex.quote(str(REPO))}\nexport {exports}\n"
-        f"exec {shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -rA "
-        f"--junitxml={shlex.quote(str(out / 'junit.xml'))} {shlex.join(pytest_args)}\n")
+    exports = f"PYTHONPATH={shlex.quote(str(REPO))} PYTHONDONTWRITEBYTECODE=1"
+    runs = [f"env {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} {shlex.quote(sys.executable)} -m pytest "
+            f"-p no:cacheprovider -rA --junitxml={shlex.quote(str(out / name))}.xml {shlex.join(args)} "
+            f"> {shlex.quote(str(out / name))}.log 2>&1; echo $? > {shlex.quote(str(out / name))}.rc"
+            for name, (args, env) in sessions.items()]
+    (out / "command").write_text(f"cd {shlex.quote(str(REPO))}\nexport {exports}\n" + "\n".join(runs) + "\n")
     console = (out / "console").open("wb")
     kernel = subprocess.Popen(
         [shutil.which(UML) or UML, "mem=512M", "rootfstype=hostfs", "rw",
@@ -50,9 +62,21 @@ def run_in_uml(out: Path, pytest_args: list[str], env: dict[str, str]) -> tuple[
         if kernel.poll() is None:
             os.killpg(kernel.pid, signal.SIGKILL)
             kernel.wait()
-    log = (out / "log").read_text() if (out / "log").exists() else "(no log)"
-    assert (out / "rc").exists(), f"the UML run did not finish:\n{log[-3000:]}\n{(out / 'console').read_text()[-2000:]}"
-    return int((out / "rc").read_text()), log, ET.parse(out / "junit.xml").getroot()
+    found = {}
+    for name in sessions:
+        log = (out / f"{name}.log").read_text() if (out / f"{name}.log").exists() else "(no log)"
+        assert (out / f"{name}.rc").exists(), (f"the UML run did not finish {name}:\n{log[-3000:]}\n"
+                                               f"{(out / 'log').read_text()[-2000:]}\n{(out / 'console').read_text()[-2000:]}")
+        found[name] = Session(int((out / f"{name}.rc").read_text()), log, ET.parse(out / f"{name}.xml").getroot())
+    return found
+
+
+@pytest.fixture(scope="module")
+def uml_sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Session]:
+    return run_in_uml(tmp_path_factory.mktemp("netem-uml") / "uml", {
+        "as_is": (["tests/chaos/test_netem.py"], {}),
+        "broken": (["tests/chaos/test_netem.py", "-k", "loss_and_delay"], {"CHAOS_TEST_NETEM_BREAK": "latency_us"}),
+    })
 
 
 def outcomes(junit: ET.Element) -> dict[str, str]:
@@ -63,17 +87,16 @@ def outcomes(junit: ET.Element) -> dict[str, str]:
     return found
 
 
-def test_netem_tests_and_calibration_pass_in_a_kernel_with_netem(tmp_path):
-    rc, log, junit = run_in_uml(tmp_path / "uml", ["tests/chaos/test_netem.py"], {})
-    assert rc == 0, log[-6000:]
-    found = outcomes(junit)
-    assert set(found.values()) == {"passed"} and len(found) == 8, (found, log[-3000:])
+def test_netem_tests_and_calibration_pass_in_a_kernel_with_netem(uml_sessions):
+    run = uml_sessions["as_is"]
+    assert run.rc == 0, run.log[-6000:]
+    found = outcomes(run.junit)
+    assert set(found.values()) == {"passed"} and len(found) == 8, (found, run.log[-3000:])
 
 
-def test_a_netem_encoding_the_kernel_accepts_but_reads_wrongly_fails_them(tmp_path):
-    rc, log, junit = run_in_uml(tmp_path / "uml", ["tests/chaos/test_netem.py", "-k", "loss_and_delay"],
-                                {"CHAOS_TEST_NETEM_BREAK": "latency_us"})
-    assert rc == 1, log[-3000:]
-    assert outcomes(junit) == {"test_netem_loss_and_delay_for_real": "failure"}, log[-3000:]
-    failure = next(junit.iter("failure")).get("message")
+def test_a_netem_encoding_the_kernel_accepts_but_reads_wrongly_fails_them(uml_sessions):
+    run = uml_sessions["broken"]
+    assert run.rc == 1, run.log[-3000:]
+    assert outcomes(run.junit) == {"test_netem_loss_and_delay_for_real": "failure"}, run.log[-3000:]
+    failure = next(run.junit.iter("failure")).get("message")
     assert "Expected: 0.02 ± 0.001" in failure, failure  # the 20 ms delay measured as 20 us

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -266,6 +267,32 @@ def control_plane():
         server.stop()
 
 
+@pytest.fixture
+def stalls():
+    """The seconds this machine did not run this process, counted as a control plane counts
+    its own (a thread waking every 10 ms; each wake late by STALL_MIN_S or more is a stall).
+    A wall-clock bound below is what the code may take plus the stalls meanwhile: on slow
+    hours of the shared build VM the whole machine stopped for 0.41-0.59 s at once (.ci/run),
+    which no code here can shorten, while a regression (a closed lease noticed only by
+    silence, a heart that waits for the rank's GIL, digests that wait for the store) costs
+    the seconds it costs on any hour."""
+    watch, done = Stalls(0.01), threading.Event()
+
+    def wake() -> None:
+        watch.restart()
+        while not done.wait(watch.period_s):
+            watch.woke()
+    thread = threading.Thread(target=wake, name="stall watch", daemon=True)
+    thread.start()
+    yield watch
+    done.set()
+    thread.join()
+
+
+def stalled_between(stalls: Stalls, start: float, end: float) -> float:
+    return stalls.since(start) - stalls.since(end)
+
+
 def wait_for(predicate, timeout: float = 5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -275,7 +302,7 @@ def wait_for(predicate, timeout: float = 5.0):
     raise AssertionError("condition not met within the deadline")
 
 
-def test_server_and_clients_over_loopback(control_plane):
+def test_server_and_clients_over_loopback(control_plane, stalls):
     """Two ranks beat; one dies (its lease closes): the other hears it in a digest at once."""
     server, port = control_plane()
     gens = {0: 0, 1: 0}
@@ -289,7 +316,7 @@ def test_server_and_clients_over_loopback(control_plane):
         b.stop()  # the lease closes, as the kernel closes it when the process dies
         started = time.monotonic()
         wait_for(lambda: a.view().state(1).closed)
-        assert time.monotonic() - started < 0.3
+        assert time.monotonic() - started < 0.3 + stalls.since(started)
         d = FailureDetector(a.view, 0, 0.8, None, 0.05)
         assert [s.via for s in d.judge((0, 1), 4)] == ["connection"]
         assert set(server.members) == {0, 1}
@@ -390,7 +417,7 @@ def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
         server.stop()
 
 
-def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_count(control_plane):
+def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_count(control_plane, stalls):
     """The rejoin count is a store round trip; a store busy for 1 s (every rank of a large
     group exchanging addresses through it) must not hold the digests back."""
     asked = []
@@ -410,8 +437,8 @@ def test_digests_keep_their_tick_while_the_store_is_slow_to_give_the_rejoin_coun
         while time.monotonic() < end:
             counts.append(parse_digest(rank.recv(65536), time.monotonic()).asks)
             arrivals.append(time.monotonic())
-        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-        assert max(gaps) < 0.5, f"a digest came {max(gaps):.2f} s after the one before"
+        gaps = [b - a - stalled_between(stalls, a, b) for a, b in itertools.pairwise(arrivals)]
+        assert max(gaps) < 0.5, f"a digest came {max(gaps):.2f} s after the one before (the machine's stalls not counted)"
         assert counts[0] == 0 and counts[-1] >= 1  # the count still reaches the digests
     finally:
         rank.close()
@@ -449,7 +476,7 @@ time.sleep(60)
 """
 
 
-def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank(control_plane):
+def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank(control_plane, stalls):
     """The heartbeats come from a process of their own: a rank busy in Python (holding the
     GIL) is not silent, and a rank killed takes its heart with it."""
     server, port = control_plane()
@@ -457,12 +484,13 @@ def test_the_heart_beats_while_the_rank_holds_its_gil_and_dies_with_the_rank(con
     try:
         heart = int(rank.stdout.readline())
         assert rank.stdout.readline() == "holding\n"
-        longest, end = 0.0, time.monotonic() + 1.4
-        while time.monotonic() < end:
+        longest, start = 0.0, time.monotonic()
+        while time.monotonic() < start + 1.4:
             time.sleep(0.01)
             longest = max(longest, server.members[7].accrual.silence(server.clock()))
         assert rank.stdout.readline() == "released\n"  # it did hold the GIL all along
-        assert longest < 0.3, f"silent for {longest:.2f} s while the rank held its GIL"
+        assert longest < 0.3 + stalls.since(start), \
+            f"silent for {longest:.2f} s while the rank held its GIL ({stalls.since(start):.2f} s of the machine's stalls)"
         rank.kill()
         rank.wait()
         wait_for(lambda: not os.path.exists(f"/proc/{heart}") or

@@ -104,10 +104,14 @@ def test_an_op_that_completed_while_the_watch_spoke_is_not_abandoned(store):
     group, work = group_of(port, 0, (0, 1, 3)), Work()
     group._pg = object()
 
+    spoke = []
+
     def watch(waited_s):  # the op ends while this rank reads a digest saying a peer moved on
         work.done = True
+        spoke.append(waited_s)
         return "rank 1 has moved to a newer generation"
     group._wait(lambda: work, watch)  # returns: the op is done, nothing to leave
+    assert len(spoke) == 1 and group._pending is None
 
 
 def test_an_op_still_pending_when_the_watch_speaks_is_abandoned(store):
