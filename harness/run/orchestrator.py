@@ -390,6 +390,17 @@ class Trial:
                     return "all-exited"
                 if requeue == "ready":
                     self._restart(cluster, monitor, recorder)
+                else:  # the scheduler is to start the job again (Slurm holds a requeued job
+                    # for its credentials' lifetime, 120 s by default): nothing runs to settle or hang
+                    if now > deadline:
+                        self._say("the scheduler did not start the job again by the trial's deadline")
+                        return "deadline"
+                    waited = now - monitor.last_activity
+                    self.progress.status(plan.policy, (now - t_warm) / (deadline - t_warm),
+                                         f"the scheduler is to start the job again ({waited:.0f} s)")
+                    self.sleep(POLL_S)
+                    signals.check()
+                    continue
             # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
                                if not pending and steps_observed else (set(), set()))

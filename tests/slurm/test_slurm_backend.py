@@ -180,6 +180,9 @@ expect:
     assert len(requeued) == 1 and requeued[0]["restarts"] == 1, requeued
     after = [e for e in events if e["kind"] == "step" and e["t"] > requeued[0]["t"]]
     assert {e["rank"] for e in after} == {0, 1, 2, 3}, "every rank stepped again after the requeue"
+    saved = max(e["step"] for e in events if e["kind"] == "checkpoint" and e["t"] < requeued[0]["t"])
+    restored = {e["step"] for e in events if e["kind"] == "restored" and e["t"] > requeued[0]["t"]}
+    assert restored == {saved}, f"restored {restored}, the newest checkpoint before the requeue was step {saved}"
     assert any(e["kind"] == "trial_end" and e["reason"] == "settled" for e in events)
     _nothing_left(slurm_env)
 

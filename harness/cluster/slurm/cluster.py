@@ -46,6 +46,7 @@ ALLOCATION_TIMEOUT_S = 120.0
 AGENTS_READY_TIMEOUT_S = 120.0  # every agent imports torch: 16 at once on 2 cores take ~40 s
 REQUEST_TIMEOUT_S = 30.0        # an answer that crosses a link just back (TCP's backoff)
 CLOSE_TIMEOUT_S = 10.0
+REQUEUE_POLL_S = 0.5            # how often a trial waiting for a requeued job asks Slurm
 JOB_PREFIX = "chaos-"
 
 
@@ -71,6 +72,8 @@ class SlurmCluster(Cluster):
         self._gone: set[int] = set()     # nodes whose agent ended
         self.restarts = 0                # the job's restarts seen (Slurm's RestartCnt)
         self.requeue_expected = False    # a fault asked Slurm to start the job again
+        self._next_look = 0.0            # when requeue_state asks Slurm again
+        self.scheduler_problem = ""      # what a fault's delayed action (a preemption's end) met
 
     # -- bring-up ---------------------------------------------------------------------------
     def bring_up(self, say) -> None:
@@ -246,8 +249,13 @@ class SlurmCluster(Cluster):
         Slurm ended it for good); "pending" while it is to start again (a preemption's
         grace, queued, starting); "ready" once it runs again and its agents and control
         plane are up, for the ranks to start."""
+        if self.scheduler_problem:
+            raise HarnessError(f"Slurm refused a fault's action: {self.scheduler_problem}")
         if not self.requeue_expected or self.job_id is None:
             return None
+        if time.monotonic() < self._next_look:
+            return "pending"
+        self._next_look = time.monotonic() + REQUEUE_POLL_S
         state, reason, nodelist = commands.job_state(self.job_id)
         restarts = commands.restart_count(self.job_id)
         if restarts <= self.restarts:
@@ -358,8 +366,8 @@ class AgentInjector(Injector):
             def preempt_now() -> None:  # as Slurm preempts: SIGCONT and SIGTERM to every task at once
                 for name in ("CONT", "TERM"):
                     commands.run(["scancel", f"--signal={name}", job])
-            _after(fault.lead, preempt_now)
-            _after(fault.lead + grace, lambda: commands.run(end))
+            _after(cluster, fault.lead, preempt_now)
+            _after(cluster, fault.lead + grace, lambda: commands.run(end))
         elif isinstance(fault, Requeue):
             cluster.requeue_expected = True
             commands.run(["scontrol", "requeue", job])
@@ -376,13 +384,20 @@ class AgentInjector(Injector):
         return LedgerInjection(applied, entries, self.ledger, UndoTable.combine({"slurm": UNDOS}))
 
 
-def _after(seconds: float, action: Callable[[], object]) -> None:
+def _after(cluster: SlurmCluster, seconds: float, action: Callable[[], object]) -> None:
     """`action` now, or on a timer thread `seconds` from now (a preemption's warning lead,
-    its grace): the harness's loop goes on meanwhile."""
+    its grace): the harness's loop goes on meanwhile, and hears of a failure at its next
+    look at the job (`requeue_state`)."""
     if seconds <= 0:
         action()
         return
-    timer = threading.Timer(seconds, action)
+
+    def act() -> None:
+        try:
+            action()
+        except HarnessError as exc:
+            cluster.scheduler_problem = str(exc)
+    timer = threading.Timer(seconds, act)
     timer.daemon = True
     timer.start()
 

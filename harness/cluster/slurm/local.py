@@ -60,6 +60,7 @@ CLUSTER_FILE = "cluster.json"
 # has not answered for 300 s is declared down and its steps cancelled, as on a real
 # cluster, where a link fault on a node's only interface also cuts its daemon off.
 KILL_WAIT_S, SLURMD_TIMEOUT_S = 5, 300
+CRED_EXPIRE_S = 10
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def _conf(cluster_id: str, folder: Path, nodes: int, cpus: int) -> str:
         f"SlurmctldHost={host}({topology.SWITCH_ADDRESS})",
         "SlurmUser=root", "SlurmdUser=root",
         f"SlurmctldPort={CTLD_PORT}", f"SlurmdPort={SLURMD_PORT}",
-        "AuthType=auth/munge", f"AuthInfo=socket={folder / 'munge.sock'}",
+        # cred_expire is also how long a requeued job waits before it may start again
+        # (Slurm's default 120 s); a test cluster's trials would spend most of their time there
+        "AuthType=auth/munge", f"AuthInfo=socket={folder / 'munge.sock'},cred_expire={CRED_EXPIRE_S}",
         "CredType=cred/munge",
         f"StateSaveLocation={folder / 'state'}",
         f"SlurmdSpoolDir={folder / 'spool'}/%n",
