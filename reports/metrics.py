@@ -126,7 +126,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
-                              FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
+                              FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, JOB_REQUEUED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.state import check_state
@@ -181,6 +181,44 @@ class LinkTraffic:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """The scheduler started the job again after every rank had ended (a Slurm requeue)."""
+
+    t: float
+    restarts: int
+    waited_s: float
+    last_step: int | None      # the newest step any rank made before it
+    restored: int | None       # the step every rank restored after it (None: not one step)
+
+    @property
+    def steps_lost(self) -> int | None:
+        return None if self.last_step is None or self.restored is None else self.last_step - self.restored
+
+
+def _requeue(events: pd.DataFrame) -> Requeue | None:
+    found = _of_kind(events, JOB_REQUEUED)
+    if not len(found):
+        return None
+    first = found.sort_values("t").iloc[0]
+    t = float(first["t"])
+    steps = _of_kind(events, STEP)
+    before = steps[steps["t"] < t]
+    restores = _of_kind(events, RESTORED)
+    after = set(restores[restores["t"] > t]["step"])
+    return Requeue(t=t, restarts=int(first["restarts"]), waited_s=float(first["waited_s"]),
+                   last_step=int(before["step"].max()) if len(before) else None,
+                   restored=int(after.pop()) if len(after) == 1 else None)
+
+
+def _requeue_detections(events: pd.DataFrame, fault: FaultWindow, requeue: Requeue) -> dict[int, float]:
+    """Each rank's end between the fault and the requeue: the scheduler ending the job is
+    what every rank knew of the fault."""
+    ends = _of_kind(events, EXIT, RANK_EXITED)
+    ends = ends[(ends["t"] >= fault.start) & (ends["t"] < requeue.t) & ends["rank"].notna()]
+    return {int(r): float(t) for r, t in ends.groupby("rank")["t"].min().items()}
+
+
+@dataclass(frozen=True)
 class TrialFacts:
     """What the events say about one trial, gathered once; outcome rules and metrics read it."""
 
@@ -203,6 +241,7 @@ class TrialFacts:
     steps_observed: bool = True         # False: a user's job that made no step by its start_timeout
     left_out: tuple[int, ...] = ()      # survivors the final membership left out (elastic)
     stopped_by: str = ""                # what stopped a trial that ended on an error ("" when not recorded)
+    requeue: Requeue | None = None      # the scheduler started the job again (the first time)
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -508,9 +547,12 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
     steps = _step_times(events)
     gone = departures(events, ranks, faults, end)
     detections, cause, resumed, world, opens, left_out = {}, "", {}, None, {}, ()
+    requeue = _requeue(events)
     if faults:
         fault = faults[0]
         detections, cause = _first_detections(events, min(fault.start, fault.requested), end)
+        if requeue is not None and not detections:
+            detections, cause = _requeue_detections(events, fault, requeue), "the job ended (scheduler)"
         if trial.plan.job is not None:
             detections, cause = _with_exits(detections, cause, gone, fault)
         survivors = tuple(r for r in ranks if r not in gone)
@@ -529,7 +571,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
                       end_reason=_end_reason(events), stopped_at=_stopped_at(events),
                       stopped_by=_end_error(events), step_times=steps,
                       traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)),
-                      left_out=left_out)
+                      left_out=left_out, requeue=requeue)
 
 
 @dataclass(frozen=True)
@@ -656,7 +698,13 @@ def _continued(f: TrialFacts) -> str | None:
 def _recovered(f: TrialFacts) -> str | None:
     if not (f.detections and not f.departures and f.all_survivors_resumed):
         return None
-    return f"every rank stepped again after {len(f.detections)} detected the fault"
+    if f.requeue is None:
+        return f"every rank stepped again after {len(f.detections)} detected the fault"
+    q = f.requeue
+    restored = (f"every rank restored step {q.restored} ({q.steps_lost} steps lost) and stepped again"
+                if q.restored is not None and q.steps_lost is not None else "every rank stepped again")
+    return (f"the scheduler started the job again (restart {q.restarts}, {q.waited_s:.1f} s after its "
+            f"last rank ended); {restored}")
 
 
 def _isolated(f: TrialFacts) -> str | None:

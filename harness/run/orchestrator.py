@@ -519,8 +519,8 @@ class Trial:
                recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
                traffic: dict[str, Any]) -> AppliedFault:
         planned, fault = self.plan.faults[index], self.faults[index]
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=str(self.storage_dir))
-                 for rank in targets]
+        storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage) for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S

@@ -269,6 +269,28 @@ def restarted() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
+def requeued() -> tuple[Events, TrialInfo]:
+    """Slurm preempts the job with requeue (tests/slurm): every rank checkpointed step 30,
+    ends on SIGTERM at 10.1 s (made step 39 first); the scheduler starts the job again at
+    25 s, the ranks restore step 30 and step from 27 s."""
+    h = History(policy="retry")
+    h.steps(0.0, FAULT_AT)
+    h.each(None, 7.6, "checkpoint", step=30)
+    h.fault(kind="preempt", targets=(0,))
+    for r in range(RANKS):
+        h.rank(r, 10.1, "exit", reason="terminated", code=0)
+        h.harness(10.15, "rank_exited", rank=r, pid=100 + r, exitcode=0, signal=None)
+    h.harness(25.0, "job_requeued", restarts=1, waited_s=14.9)
+    for r in range(RANKS):
+        h.rank(r, 26.0, "rank_start", pid=300 + r, policy="retry", world=RANKS)
+        h.rank(r, 26.5, "group_ready", pid=300 + r, gen=0, world=RANKS, group_rank=r, secs=0.5)
+        h.rank(r, 26.6, "restored", pid=300 + r, step=30, gen=0, source="checkpoint")
+        h.next_step[r] = 30
+    h.steps(27.0, 30.0)
+    h.end(30.0, survivors=list(range(RANKS)))
+    return h.done()
+
+
 def restarted_then_stopped(stopping: bool = True) -> tuple[Events, TrialInfo]:
     """`restarted`, then settled: the harness stops the ranks at 20 s and rank 0's worker
     prints a gloo error at 20.2 s as its peers go (SIGKILL at 23 s). `stopping`: the harness

@@ -37,6 +37,16 @@ def test_outcome(history, outcome):
     assert row["outcome_reason"]
 
 
+def test_a_job_the_scheduler_started_again_recovered_with_its_steps_lost():
+    """A Slurm preemption with requeue: every rank ended on SIGTERM (what it knew of the
+    fault), the job came back and restored its newest checkpoint."""
+    row = metrics_of(fakes.requeued())
+    assert row["outcome"] == "recovered", row["outcome_reason"]
+    assert "restart 1, 14.9 s after its last rank ended" in row["outcome_reason"]
+    assert "every rank restored step 30 (9 steps lost)" in row["outcome_reason"]
+    assert row["ttd_s"] == pytest.approx(0.1) and row["ttr_s"] == pytest.approx(17.0, abs=0.01)
+
+
 def test_a_restart_from_step_0_is_a_recovery_with_its_steps_rolled_back():
     # what bench/torchrun_kill.py writes: agents stop their groups, new workers start over
     row = metrics_of(fakes.restarted())
