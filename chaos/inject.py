@@ -31,6 +31,7 @@ from chaos.undo import UNDOS
 
 __all__ = ["NetlinkInjector", "choose_mechanisms", "default_mechanisms", "process_mechanisms"]
 HELPER_READY_S = 10.0
+NO_SCHEDULER = "a scheduler's fault, made by the backend that has the scheduler (--backend slurm)"
 
 
 class LinkStateDown(Mechanism):
@@ -105,6 +106,9 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "gpu_hang": cmdfile.CommandFile(None),
         "disk_full": SizedTmpfs(),
         "read_only": ReadOnlyBind(),
+        # a scheduler's own faults are its backend's to make (harness.cluster.slurm)
+        **{kind.model_fields["kind"].default: Unavailable(NO_SCHEDULER)
+           for kind in FAULT_KINDS if kind.acts_on == "scheduler"},
     }
 
 

@@ -219,7 +219,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for name in BACKEND_NAMES:
         backend = backend_class(name)
         why = backend.why_not_here()
-        faults = "every fault kind" if backend.traits.network_faults else "kill, pause, gpu_hang; no link faults"
+        traits = backend.traits
+        if not traits.network_faults:
+            faults = "kill, pause, gpu_hang; no link faults"
+        elif traits.link_kinds is None:
+            faults = "every fault kind but a scheduler's"
+        else:
+            faults = (f"kill, pause, gpu_hang, {', '.join(traits.link_kinds)} on a node's own link, "
+                      f"{', '.join(traits.scheduler_kinds)}")
         print(f"  {name:7} {'no   (' + why + ')' if why else 'yes'}: {backend.traits.summary}; {faults}")
     print(describe_host(ClusterConfig().ranks))
     # beside docs/performance.md's figures, how this machine compares

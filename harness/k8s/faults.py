@@ -21,7 +21,7 @@ from typing import Any
 
 from chaos.errors import UsageError
 from chaos.faults import (Bandwidth, Blackhole, Corrupt, Delay, Duplicate, FaultBase, Kill, LinkDown, LinkFault,
-                          Loss, Partition, Pause, Reorder)
+                          Loss, Partition, Pause, Reorder, StorageFault)
 from chaos.tc import tbf_sizes
 from chaos.topology import host_index, host_name
 from harness.k8s.env import duration_text
@@ -163,6 +163,10 @@ def map_fault(planned: PlannedFault, fault: FaultBase, pods: Pods, world: int, r
     """The chaos objects of one on-phase of `planned` (whose value is `fault`), and the notes
     on the mapping. Raises UsageError for a fault Chaos Mesh cannot inject as the harness does."""
     ranks = planned.targets
+    if isinstance(fault, StorageFault):
+        raise refuse(where, fault, "it mounts over the rank's checkpoint folder (a full or read-only disk); "
+                                   "Chaos Mesh's IOChaos injects errors and latency into a volume's calls, "
+                                   "neither a size cap nor a read-only mount")
     if isinstance(fault, Pause):
         raise refuse(where, fault, "it has no way to freeze a process (SIGSTOP ... SIGCONT): pod-failure swaps "
                                    "the container's image for a pause image, so the rank restarts from "

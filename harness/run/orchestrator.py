@@ -147,7 +147,8 @@ def trial_mechanisms(backend: Backend, cluster: Cluster, trial_dir: Path) -> dic
     backend has links (probing needs root), the cluster's own over them, and last the
     trial's own delivery of gpu_hang (its command file in this trial's folder), which no
     backend's default can know."""
-    probed = backend.traits.network_faults and all(h.has_link for h in cluster.hosts)
+    # a backend that declares its own link kinds (a Slurm node's agent) makes them its own way
+    probed = backend.traits.network_faults and backend.traits.link_kinds is None
     return {**(default_mechanisms() if probed else {}), **cluster.mechanisms(),
             "gpu_hang": CommandFile(commands_dir(trial_dir))}
 
