@@ -6,7 +6,7 @@ import pytest
 from harness.run.init import scenario_text
 from harness.run.plan import build_plan
 from harness.run.scenario import load_scenario
-from tests.conftest import REPO, chaos_cli
+from tests.conftest import chaos_cli
 
 
 def written(tmp_path, job: str, source: str = "print('training')\n"):
@@ -46,20 +46,17 @@ def test_a_script_without_a_timeout_option_gets_the_variant_commented_out(tmp_pa
     assert bad.returncode == 2 and "--job: empty" in bad.stderr and not (tmp_path / "t.yaml").exists()
 
 
-@pytest.mark.requires_root
-@pytest.mark.slow
-def test_the_scenario_written_for_train_ddp_runs_as_written(tmp_path, leaves_nothing):
+def test_the_scenario_written_for_train_ddp_maps_its_options(tmp_path):
+    """What it writes for examples/train_ddp.py; that such a scenario runs as written is the
+    newcomer's walk (tests/byo/test_newcomer_walk.py, through the installed chaos)."""
     out = tmp_path / "byo.yaml"
     done = chaos_cli("init", "--job", "python examples/train_ddp.py", "--out", str(out), "--ranks", "4")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "timeout_5s: {args: [--timeout" in text  # train_ddp.py has --timeout and --checkpoint
     assert '--checkpoint, "{trial_dir}/checkpoint.pt"]' in text
-    ran = chaos_cli("run", str(out), "--policy", "default", "--out", str(tmp_path / "runs"), "--quiet", timeout=900)
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert "| default | pause on r5" not in ran.stdout and "| default | pause on r3" in ran.stdout
-    assert "consistent" in ran.stdout and "met" in ran.stdout
-    assert not (REPO / "checkpoint.pt").exists()  # the job's checkpoint went into its trial
+    done = chaos_cli("run", str(out), "--dry-run")
+    assert done.returncode == 0 and "pause" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("given, moved", [

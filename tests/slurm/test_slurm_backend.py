@@ -29,6 +29,13 @@ def _run_dir(stdout: str) -> Path:
     return Path(next(line.split(":", 1)[1].strip() for line in stdout.splitlines() if line.startswith("run folder:")))
 
 
+def _run_slurm(path: Path, env: dict[str, str], out: Path) -> Path:
+    """`chaos run PATH --backend slurm` as a user runs it; its run folder (it met its expectations)."""
+    done = chaos_cli("run", str(path), "--backend", "slurm", "--out", str(out), env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return _run_dir(done.stdout)
+
+
 def _nothing_left(env: dict[str, str], run_dir: Path | None = None) -> None:
     jobs = subprocess.run(["squeue", "-h", "-o", "%i %j"], env=env, capture_output=True, text=True).stdout
     assert jobs.strip() == "", f"jobs left in squeue: {jobs}"
@@ -52,10 +59,7 @@ policies:
 expect:
   timeout: {outcome: failed-fast, detect_within: 2s}
 """)
-    done = chaos_cli("run", str(kill), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
-                     timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    run_dir = _run_dir(done.stdout)
+    run_dir = _run_slurm(kill, slurm_env, tmp_path / "runs")
     events = _events(run_dir, "timeout")
     applied = next(e for e in events if e["kind"] == "fault_applied")
     assert "node03" in applied["mechanism"]  # rank 2 of 4 x 1 lives on the third node
@@ -72,10 +76,8 @@ policies:
 expect:
   retry: {outcome: recovered, detect_within: 7s, recover_within: 30s}
 """)
-    done = chaos_cli("run", str(link), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
-                     timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    events = _events(_run_dir(done.stdout), "retry")
+    run_dir = _run_slurm(link, slurm_env, tmp_path / "runs")
+    events = _events(run_dir, "retry")
     applied = next(e for e in events if e["kind"] == "fault_applied")
     reverted = next(e for e in events if e["kind"] == "fault_reverted")
     # the node's agent brought its own link back at the end of the on-phase, not when the
@@ -95,10 +97,8 @@ policies:
 expect:
   timeout: {outcome: failed-fast, detect_within: 7s}
 """)
-    done = chaos_cli("run", str(path), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
-                     timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    trial = _run_dir(done.stdout) / "trials" / "timeout"
+    run_dir = _run_slurm(path, slurm_env, tmp_path / "runs")
+    trial = run_dir / "trials" / "timeout"
     assert sorted(p.stem for p in (trial / "nodes").glob("*.json")) == ["node01", "node02"]
     applied = next(e for e in _events(trial.parent.parent, "timeout") if e["kind"] == "fault_applied")
     assert "node02" in applied["mechanism"]
@@ -172,10 +172,8 @@ policies:
 expect:
   retry: {state: consistent}
 """)
-    done = chaos_cli("run", str(path), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=slurm_env,
-                     timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    events = _events(_run_dir(done.stdout), "retry")
+    run_dir = _run_slurm(path, slurm_env, tmp_path / "runs")
+    events = _events(run_dir, "retry")
     requeued = [e for e in events if e["kind"] == "job_requeued"]
     assert len(requeued) == 1 and requeued[0]["restarts"] == 1, requeued
     after = [e for e in events if e["kind"] == "step" and e["t"] > requeued[0]["t"]]
