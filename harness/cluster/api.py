@@ -44,6 +44,9 @@ class Traits:
     link_kinds: tuple[str, ...] | None = None
     ranks_per_host: bool = False  # several ranks may share one host (cluster.ranks_per_node)
     scheduler_kinds: tuple[str, ...] = ()  # the scheduler's own fault kinds it makes (preempt, ...)
+    # storage faults mount over the ranks' checkpoint folder in the harness's mount namespace:
+    # only where the ranks share it
+    storage_faults: bool = False
 
 
 @dataclass(frozen=True)

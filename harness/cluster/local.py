@@ -77,7 +77,7 @@ class LocalBackend(Backend):
     name = "local"
     traits = Traits("a plain process per rank on this machine's loopback",
                     needs_root=False, user_namespace=False, network_faults=False,
-                    link_counters=False, host_sysctls=False)
+                    link_counters=False, host_sysctls=False, storage_faults=True)
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> LocalCluster:
         cluster = LocalCluster(spec, ledger, launchers)

@@ -65,8 +65,6 @@ from runfolder.plan import OUTCOMES, STATE_VERDICTS
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
 FAULT_CLASSES = dict(zip(kind_names(), FAULT_KINDS, strict=True))
 JOB_TRIAL = "job"  # the one trial of a user's job without variants
-# where a mount over the ranks' checkpoint folder is what their processes see (chaos.storage)
-STORAGE_BACKENDS = ("netns", "local")
 
 
 def _finite(seconds: float) -> float:
@@ -388,11 +386,11 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
                     f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
                     f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
-            if event.fault.acts_on == "storage" and backend not in STORAGE_BACKENDS:
+            if event.fault.acts_on == "storage" and not traits.storage_faults:
                 raise ValueError(
                     f"faults.{i}.kind: {event.fault.kind} mounts over the ranks' checkpoint folder in the "
                     f"harness's mount namespace, which the {backend} backend's ranks do not see; run it with "
-                    f"--backend {' or '.join(STORAGE_BACKENDS)}")
+                    f"--backend {' or '.join(backends_with('storage_faults'))}")
         per = self.cluster.ranks_per_node
         if per > 1 and not traits.ranks_per_host:
             raise ValueError(f"cluster.ranks_per_node: {per} ranks per host, and the {backend} backend gives each "
