@@ -315,13 +315,23 @@ class Drain(SchedulerFault):
     kind: Literal["drain"] = "drain"
 
 
+class SlurmdKill(SchedulerFault):
+    """The target ranks' nodes lose their Slurm daemon (SIGKILL to slurmd): the job's steps
+    run on (slurmstepd is apart), the controller hears nothing from the node and, after its
+    SlurmdTimeout, sets it DOWN and ends (or requeues) the job; reverted by starting the
+    daemon again as it was started."""
+
+    kind: Literal["slurmd_kill"] = "slurmd_kill"
+
+
 # The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain)
+    GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain, SlurmdKill)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain],
+                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain,
+                        SlurmdKill],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 

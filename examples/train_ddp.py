@@ -6,7 +6,9 @@
 Everything comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT). CUDA and NCCL when there are GPUs, CPU and gloo otherwise. The model, its
 optimizer and the step are saved every `--checkpoint-every` steps (rank 0, atomically) and
-loaded at start, so a restarted job resumes. `--timeout` bounds the training collectives
+loaded at start, so a restarted job resumes; with `--save-on-sigterm` a SIGTERM (a Slurm
+preemption, a time limit, scancel) also saves at the end of the step every rank is in, then
+exits 0, so the requeued job loses no step. `--timeout` bounds the training collectives
 and `--init-timeout` the start-up, each PyTorch's default (30 min for gloo) unless given:
 interpreters importing torch on a busy host reach `init_process_group` tens of seconds
 apart, so a timeout fit for training would end a slow start. The harness measures it from
@@ -18,6 +20,7 @@ import argparse
 import datetime
 import gc
 import os
+import signal
 import time
 
 import torch
@@ -36,6 +39,8 @@ def parse_args() -> argparse.Namespace:
                         help="seconds for every rank to reach init_process_group")
     parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--save-on-sigterm", action="store_true",
+                        help="on SIGTERM, save a checkpoint at the end of the current step and exit 0")
     return parser.parse_args()
 
 
@@ -43,8 +48,20 @@ def seconds(value: float | None) -> datetime.timedelta | None:
     return None if value is None else datetime.timedelta(seconds=value)
 
 
+def save(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Atomically: a kill during the save leaves the previous checkpoint whole."""
+    partial = path + ".tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
+    os.replace(partial, path)
+
+
 def main() -> None:
     args = parse_args()
+    terminated = torch.zeros(1)
+    if args.save_on_sigterm:
+        # Only a flag here: the step in flight finishes, then every rank agrees (below) on
+        # the step to stop at, since Slurm's SIGTERM reaches the ranks at slightly different times
+        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.fill_(1))
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ["LOCAL_RANK"])
     if cuda:
@@ -82,12 +99,18 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         step += 1
+        stop = False
+        if args.save_on_sigterm:
+            told = terminated.clone().to(device)
+            dist.all_reduce(told, op=dist.ReduceOp.MAX, group=training_group)
+            stop = bool(told.item())
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
-            if step % args.checkpoint_every == 0:
-                partial = args.checkpoint + ".tmp"
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
-                os.replace(partial, args.checkpoint)
+            if step % args.checkpoint_every == 0 or stop:
+                save(args.checkpoint, model, optimizer, step)
+        if stop:
+            print(f"rank {rank}: SIGTERM at step {step}: saved, exiting", flush=True)
+            break
         time.sleep(max(0.0, args.step_period - (time.monotonic() - started)))
     # Every rank finishes its last collective before any tears down: a rank whose peer
     # closed the connection mid-teardown can abort in gloo's destructor.

@@ -62,6 +62,15 @@ def saved(events: pd.DataFrame) -> Saved:
                  frozenset(os.path.dirname(str(e["path"])) for e in saves))
 
 
+def loaded_steps(events: pd.DataFrame, after: float) -> set[int]:
+    """The steps at which this trial saved the files its job loaded after `after` (a
+    restart's restore, as the job's own counting of steps saw it when it saved)."""
+    steps = {ident: int(e["step"]) for e in _of_kind(events, CHECKPOINT_SAVE)
+             if (ident := _identity(e.get("file"))) is not None and e.get("step") is not None}
+    return {steps[ident] for load in _of_kind(events, CHECKPOINT_LOAD)
+            if float(load["t"]) > after and (ident := _identity(load.get("file"))) in steps}
+
+
 def foreign_loads(events: pd.DataFrame, info: TrialInfo, others: Sequence[tuple[str, Saved]]) -> list[str]:
     """One line per checkpoint file this trial loaded that another trial of the run wrote
     (`others`: each other trial's name and what it saved) or that existed before the trial

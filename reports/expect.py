@@ -56,6 +56,11 @@ def check_expectations(metrics: Mapping[str, Any], expect: Expectation | None) -
         failures.append(f"state: expected {expect.state or 'not diverged'}, measured {metrics.get('state_detail') or state}")
     if expect.stuck_in is not None and expect.stuck_in not in str(metrics.get("stuck_in") or ""):
         failures.append(f"stuck_in {expect.stuck_in!r}: stuck in: {metrics.get('stuck_in') or 'nothing captured'}")
+    if expect.steps_lost_at_most is not None:
+        lost = _number(metrics.get("steps_lost"))
+        if math.isnan(lost) or lost > expect.steps_lost_at_most:
+            failures.append(f"steps_lost_at_most {expect.steps_lost_at_most}: "
+                            f"{'not measured (no preemption or requeue)' if math.isnan(lost) else f'{lost:g} steps lost'}")
     if expect.suspects_at_most is not None and (suspects := int(metrics.get("suspect_events", 0))) > expect.suspects_at_most:
         failures.append(f"suspects_at_most {expect.suspects_at_most}: {suspects} suspect events")
     return failures

@@ -103,13 +103,22 @@ bypassed            a fault on the network whose targets' links did not carry th
                     No step in the window: not judged. The fault tested nothing, so the
                     trial is not judged by what the job did either.
 
+preempted           a preempt fault without requeue (the slurm backend) and every rank ended:
+                    the scheduler ended the job. Its line names how the ranks ended and
+                    what a resume would find: the newest checkpoint saved (checkpoint,
+                    checkpoint_save), whether it was written after the preemption began
+                    (saved on the signal), and the steps made since it (steps lost: what a
+                    resume does again; all of them where nothing was saved).
+  steps lost        preempted: newest step made - newest checkpoint's step; a requeue:
+                    newest step before it - the step every rank restored after it.
+
 incomplete          the events have no trial_end: the harness was killed (or is still
                     running); or its trial_end says "error": the harness stopped the trial
                     (a rank gone during warm-up, a signal). The outcome says where it ended
                     (the last harness phase and the last event) and judges nothing else.
 
 Outcome: the first rule of OUTCOME_RULES that applies, in this order: incomplete, no-fault,
-bypassed, hung, crashed, exited-clean, running-at-cap, continued, recovered, isolated,
+bypassed, hung, preempted, crashed, exited-clean, running-at-cap, continued, recovered, isolated,
 retries-exhausted, failed-fast, absorbed;
 inconclusive when none does. A new policy's outcome is one more rule in that tuple, and its
 name in runfolder.plan.OUTCOMES (the names a scenario may expect).
@@ -125,10 +134,11 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
+from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CHECKPOINT, CHECKPOINT_SAVE, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, JOB_REQUEUED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
+from reports.checkpoints import loaded_steps
 from reports.state import check_state
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault
@@ -195,6 +205,47 @@ class Requeue:
         return None if self.last_step is None or self.restored is None else self.last_step - self.restored
 
 
+@dataclass(frozen=True)
+class Preempted:
+    """The scheduler ended the job for good (a preemption, no requeue): what a resume finds."""
+
+    t: float                  # the preemption's start
+    last_step: int | None     # the newest step any rank made
+    saved_step: int | None    # the newest checkpoint's step (None: nothing saved)
+    saved_t: float = NAN      # when it was saved
+
+    @property
+    def on_signal(self) -> bool:
+        return self.saved_t >= self.t
+
+    @property
+    def steps_lost(self) -> int | None:
+        return None if self.last_step is None else self.last_step - (self.saved_step or 0)
+
+
+def _newest_checkpoint(events: pd.DataFrame, before: float) -> tuple[int | None, float]:
+    """The built-in runner's atomic checkpoints and a user's job's saves (the hook)."""
+    saves = _of_kind(events, CHECKPOINT, CHECKPOINT_SAVE)
+    saves = saves[(saves["t"] <= before) & saves["step"].notna()] if len(saves) else saves
+    if not len(saves):
+        return None, NAN
+    newest = saves.loc[saves["step"].astype(int).idxmax()]
+    return int(newest["step"]), float(newest["t"])
+
+
+def _preempted(events: pd.DataFrame, faults: tuple[FaultWindow, ...], end: float) -> Preempted | None:
+    applied = _of_kind(events, FAULT_APPLIED)
+    ends = applied[applied["fault"].map(lambda f: isinstance(f, dict) and f.get("kind") == "preempt"
+                                        and not f.get("requeue"))] if "fault" in applied else applied[:0]
+    if not len(ends) or _end_reason(events) != "all-exited":
+        return None
+    t = float(ends["t"].min())
+    steps = _of_kind(events, STEP)
+    saved, saved_t = _newest_checkpoint(events, end)
+    return Preempted(t=t, last_step=int(steps["step"].max()) if len(steps) else None, saved_step=saved,
+                     saved_t=saved_t)
+
+
 def _requeue(events: pd.DataFrame) -> Requeue | None:
     found = _of_kind(events, JOB_REQUEUED)
     if not len(found):
@@ -204,7 +255,8 @@ def _requeue(events: pd.DataFrame) -> Requeue | None:
     steps = _of_kind(events, STEP)
     before = steps[steps["t"] < t]
     restores = _of_kind(events, RESTORED)
-    after = set(restores[restores["t"] > t]["step"])
+    # the built-in runner says what it restored; a user's job, the file it loaded (the hook)
+    after = set(restores[restores["t"] > t]["step"]) or loaded_steps(events, t)
     return Requeue(t=t, restarts=int(first["restarts"]), waited_s=float(first["waited_s"]),
                    last_step=int(before["step"].max()) if len(before) else None,
                    restored=int(after.pop()) if len(after) == 1 else None)
@@ -242,6 +294,7 @@ class TrialFacts:
     left_out: tuple[int, ...] = ()      # survivors the final membership left out (elastic)
     stopped_by: str = ""                # what stopped a trial that ended on an error ("" when not recorded)
     requeue: Requeue | None = None      # the scheduler started the job again (the first time)
+    preempted: Preempted | None = None  # the scheduler ended the job for good
 
     @property
     def fault(self) -> FaultWindow | None:
@@ -467,7 +520,8 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
     for rank in survivors:
         if rank in detections:
             marks = list(restores[restores["rank"] == rank]["t"]) + list(errors[errors["rank"] == rank]["t"])
-            disrupted = max(marks)
+            # a user's job that ended (a scheduler's requeue) with no error said: its exit
+            disrupted = max(marks, default=detections[rank])
         else:
             disrupted = fault.start if math.isnan(fault.end) else fault.end
         firsts = [[t for t in times if t > disrupted][:1] for times in step_times.get(rank, ())]
@@ -571,7 +625,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
                       end_reason=_end_reason(events), stopped_at=_stopped_at(events),
                       stopped_by=_end_error(events), step_times=steps,
                       traffic=link_traffic(events), steps_observed=not len(_of_kind(events, STEPS_NOT_OBSERVED)),
-                      left_out=left_out, requeue=requeue)
+                      left_out=left_out, requeue=requeue, preempted=_preempted(events, faults, end))
 
 
 @dataclass(frozen=True)
@@ -663,6 +717,19 @@ def _hung(f: TrialFacts) -> str | None:
     return f"no step and no policy action for {f.hang.cap:g} s (the harness cap); stopped watching"
 
 
+def _preempted_outcome(f: TrialFacts) -> str | None:
+    p = f.preempted
+    if p is None:
+        return None
+    ends = sorted({d.how for d in f.departures.values()})
+    how = f"ranks ended by {', '.join(ends)}" if ends else "every rank exited cleanly"
+    if p.saved_step is None:
+        return f"the scheduler ended the job ({how}); nothing was saved: a resume starts from scratch"
+    when = "on the signal" if p.on_signal else f"{p.t - p.saved_t:.1f} s before the preemption"
+    return (f"the scheduler ended the job ({how}); the newest checkpoint is step {p.saved_step}, saved {when}: "
+            f"a resume redoes {p.steps_lost} steps")
+
+
 def _crashed(f: TrialFacts) -> str | None:
     crashes = f.crashes
     if not crashes:
@@ -731,6 +798,7 @@ OUTCOME_RULES: tuple[tuple[str, Callable[[TrialFacts], str | None]], ...] = (
     ("no-fault", _no_fault),
     ("bypassed", _bypassed),
     ("hung", _hung),
+    ("preempted", _preempted_outcome),
     ("crashed", _crashed),
     ("exited-clean", _exited_clean),
     ("running-at-cap", _running_at_cap),
@@ -855,6 +923,8 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
     row.update(_state_columns(events, facts))
+    lost = (facts.preempted or facts.requeue)
+    row["steps_lost"] = NAN if lost is None or lost.steps_lost is None else float(lost.steps_lost)
     return row
 
 

@@ -184,7 +184,7 @@ def measured_time(row: Mapping[str, Any]) -> str:
     """The one number the outcome is about; a hang shows its cap, never a made-up figure."""
     outcome = row.get("outcome")
     pick = {"hung": None, "failed-fast": "ttd_s", "retries-exhausted": "ttd_s", "crashed": "ttd_s",
-            "exited-clean": "ttd_s",
+            "exited-clean": "ttd_s", "preempted": "ttd_s",
             "recovered": "ttr_s", "continued": "ttr_s", "isolated": "breaker_open_s",
             "absorbed": "max_stall_s"}
     if outcome == "hung":

@@ -15,7 +15,7 @@ APPLY = "apply"
 REVERT = "revert"
 # Every outcome a trial can have, in the order the reports' rules try them
 # (reports.metrics.OUTCOME_RULES); "inconclusive" when no rule applies.
-OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "crashed", "exited-clean",
+OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "preempted", "crashed", "exited-clean",
                              "running-at-cap", "continued", "recovered", "isolated", "retries-exhausted",
                              "failed-fast", "absorbed", "inconclusive")
 # The state checker's verdicts (reports.state), beside the outcome and never mixed into it
@@ -37,6 +37,8 @@ class Expectation:
     state: str | None = None
     # words the "stuck in" line (reports.stuck) must contain; absent before it: None
     stuck_in: str | None = None
+    # steps a resume does again after a scheduler's preemption or requeue; absent before it: None
+    steps_lost_at_most: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [o for o in self.outcome if o not in OUTCOMES]

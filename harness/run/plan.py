@@ -97,7 +97,7 @@ def _expectation(written: WrittenExpectation | None) -> Expectation | None:
     return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
                        recover_within=written.recover_within, breaker_within=written.breaker_within,
                        suspects_at_most=written.suspects_at_most, state=written.state,
-                       stuck_in=written.stuck_in)
+                       stuck_in=written.stuck_in, steps_lost_at_most=written.steps_lost_at_most)
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:

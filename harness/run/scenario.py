@@ -276,6 +276,9 @@ class Expectation(Frozen):
         default=None, description="the state checker's verdict (reports.state): consistent (every "
                                   "replica agrees, every resumed state is real), diverged, not observed; "
                                   "with any expectation set, a diverged state fails unless expected")
+    steps_lost_at_most: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="at most this many steps a resume does again (a scheduler's preemption "
+                                  "or requeue: steps made since the newest checkpoint; 0: it saved on the signal)")
     stuck_in: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="words that the trial's 'stuck in' line must contain: where every live "
                                   "process was at the hang cap (e.g. 'torchrun agents in rendezvous')")

@@ -43,6 +43,7 @@ from reports.nightly.stats import counts, figure_text, number_text, quartiles, r
 OUTCOME_SEVERITY: dict[str, int] = {
     "no-fault": 0, "absorbed": 0, "recovered": 0, "continued": 0,
     "isolated": 1, "failed-fast": 1, "retries-exhausted": 1, "exited-clean": 1,
+    "preempted": 1,
     "crashed": 2, "running-at-cap": 3, "inconclusive": 3, "incomplete": 3, "bypassed": 3, "hung": 4,  # bypassed: the fault tested nothing
 }
 SERIES_KEY = ["scenario", "policy"]

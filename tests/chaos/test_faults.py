@@ -39,7 +39,7 @@ def test_every_kind_parses_from_its_scenario_form():
         "blackhole": {"direction": "to_host"}, "partition": {"groups": [["r000"], [1, 2]]},
         "kill": {"signal": "TERM"}, "pause": {}, "gpu_hang": {"duration": "10s"},
         "preempt": {"signal": "USR1", "lead": "30s", "requeue": True}, "requeue": {}, "node_down": {},
-        "drain": {},
+        "drain": {}, "slurmd_kill": {},
         "disk_full": {"after_bytes": "1mib"}, "read_only": {},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}

@@ -191,3 +191,51 @@ def test_scheduler_faults_are_refused_without_a_scheduler(tmp_path):
     done = chaos_cli("run", str(path), "--dry-run")
     assert done.returncode == 2 and "is a scheduler's fault" in done.stderr and "--backend slurm" in done.stderr, \
         done.stderr
+
+
+def test_preempted_user_job_says_what_a_resume_would_redo(slurm_env, tmp_path):
+    """examples/slurm/preempt.yaml as shipped: examples/train_ddp.py preempted for good. As
+    written, SIGTERM ends every rank and the steps since its periodic checkpoint are lost,
+    named; with --save-on-sigterm every rank stops at one step, rank 0 saves it: 0 lost."""
+    run_dir = _run_slurm(REPO / "examples" / "slurm" / "preempt.yaml", slurm_env, tmp_path / "runs")
+    report = (run_dir / "report.md").read_text()
+    plain = next(line for line in report.splitlines() if line.startswith("| default | preempt"))
+    assert "ranks ended by signal SIGTERM" in plain and "saved on the signal" not in plain, plain
+    saved = next(line for line in report.splitlines() if line.startswith("| save_on_sigterm | preempt"))
+    assert "saved on the signal: a resume redoes 0 steps" in saved, saved
+    import csv
+    rows = {r["policy"]: r for r in csv.DictReader((run_dir / "metrics.csv").open())}
+    assert float(rows["default"]["steps_lost"]) > 0 and float(rows["save_on_sigterm"]["steps_lost"]) == 0, rows
+    _nothing_left(slurm_env, run_dir)
+
+
+def _slurmd_pids() -> dict[str, int]:
+    from harness.cluster.slurm import slurmd
+    return {node: pids[0] for node in ("node01", "node02") if (pids := slurmd.daemons(node))}
+
+
+def test_slurmd_kill_spares_the_job_and_the_daemon_comes_back(slurm_env, tmp_path):
+    """The node's daemon killed for 4 s (the test cluster's SlurmdTimeout is Slurm's 300 s):
+    the job's step runs on without it, and the revert starts slurmd again, outside the
+    job's step (the step's end would kill its descendants), answering the controller."""
+    before = _slurmd_pids()
+    path = _scenario(tmp_path, "slurmd_kill", """cluster: {ranks: 2}
+faults:
+  - {kind: slurmd_kill, target: {rank: 1}, start: 1s, duration: 4s}
+hang_cap: 20s
+policies:
+  timeout: {timeout: 5s}
+expect:
+  timeout: {outcome: absorbed}
+""")
+    run_dir = _run_slurm(path, slurm_env, tmp_path / "runs")
+    applied = next(e for e in _events(run_dir, "timeout") if e["kind"] == "fault_applied")
+    assert f"SIGKILL to slurmd (pid {before['node02']})" in applied["mechanism"], applied
+    after = _slurmd_pids()
+    assert after["node01"] == before["node01"] and after["node02"] != before["node02"], (before, after)
+    deadline = time.monotonic() + 20  # the new daemon registers with the controller
+    while "node02 idle" not in subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=slurm_env,
+                                             capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "node02 did not come back idle after its slurmd was started again"
+        time.sleep(0.5)
+    _nothing_left(slurm_env, run_dir)

@@ -8,6 +8,9 @@ output, with the node's own ops beside the launcher's:
     {"op": "revert", "id": 3}                        -> {"t"}: when it was reverted
     {"op": "clock"}                                  -> {"t"}: the node's monotonic clock
 
+A `slurmd_kill` fault kills the node's Slurm daemon (harness.cluster.slurm.slurmd); its
+revert starts it again.
+
 A link fault acts on the node's own interface (the one holding its Slurm address), so on
 every rank of the node at once, as a NIC or cable failure does; a process fault on the
 rank's processes. While its own link is faulted the node cannot hear the harness (srun's
@@ -33,13 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from chaos import netlink, proc
-from chaos.api import Host, Injection
+from chaos.api import AppliedFault, Host, Injection
 from chaos.faults import FaultBase, parse_fault
-from chaos.inject import LinkStateDown, NetlinkInjector, SignalKill, SignalStop
+from chaos.inject import LedgerInjection, LinkStateDown, NetlinkInjector, SignalKill, SignalStop
 from chaos.ledger import Ledger
+from chaos.mechanism import UndoTable
 from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
+from harness.cluster.slurm import slurmd
+from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
 
 OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man switch's, a heal's on the node
 NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the folder is shared
@@ -88,6 +94,8 @@ class Agent(zygote.NodeOps):
             return {"t": time.monotonic(), "gone": pid is None}
         if op == "fault":
             fault = parse_fault(cmd["fault"])
+            if fault.kind == "slurmd_kill":  # type: ignore[attr-defined]
+                return self._kill_slurmd(cmd["id"])
             if fault.acts_on == "process":
                 hosts = [Host(name=t, address=self.link.address, switch_ns=None, port=None, ns_path=None,
                               pid=self._pid(t, names)) for t in cmd["targets"]]
@@ -112,6 +120,22 @@ class Agent(zygote.NodeOps):
             t = injection.revert() if injection is not None else self.reverted.pop(cmd["id"], time.monotonic())
             return {"t": t}
         return super().answer(cmd, names)
+
+    def _kill_slurmd(self, index: int) -> dict[str, Any]:
+        """The node's daemon, recorded (to start it again) and killed; its revert is the undo."""
+        t_requested = time.monotonic()
+        pids = slurmd.daemons(self.node)
+        if len(pids) != 1:
+            raise RuntimeError(f"slurmd of {self.node}: {len(pids) or 'no'} daemons found on this host "
+                               "(one expected: `slurmd -N NODE` where a host runs several)")
+        entry = self.ledger.record("slurmd_killed", **slurmd.describe(pids[0]))
+        slurmd.kill(pids[0])
+        self.ledger.mark(entry, "done")
+        self.faults[index] = LedgerInjection(
+            AppliedFault(parse_fault({"kind": "slurmd_kill"}), (self.node,), f"SIGKILL to slurmd (pid {pids[0]})",
+                         time.monotonic(), t_requested), [entry], self.ledger, SLURM_UNDOS)
+        applied = self.faults[index].applied
+        return {"t": applied.t_applied, "t_requested": t_requested, "mechanism": applied.mechanism}
 
     def _apply(self, index: int, fault: FaultBase, hosts: list[Host], revert_after: float | None) -> Injection:
         injection = self.injector.apply(fault, hosts, revert_after=revert_after)
@@ -138,7 +162,7 @@ class Agent(zygote.NodeOps):
     def close(self) -> None:
         for index in sorted(self.faults, reverse=True):
             self.faults.pop(index).revert()
-        undo_outstanding(self.ledger, UNDOS)
+        undo_outstanding(self.ledger, UndoTable.combine({"chaos": UNDOS, "slurm": SLURM_UNDOS}))
         self.ledger.close_if_clean()
 
 

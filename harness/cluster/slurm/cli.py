@@ -1,4 +1,4 @@
-"""`chaos slurm up --nodes N [--cpus-per-node C]`, `chaos slurm status`, `chaos slurm down`:
+"""`chaos slurm up --nodes N [--cpus-per-node C] [--slurmd-timeout S]`, `chaos slurm status`, `chaos slurm down`:
 the local cluster of harness.cluster.slurm.local."""
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
                                        "network host of its own", description="start a local Slurm cluster")
     up.add_argument("--nodes", type=int, default=4, help="nodes (default 4)")
     up.add_argument("--cpus-per-node", type=int, help="CPUs each node reports (default: this machine's)")
+    up.add_argument("--slurmd-timeout", type=int, default=300, metavar="S",
+                    help="seconds the controller waits for a silent node's daemon before it sets the node "
+                         "DOWN (Slurm's SlurmdTimeout; default 300, Slurm's own)")
     actions.add_parser("status", help="the local cluster and its nodes", description="the local cluster")
     down = actions.add_parser("down", help="stop the local cluster and remove everything it made",
                               description="stop the local cluster")
@@ -26,7 +29,8 @@ def slurm_command(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.cpus_per_node is not None and args.cpus_per_node < 1:
             raise UsageError(f"--cpus-per-node {args.cpus_per_node}: expected 1 or more")
-        cluster = local.up(args.nodes, args.cpus_per_node, say=lambda text: print(text, file=sys.stderr))
+        cluster = local.up(args.nodes, args.cpus_per_node, say=lambda text: print(text, file=sys.stderr),
+                           slurmd_timeout=args.slurmd_timeout)
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     if args.action == "down":

@@ -329,9 +329,11 @@ class AgentInjector(Injector):
         kind = fault.kind  # type: ignore[attr-defined]
         if kind == "gpu_hang":
             return self.local.apply(fault, hosts, revert_after)
-        if fault.acts_on == "scheduler":
+        if fault.acts_on == "scheduler" and kind != "slurmd_kill":
             return self._scheduler(fault, hosts)
-        if fault.acts_on != "process" and kind not in LINK_KINDS:
+        if kind == "slurmd_kill":  # the controller may end the job when it finds the node gone
+            self.cluster.requeue_expected = True
+        if fault.acts_on == "link" and kind not in LINK_KINDS:
             raise UnsupportedFault(f"{kind} cannot be injected on a Slurm node's own link")
         self._count += 1
         by_node: dict[int, list[str]] = {}
@@ -407,7 +409,7 @@ class SlurmBackend(Backend):
     traits = Traits("a Slurm allocation: a node agent per node, started by srun",
                     needs_root=False, user_namespace=False, network_faults=True,
                     link_counters=False, host_sysctls=False, link_kinds=LINK_KINDS, ranks_per_host=True,
-                    scheduler_kinds=("preempt", "requeue", "node_down", "drain"))
+                    scheduler_kinds=("preempt", "requeue", "node_down", "drain", "slurmd_kill"))
     start_timeout_s = ALLOCATION_TIMEOUT_S + AGENTS_READY_TIMEOUT_S
 
     @classmethod
@@ -421,6 +423,8 @@ class SlurmBackend(Backend):
             return "Slurm: scancel --signal (warning, SIGCONT, SIGTERM), then scancel or scontrol requeue after KillWait"
         if kind == "requeue":
             return "Slurm: scontrol requeue"
+        if kind == "slurmd_kill":
+            return "the node's agent: SIGKILL to the node's slurmd, started again as it was at the revert"
         if kind in ("node_down", "drain"):
             return f"Slurm: scontrol update state={'DOWN' if kind == 'node_down' else 'DRAIN'} of the ranks' nodes, RESUME after"
         return None

@@ -59,7 +59,9 @@ CLUSTER_FILE = "cluster.json"
 # make every trial's teardown long). SlurmdTimeout is Slurm's default: a node whose daemon
 # has not answered for 300 s is declared down and its steps cancelled, as on a real
 # cluster, where a link fault on a node's only interface also cuts its daemon off.
-KILL_WAIT_S, SLURMD_TIMEOUT_S = 5, 300
+# `--slurmd-timeout` shortens it for a slurmd_kill that should end in a node declared down
+# within a trial (docs/slurm.md).
+KILL_WAIT_S, SLURMD_TIMEOUT_S, MIN_SLURMD_TIMEOUT_S = 5, 300, 10
 CRED_EXPIRE_S = 10
 
 
@@ -102,7 +104,7 @@ def _daemon(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def _conf(cluster_id: str, folder: Path, nodes: int, cpus: int) -> str:
+def _conf(cluster_id: str, folder: Path, nodes: int, cpus: int, slurmd_timeout: int) -> str:
     host = socket.gethostname()
     lines = [
         f"ClusterName={cluster_id}",
@@ -123,7 +125,7 @@ def _conf(cluster_id: str, folder: Path, nodes: int, cpus: int) -> str:
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2", "MpiDefault=none", "JobRequeue=1",
-        f"KillWait={KILL_WAIT_S}", f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
+        f"KillWait={KILL_WAIT_S}", f"SlurmdTimeout={slurmd_timeout}",
         "SchedulerParameters=sched_interval=1", "MessageTimeout=5",
         "PreemptType=preempt/none",
     ]
@@ -169,7 +171,8 @@ def _login_link(switch_ns: str, ifname: str) -> None:
         ipr.link("set", index=index, state="up")
 
 
-def up(nodes: int, cpus_per_node: int | None = None, say=print) -> LocalCluster:
+def up(nodes: int, cpus_per_node: int | None = None, say=print,
+       slurmd_timeout: int = SLURMD_TIMEOUT_S) -> LocalCluster:
     """Build and start a local cluster of `nodes` nodes; returns once every node is idle.
     On any failure what was made is taken back."""
     if os.geteuid() != 0:
@@ -177,6 +180,9 @@ def up(nodes: int, cpus_per_node: int | None = None, say=print) -> LocalCluster:
                          "Run it as root (sudo), or point SLURM_CONF at a cluster you have")
     if missing := _missing():
         raise UsageError(f"chaos slurm up: {', '.join(missing)} not found: {INSTALL}")
+    if slurmd_timeout < MIN_SLURMD_TIMEOUT_S:
+        raise UsageError(f"--slurmd-timeout {slurmd_timeout}: expected {MIN_SLURMD_TIMEOUT_S} s or more (the "
+                         "controller pings every third of it; shorter declares nodes down under load)")
     if nodes < 1 or nodes > topology.MAX_HOSTS:
         raise UsageError(f"--nodes {nodes}: expected 1 to {topology.MAX_HOSTS}")
     if others := running():
@@ -206,7 +212,7 @@ def up(nodes: int, cpus_per_node: int | None = None, say=print) -> LocalCluster:
                         f"--log-file={log / 'munged.log'}"], log / "munged.out")
         _wait("munged did not open its socket", sock.exists, 10.0, log / "munged.log")
         conf = folder / "slurm.conf"
-        conf.write_text(_conf(cluster_id, folder, nodes, cpus))
+        conf.write_text(_conf(cluster_id, folder, nodes, cpus, slurmd_timeout))
         ctld = _start(ledger, [_daemon("slurmctld"), "-D", "-f", str(conf)], log / "slurmctld.out",
                       ns=topology.namespace_path(switch_ns))
         for i, host in enumerate(hosts):

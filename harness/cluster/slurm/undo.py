@@ -1,7 +1,7 @@
 """What takes back the slurm backend's side effects: the run's allocation, cancelled by its
 name (`chaos-<run id>`, recorded before it was submitted, so a harness killed before it read
-the job's id still leaves a job a heal finds), and a node a fault set down or drained,
-resumed. Kept light: every heal imports it."""
+the job's id still leaves a job a heal finds), a node a fault set down or drained, resumed,
+and a node's daemon a fault killed, started again (by the node's agent, or a heal there). Kept light: every heal imports it."""
 from __future__ import annotations
 
 import os
@@ -31,4 +31,9 @@ def _resume_node(args: dict[str, Any]) -> None:
         commands.set_node_state(args["node"], "RESUME", conf=args.get("conf"))
 
 
-UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_node_state": _resume_node})
+def _start_slurmd(args: dict[str, Any]) -> None:
+    from harness.cluster.slurm import slurmd
+    slurmd.start_again(args)
+
+
+UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_node_state": _resume_node, "slurmd_killed": _start_slurmd})
