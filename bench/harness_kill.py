@@ -1,7 +1,7 @@
 """Random-phase SIGKILL campaign: kill `chaos run` at a random moment, heal, count leftovers.
 
-    sudo .venv/bin/python bench/harness_kill.py [--netns 20] [--docker 10] [--ranks 8]
-        [--max-delay 25] [--seed 1] [--scenarios link_down kill_rank ...]
+    sudo .venv/bin/python bench/harness_kill.py [--netns 20] [--docker 10] [--slurm 10]
+        [--ranks 8] [--max-delay 25] [--seed 1] [--scenarios link_down kill_rank ...]
 
 Per backend, N times: start `chaos run SCENARIO --ranks R --backend B` (scenarios in turn),
 SIGKILL it after a delay drawn uniformly from [0, --max-delay] s with the seed, and note
@@ -14,8 +14,11 @@ start-up heal, the run folder, bring-up). Then, alternately:
                     heal comes just before the folder), then stopped with SIGTERM
 
 and lists what is left of either run on the host (`harness.cluster.host`: namespaces,
-ledgers, containers, processes), then removes it so the next kill starts clean. A backend
-that cannot run here (no Docker engine) prints why and is skipped. Needs root.
+ledgers, containers, processes; on the slurm backend also the run's jobs in `squeue`), then
+removes it so the next kill starts clean. A backend that cannot run here (no Docker engine,
+no Slurm cluster: `sudo chaos slurm up --nodes 4` and its SLURM_CONF) prints why and is
+skipped. The slurm backend runs the scenarios its node agents inject (SLURM_SCENARIOS) on
+min(--ranks, the cluster's nodes) ranks. Needs root.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from harness.cluster import host
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("link_down", "kill_rank", "pause_rank", "link_flap", "loss_20pct", "unplugged")
+SLURM_SCENARIOS = ("link_down", "kill_rank", "pause_rank", "loss_20pct")
 HEAL_MODES = ("chaos heal", "start-up heal")
 FOLDER_WAIT_S = 120.0
 STOP_WAIT_S = 60.0
@@ -55,9 +59,12 @@ class Kill:
 
 
 def _chaos_run(scenario: str, ranks: int, backend: str, out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(REPO / "scenarios" / f"{scenario}.yaml"),
-                             "--ranks", str(ranks), "--backend", backend, "--out", str(out), "--quiet"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """`chaos run`, its error output kept beside `out` (what a run that failed said)."""
+    with open(f"{out}.stderr", "wb") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "harness.cli", "run",
+                                 str(REPO / "scenarios" / f"{scenario}.yaml"), "--ranks", str(ranks),
+                                 "--backend", backend, "--out", str(out), "--quiet"],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def _phase(out: Path, child: subprocess.Popen[bytes]) -> str:
@@ -104,12 +111,26 @@ def one_kill(backend: str, scenario: str, ranks: int, delay_s: float, heal_mode:
             heal_s = _wait_folder(fresh_out, fresh)
         finally:
             host.end_process(fresh, signal.SIGTERM, STOP_WAIT_S)
+        if heal_s is None:
+            said = Path(f"{fresh_out}.stderr").read_text(errors="replace").strip().splitlines()
+            failed = tuple(said[-3:])
     # ours: the two runs' ids (from their folders) and the killed harness's probe namespace
     runs = {**host.runs_under(work), f"probe{child.pid}": None}
     left = host.left_since(before, runs=runs)
     if left:
         host.remove(left, runs)  # the next kill starts clean
-    return Kill(backend, scenario, delay_s, phase, heal_mode, heal_s, tuple(map(str, left)), failed)
+    jobs = _slurm_jobs(runs) if backend == "slurm" else []
+    if jobs:
+        subprocess.run(["scancel", "--name", ",".join(j.split()[1] for j in jobs)], check=False)
+    return Kill(backend, scenario, delay_s, phase, heal_mode, heal_s, (*map(str, left), *jobs), failed)
+
+
+def _slurm_jobs(runs: dict[str, Path | None]) -> list[str]:
+    """The runs' jobs Slurm still lists (named chaos-<run id>), as "slurm job ID NAME STATE"."""
+    from harness.cluster.slurm.cluster import job_name
+    names = {job_name(run_id) for run_id in runs}
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, check=False).stdout
+    return [f"slurm job {line}" for line in out.splitlines() if len(line.split()) == 3 and line.split()[1] in names]
 
 
 def cannot_run(backend: str) -> str | None:
@@ -117,13 +138,22 @@ def cannot_run(backend: str) -> str | None:
         return "needs root (network namespaces, netlink)"
     if backend == "docker" and not capabilities().docker:
         return capabilities().why_not("docker")
+    if backend == "slurm":
+        from harness.cluster.slurm.cluster import SlurmBackend
+        return SlurmBackend.why_not_here()
     return None
+
+
+def _slurm_nodes() -> int:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=False).stdout
+    return len(set(out.split()))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--netns", type=int, default=20, help="kills on the namespace backend (default 20)")
     parser.add_argument("--docker", type=int, default=10, help="kills on the docker backend (default 10)")
+    parser.add_argument("--slurm", type=int, default=10, help="kills on the slurm backend (default 10)")
     parser.add_argument("--ranks", type=int, default=8, help="ranks per run (default 8)")
     parser.add_argument("--max-delay", type=float, default=25.0, help="latest kill, seconds after start (default 25)")
     parser.add_argument("--seed", type=int, default=1)
@@ -132,17 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     total_left = 0
     with tempfile.TemporaryDirectory(prefix="harness-kill-") as tmp:
-        for backend, n in (("netns", args.netns), ("docker", args.docker)):
+        for backend, n in (("netns", args.netns), ("docker", args.docker), ("slurm", args.slurm)):
             if n <= 0:
                 continue
             why = cannot_run(backend)
             if why:
                 print(f"{backend}: {n} kills not run: {why}")
                 continue
-            print(f"{backend}: {n} kills, {args.ranks} ranks, delays uniform in [0, {args.max_delay:g}] s")
+            scenarios, ranks = args.scenarios, args.ranks
+            if backend == "slurm":
+                scenarios = [s for s in args.scenarios if s in SLURM_SCENARIOS] or list(SLURM_SCENARIOS)
+                ranks = min(ranks, _slurm_nodes())
+            print(f"{backend}: {n} kills, {ranks} ranks, delays uniform in [0, {args.max_delay:g}] s")
             kills = []
             for i in range(n):
-                kill = one_kill(backend, args.scenarios[i % len(args.scenarios)], args.ranks,
+                kill = one_kill(backend, scenarios[i % len(scenarios)], ranks,
                                 rng.uniform(0.0, args.max_delay), HEAL_MODES[i % 2], Path(tmp))
                 kills.append(kill)
                 heal_text = "no run folder (it failed first)" if kill.heal_s is None else f"{kill.heal_s:.2f} s"

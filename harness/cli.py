@@ -201,6 +201,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from harness.job.device import describe_host
     from harness.run import machine
     from harness.run.scenario import ClusterConfig
+    if args.backend == "slurm":  # the cluster's nodes, not this machine
+        from harness.cluster.slurm.doctor import doctor_slurm
+        return doctor_slurm()
     code = 0
     with contextlib.suppress(UsageError):  # an ordinary user: as root of a user namespace, where allowed
         require_privileges("chaos doctor")
@@ -301,6 +304,12 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
                      help="print the resolved plan (which ranks, which mechanism, when) and exit")
 
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=("slurm",),
+                        help="slurm: what the node agent may inject on each idle node of the cluster "
+                             "SLURM_CONF names (one srun task per node)")
+
+
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
@@ -323,7 +332,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
                cmd_report),
     "heal": ("remove what crashed runs left on this host",
              _arguments_of("chaos.heal", "add_heal_arguments"), cmd_heal),
-    "doctor": ("what this machine can inject, and how; its speed", _no_arguments, cmd_doctor),
+    "doctor": ("what this machine can inject, and how; its speed (--backend slurm: each node of the cluster)",
+               _doctor_arguments, cmd_doctor),
     "calibrate": ("measure each fault mechanism: configured vs measured",
                   _arguments_of("chaos.calibrate", "add_calibrate_arguments"), cmd_calibrate),
     "export": ("write one trial of a scenario as manifests for a cluster (export k8s ...)",

@@ -47,6 +47,9 @@ class Traits:
     # storage faults mount over the ranks' checkpoint folder in the harness's mount namespace:
     # only where the ranks share it
     storage_faults: bool = False
+    # trials may run at once without sharing a machine: each gets hosts of its own from a
+    # scheduler (`chaos nightly --parallel N`); on one machine they would skew each other's times
+    parallel_trials: bool = False
 
 
 @dataclass(frozen=True)

@@ -242,3 +242,43 @@ def test_the_gate_fails_the_command_only_when_asked_and_names_each_regression(
         assert "Reproduce: chaos run scenarios/loss_20pct.yaml --backend netns --policy retry --seed" in line
     else:
         assert regressions == []
+
+
+def test_parallel_cells_run_at_once_and_each_is_recorded_when_it_ends(tmp_path: Path) -> None:
+    """--parallel 2: two cells in flight together (a barrier only two at once pass), each
+    written to the manifest as it ends; a stop in one cell reaches the command."""
+    import threading
+    path = night_plan(tmp_path)
+    plan = load_night_plan(path)
+    cells = expand(plan, path)[:4]
+    out = tmp_path / "nights"
+    out.mkdir()
+    night_dir, manifest = open_night(out, plan_digest(plan, cells), path, None, metadata, NOW)
+    together = threading.Barrier(2, timeout=10)
+    ended: list[str] = []
+
+    def run_cell(cell: Cell, runs: Path) -> Path:
+        together.wait()  # breaks (BrokenBarrierError) unless a second cell runs meanwhile
+        run_dir = runs / cell.key.replace("/", "-")
+        run_dir.mkdir(parents=True)
+        ended.append(cell.key)
+        return run_dir
+    clock = FakeClock(0.0)
+    done = run_cells(night_dir, manifest, cells, run_cell, NightProgress(Progress(quiet=True), 8, 0, clock), clock,
+                     parallel=2)
+    assert sorted(d.key for d in done.done) == sorted(c.key for c in cells)
+    assert [d.key for d in read_manifest(night_dir).done] == [d.key for d in done.done]
+
+    def stopped(cell: Cell, runs: Path) -> Path:
+        raise KeyboardInterrupt
+    (tmp_path / "again").mkdir()
+    fresh, manifest = open_night(tmp_path / "again", plan_digest(plan, cells), path, None, metadata, NOW)
+    with pytest.raises(KeyboardInterrupt):
+        run_cells(fresh, manifest, cells, stopped, NightProgress(Progress(quiet=True), 8, 0, clock), clock, parallel=2)
+    assert read_manifest(fresh).done == ()
+
+
+def test_parallel_needs_a_backend_that_gives_each_cell_its_own_hosts(tmp_path: Path) -> None:
+    done = chaos_cli("nightly", "--quick", "--parallel", "2", "--out", str(tmp_path / "nights"))
+    assert done.returncode == 2 and "--backend slurm" in done.stderr and "skew" in done.stderr, done.stderr
+    assert not (tmp_path / "nights").exists()

@@ -239,3 +239,13 @@ expect:
         assert time.monotonic() < deadline, "node02 did not come back idle after its slurmd was started again"
         time.sleep(0.5)
     _nothing_left(slurm_env, run_dir)
+
+
+def test_doctor_asks_each_node_what_its_agent_may_inject(slurm_env):
+    done = chaos_cli("doctor", "--backend", "slurm", env=slurm_env, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("node0")]
+    assert [line[0] for line in lines] == ["node01", "node02", "node03", "node04"], done.stdout
+    # the local cluster runs jobs as root: every kind on every node
+    assert all(line[1:3] == ["uid", "0:"] and "slurmd_kill" in " ".join(line) for line in lines), done.stdout
+    _nothing_left(slurm_env)

@@ -44,7 +44,7 @@ from chaos.mechanism import UndoTable
 from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
-from harness.cluster.slurm import slurmd
+from harness.cluster.slurm import nodecheck, slurmd
 from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
 
 OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man switch's, a heal's on the node
@@ -105,6 +105,8 @@ class Agent(zygote.NodeOps):
                 injection = self._apply(cmd["id"], fault, hosts, cmd.get("revert_after"))
                 return {"t": injection.applied.t_applied, "t_requested": injection.applied.t_requested,
                         "mechanism": injection.applied.mechanism}
+            if (why := nodecheck.allowed(nodecheck.effective_caps(), os.geteuid())[fault.kind]) != "yes":
+                raise PermissionError(f"{fault.kind} on {self.node}: {why} (`chaos doctor --backend slurm`)")
             if getattr(fault, "direction", "both") != "both":
                 raise ValueError(f"{fault.kind} on a node's own interface takes direction both only")
             # The answer must leave before the link goes: it is sent now, and the fault put on
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     agent = Agent(args.run_id, node, args.address)
     facts = {"node": node, "ifname": agent.ifname, "slurm_job": os.environ.get("SLURM_JOB_ID"),
-             "slurm_step": os.environ.get("SLURM_STEP_ID")}
+             "slurm_step": os.environ.get("SLURM_STEP_ID"),
+             "kinds": nodecheck.allowed(nodecheck.effective_caps(), os.geteuid())}
     # written where the harness reads the ranks' events: if it cannot see this, it cannot see those
     shared = args.run_dir / NODES_DIR / f"{node}.json"
     shared.parent.mkdir(parents=True, exist_ok=True)

@@ -409,7 +409,8 @@ class SlurmBackend(Backend):
     traits = Traits("a Slurm allocation: a node agent per node, started by srun",
                     needs_root=False, user_namespace=False, network_faults=True,
                     link_counters=False, host_sysctls=False, link_kinds=LINK_KINDS, ranks_per_host=True,
-                    scheduler_kinds=("preempt", "requeue", "node_down", "drain", "slurmd_kill"))
+                    scheduler_kinds=("preempt", "requeue", "node_down", "drain", "slurmd_kill"),
+                    parallel_trials=True)
     start_timeout_s = ALLOCATION_TIMEOUT_S + AGENTS_READY_TIMEOUT_S
 
     @classmethod

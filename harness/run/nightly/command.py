@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from chaos.errors import UsageError
-from harness.cluster.backends import BACKEND_NAMES
+from harness.cluster.backends import BACKEND_NAMES, backends_with, traits_of
 from harness.run.nightly.folder import open_night
 from harness.run.nightly.matrix import CellRunner, NightProgress, finish_night, run_cells
 from harness.run.nightly.metadata import gather_metadata
@@ -34,6 +34,9 @@ def add_nightly_arguments(parser: argparse.ArgumentParser) -> None:
                                         "this plan, else a new one named after the time)")
     parser.add_argument("--gate", action="store_true",
                         help="exit 1 naming each regression against the earlier nights")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+                        help="run N cells at once, each on hosts of its own (a backend with a scheduler: "
+                             "--backend slurm gives each its own nodes); default 1")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -57,8 +60,15 @@ def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str,
         raise UsageError("give a plan file or --quick, not both")
     if args.repeat is not None and args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: give 1 or more")
+    if args.parallel < 1:
+        raise UsageError(f"--parallel {args.parallel}: give 1 or more")
     plan_file = Path(args.plan) if args.plan else QUICK_PLAN if args.quick else DEFAULT_PLAN
     plan = load_night_plan(plan_file, args.repeat, args.backend)
+    if args.parallel > 1 and not traits_of(plan.backend).parallel_trials:
+        raise UsageError(f"--parallel {args.parallel}: the {plan.backend} backend runs every trial on this machine, "
+                         "where cells at once would skew each other's times; use --backend "
+                         f"{' or '.join(backends_with('parallel_trials', True))} (a cluster's own nodes per cell), "
+                         "or leave --parallel out")
     cells = expand(plan, plan_file)
     require_privileges("chaos nightly", plan.backend)
     out = Path(args.out)
@@ -71,14 +81,15 @@ def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str,
                                      gather_metadata(plan.backend), datetime.datetime.now(datetime.timezone.utc))
     total = sum(len(c.policies) for c in cells)
     done = sum(d.trials for d in manifest.done)
-    progress = NightProgress(Progress(quiet=args.quiet), total, done, time.monotonic)
+    progress = NightProgress(Progress(quiet=args.quiet), total, done, time.monotonic,
+                             label="nightly" if args.parallel == 1 else f"nightly x{args.parallel}")
     if done:
         progress.show(f"resuming night {manifest.night}: {len(manifest.done)} of {len(cells)} run folders done")
     from harness.cluster.launcher import LauncherPool
     try:
         with LauncherPool() as launchers:
             manifest = run_cells(night_dir, manifest, cells, _real_cell_runner(plan.backend, launchers), progress,
-                                 time.monotonic)
+                                 time.monotonic, parallel=args.parallel)
     except (KeyboardInterrupt, Terminated):
         progress.show(f"interrupted: the same command resumes night {manifest.night}")
         raise

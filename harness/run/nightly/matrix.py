@@ -3,6 +3,8 @@ line with the ETA; then the night's history rows, files and gate (reports.nightl
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,21 +49,57 @@ class NightProgress:
         self.progress.phase(self.label, self.line(text))
 
 
+def _cell_text(cell: Cell) -> str:
+    return f"{cell.scenario.name} repeat {cell.repeat} ({', '.join(cell.policies)})"
+
+
 def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_cell: CellRunner,
-              progress: NightProgress, clock: Callable[[], float], last: bool = True) -> Manifest:
-    """Run every cell not done yet; the manifest is rewritten after each (`last`: these are
-    the plan's last cells, and the progress line says the matrix is done)."""
-    for cell in cells:
-        if cell.key in manifest.keys():
-            continue
-        progress.show(f"running {cell.scenario.name} repeat {cell.repeat} ({', '.join(cell.policies)})")
+              progress: NightProgress, clock: Callable[[], float], last: bool = True,
+              parallel: int = 1) -> Manifest:
+    """Run every cell not done yet, `parallel` at once (each on hosts of its own: a
+    scheduler's allocations); the manifest is rewritten after each cell ends, in the order
+    they end (`last`: these are the plan's last cells, and the progress line says the
+    matrix is done)."""
+    todo = [cell for cell in cells if cell.key not in manifest.keys()]
+    lock = threading.Lock()
+    running: dict[str, Cell] = {}
+
+    def one(cell: Cell) -> Done:
+        with lock:
+            running[cell.key] = cell
+            progress.show(f"running {' | '.join(_cell_text(c) for c in running.values())}")
         started = clock()
-        run_dir = run_cell(cell, night_dir / RUNS)
-        done = Done(cell.key, cell.repeat, str(run_dir.relative_to(night_dir)), len(cell.policies),
+        try:
+            run_dir = run_cell(cell, night_dir / RUNS)
+        finally:
+            with lock:
+                running.pop(cell.key)
+        return Done(cell.key, cell.repeat, str(run_dir.relative_to(night_dir)), len(cell.policies),
                     round(clock() - started, 3))
-        manifest = dataclasses.replace(manifest, done=(*manifest.done, done))
-        write_manifest(night_dir, manifest)
-        progress.done += done.trials
+
+    def record(done: Done) -> None:
+        nonlocal manifest
+        with lock:
+            manifest = dataclasses.replace(manifest, done=(*manifest.done, done))
+            write_manifest(night_dir, manifest)
+            progress.done += done.trials
+
+    if parallel <= 1:
+        for cell in todo:
+            record(one(cell))
+    else:
+        # A stop (Ctrl-C, SIGTERM) reaches every cell's trial through signals.check, which
+        # ends it the way it ends a lone one; the pool waits for them before it raises.
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="cell") as pool:
+            pending: set[Future[Done]] = {pool.submit(one, cell) for cell in todo}
+            try:
+                while pending:
+                    finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        record(future.result())
+            finally:
+                for future in pending:
+                    future.cancel()
     if last:
         progress.show("matrix done")
     return manifest
