@@ -3,7 +3,9 @@
 Every process of a trial (the harness and each rank) appends to the same file with
 O_APPEND, so lines never interleave and a rank that dies leaves everything it wrote. Times
 are ``time.monotonic()``: one clock domain for all processes that share a kernel (the trial
-info records the wall-clock anchor).
+info records the wall-clock anchor). A process on another machine (a Slurm node) writes
+its times on the harness's clock: its node agent measured the node's offset and set
+CHAOS_CLOCK_OFFSET (node clock - harness clock, seconds), which every recorder subtracts.
 
 Every event has `t` (monotonic seconds), `src` ("rank" | "harness"), `rank` (int, or null
 for the harness; the rank an event is about for `rank_spawned` and `rank_exited`), `pid`,
@@ -249,6 +251,9 @@ def schema_problems(event: dict[str, Any]) -> list[str]:
     return problems + [f"{kind.name}: unknown field {name}" for name in sorted(unknown)]
 
 
+CLOCK_OFFSET_ENV = "CHAOS_CLOCK_OFFSET"
+
+
 class EventRecorder:
     def __init__(self, path: Path | str, source: str, rank: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -256,12 +261,14 @@ class EventRecorder:
         self.source = source
         self.rank = rank
         self.clock = clock
+        self.offset = float(os.environ.get(CLOCK_OFFSET_ENV) or 0.0)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(self, kind: str, t: float | None = None, **fields: Any) -> float:
-        """Write one event now (or at the given monotonic time); returns its time."""
+        """Write one event now (or at the given monotonic time); returns its time on this
+        process's clock (the line holds it on the harness's)."""
         t = self.clock() if t is None else t
-        record = {"t": round(t, 6), "src": self.source, "rank": self.rank, "pid": os.getpid(),
+        record = {"t": round(t - self.offset, 6), "src": self.source, "rank": self.rank, "pid": os.getpid(),
                   "kind": kind, **fields}
         os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
         return t

@@ -40,7 +40,7 @@ from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
 import runfolder
 from runfolder import events as kinds
-from runfolder.events import EventRecorder
+from runfolder.events import CLOCK_OFFSET_ENV, EventRecorder
 from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR
 
 HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
@@ -304,6 +304,8 @@ def start_job(launch: dict[str, Any]) -> int:
     """Become the user's command: in this interpreter where the launch asks for a preloaded
     start and the command allows it (harness.cluster.preload), else by exec; returns the
     job's exit code (or exec's failure)."""
+    if offset := os.environ.get(CLOCK_OFFSET_ENV):  # the node's clock offset, from its agent
+        launch = {**launch, "env": {**launch["env"], CLOCK_OFFSET_ENV: offset}}
     if launch["start"] == "preloaded":
         from harness.cluster import preload
         start = preload.how_to_start(launch)

@@ -178,3 +178,15 @@ def test_info_values_are_frozen():
     _, trial = fakes.failed_fast()
     with pytest.raises(dataclasses.FrozenInstanceError):
         trial.plan.hang_cap = 1.0  # type: ignore[misc]
+
+
+def test_a_process_on_another_machine_writes_its_events_on_the_harness_clock(tmp_path, monkeypatch):
+    """CHAOS_CLOCK_OFFSET (node clock - harness clock, set by a Slurm node's agent): every
+    event line is on the harness's clock, explicit times too; the caller keeps its own."""
+    from runfolder.events import CLOCK_OFFSET_ENV, EventRecorder, read_events
+    monkeypatch.setenv(CLOCK_OFFSET_ENV, "1000.5")
+    recorder = EventRecorder(tmp_path / "events.jsonl", "rank", rank=3, clock=lambda: 1010.0)
+    assert recorder.emit("step", step=1) == 1010.0
+    recorder.emit("step", t=1012.25, step=2)
+    recorder.close()
+    assert [e["t"] for e in read_events(tmp_path / "events.jsonl")[0]] == [9.5, 11.75]

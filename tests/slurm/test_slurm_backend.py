@@ -65,6 +65,7 @@ expect:
     assert "node03" in applied["mechanism"]  # rank 2 of 4 x 1 lives on the third node
     facts = [json.loads(p.read_text()) for p in sorted((run_dir / "trials" / "timeout" / "nodes").glob("*.json"))]
     assert [f["node"] for f in facts] == ["node01", "node02", "node03", "node04"]
+    assert {f["clock_offset_s"] for f in facts} == {0.0}  # one kernel, one clock: no round trip's noise
     _nothing_left(slurm_env, run_dir)
 
     link = _scenario(tmp_path, "link_down", """cluster: {ranks: 4}

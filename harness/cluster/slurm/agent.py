@@ -6,7 +6,9 @@ output, with the node's own ops beside the launcher's:
     {"op": "fault", "id": 3, "fault": {...}, "targets": ["r004", ...], "heals_after": s|null,
      "revert_after": s}                              -> {"t", "t_requested", "mechanism"}
     {"op": "revert", "id": 3}                        -> {"t"}: when it was reverted
-    {"op": "clock"}                                  -> {"t"}: the node's monotonic clock
+    {"op": "clock"}                                  -> {"t", "boot_id"}: the node's monotonic clock
+    {"op": "clock_offset", "offset": s}              -> {"t"}: node clock - harness clock, for
+                                                        the events of what it starts (runfolder.events)
 
 A `slurmd_kill` fault kills the node's Slurm daemon (harness.cluster.slurm.slurmd); its
 revert starts it again.
@@ -45,6 +47,7 @@ from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
 from harness.cluster.slurm import nodecheck, slurmd
+from runfolder.events import CLOCK_OFFSET_ENV
 from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
 
 OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man switch's, a heal's on the node
@@ -54,6 +57,11 @@ NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the
 LINK_KINDS = ("link_down", "blackhole", "loss")
 LINK_APPLY_LEAD_S = 0.1  # a link fault goes on this long after its answer left (srun's traffic crosses the link)
 TICK_S = 0.02            # the launcher's loop turns at least this often
+
+
+def boot_id() -> str:
+    """The running kernel's identity: processes under one kernel share one monotonic clock."""
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def interface_of(address: str) -> str:
@@ -86,6 +94,9 @@ class Agent(zygote.NodeOps):
     def answer(self, cmd: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
         op = cmd["op"]
         if op == "clock":
+            return {"t": time.monotonic(), "boot_id": boot_id()}
+        if op == "clock_offset":  # every process started on the node from now writes events on the harness's clock
+            os.environ[CLOCK_OFFSET_ENV] = repr(float(cmd["offset"]))
             return {"t": time.monotonic()}
         if op == "signal":
             pid = self._pid(cmd["target"], names)

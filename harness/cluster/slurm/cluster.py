@@ -13,14 +13,18 @@
                  every node mounts at the same path: each agent writes its facts there
                  first, and the bring-up stops with the fix where the harness cannot read them
 
-The node agents' clocks are read against the harness's at bring-up (the offset is
-recorded per node); on one machine they are one clock. A link fault acts on the node's
+The node agents' clocks are read against the harness's at bring-up; a node under another
+kernel (another machine) gets its offset (half a round trip's precision), which its agent
+hands to every process it starts, so that the events are written on the harness's clock
+(runfolder.events); under one kernel the clock is one and the offset 0. Each node's offset
+is in its facts (nodes/<node>.json). A link fault acts on the node's
 interface, all its ranks at once, reverted by the agent itself at the end of its on-phase
 (harness.cluster.slurm.agent). The teardown closes the agents' input (each kills its
 ranks, reverts its faults and exits), then cancels the job.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -39,7 +43,7 @@ from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankE
 from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of, wait_for_text
 from harness.cluster.slurm import commands
 from harness.cluster.slurm.undo import UNDOS
-from harness.cluster.slurm.agent import LINK_KINDS, NODES_DIR
+from harness.cluster.slurm.agent import LINK_KINDS, NODES_DIR, boot_id
 from harness.job.control import LISTENING
 
 ALLOCATION_TIMEOUT_S = 120.0
@@ -146,8 +150,13 @@ class SlurmCluster(Cluster):
                     "read it: the slurm backend needs the run folder (--out) on a filesystem every node mounts "
                     "at the same path (a shared home, NFS, Lustre); run from there")
             sent = time.monotonic()
-            node_t = agent.request({"op": "clock"}, REQUEST_TIMEOUT_S)["t"]
-            self.offsets.append(node_t - (sent + time.monotonic()) / 2)
+            clock = agent.request({"op": "clock"}, REQUEST_TIMEOUT_S)
+            # under one kernel one monotonic clock: exactly 0, not a round trip's noise
+            offset = 0.0 if clock["boot_id"] == boot_id() else clock["t"] - (sent + time.monotonic()) / 2
+            agent.request({"op": "clock_offset", "offset": offset}, REQUEST_TIMEOUT_S)
+            self.offsets.append(offset)
+            facts = run_dir / NODES_DIR / f"{node}.json"
+            facts.write_text(json.dumps({**json.loads(facts.read_text()), "clock_offset_s": offset}) + "\n")
         self.hosts = tuple(
             Host(name=f"r{rank:03d}", address=addresses[self.node_of(rank)], switch_ns=None, port=None,
                  ns_path=None, ifname=self.agents[self.node_of(rank)].hello["ifname"])
