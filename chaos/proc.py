@@ -14,7 +14,14 @@ from chaos import userns
 from chaos.errors import ALREADY_GONE, InjectionError
 
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent ends (PR_SET_PDEATHSIG): a helper never outlives
+    what started it."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def leave_netns() -> None:

@@ -130,6 +130,12 @@ def test_the_fault_library_has_no_import_circle():
     assert import_circles("chaos") == []
 
 
+def test_the_harness_has_no_import_circle():
+    """Function-level imports included: a user's job starts through one entry
+    (harness.cluster.jobstart), which uses preload and workers, never the other way."""
+    assert import_circles("harness") == []
+
+
 def test_an_import_circle_is_found(tmp_path):
     (tmp_path / "chaos").mkdir()
     (tmp_path / "chaos" / "a.py").write_text("from chaos import b\n")

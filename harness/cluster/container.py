@@ -121,7 +121,7 @@ def _run_job(launch: dict, options: argparse.Namespace) -> int:
     """PID 1 of a user's job's container: see the module's docstring."""
     from harness.cluster import preload
     preload.remember_launcher()  # before torch's import
-    from harness.cluster.userjob import run_tap, start_job
+    from harness.cluster.jobstart import run_tap, start_job
     from harness.job import lease
     from harness.job.rank import start_barrier, wait_for_link
 

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.worker_stub import SERVER_ENV
 
 # What a DDP script imports; torch._dynamo is what DistributedDataParallel pulls in (~2 s
 # alone, ~20 s per rank with 16 ranks importing it at once on 2 cores).
@@ -221,9 +220,6 @@ def how_to_start(launch: dict[str, Any]) -> Start | str:
 def run(start: Start, launch: dict[str, Any]) -> int:
     """Become the command in this process (a fork of the launcher); returns its exit code."""
     env = launch["env"]
-    if launch.get("serve_workers"):  # a torchrun agent: its workers fork from a copy of this interpreter
-        from harness.cluster import workers
-        workers.start_server(env[SERVER_ENV])
     ignored = {s for s in signal.valid_signals() if _ignored(s)}
     os.chdir(launch["cwd"])
     launcher_path = _launcher_pythonpath()

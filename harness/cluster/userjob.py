@@ -23,9 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,19 +32,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from chaos import topology
 from chaos.faults import Seconds
 from harness.cluster.api import JOB_MASTER_PORT
-from harness.cluster.classify import classify_line
 from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
 import runfolder
-from runfolder import events as kinds
-from runfolder.events import CLOCK_OFFSET_ENV, EventRecorder
 from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR
 
 HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
 REPO_ROOT = Path(runfolder.__file__).resolve().parent.parent  # for the hook's recorder
 TRIAL_DIR_FIELD = "{trial_dir}"
-EXEC_FAILED = 127                  # a shell's code for a command it cannot run
 
 
 def _env_text(value: Any) -> Any:
@@ -296,58 +290,3 @@ def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir
             "env": {k: expand(v) for k, v in env.items()},
             "step_pattern": job.step_pattern, "start": job.start, "preload": list(job.preload),
             "serve_workers": SERVER_ENV in env}
-
-
-# -- in the forked children of the rank launcher ------------------------------------------
-
-def start_job(launch: dict[str, Any]) -> int:
-    """Become the user's command: in this interpreter where the launch asks for a preloaded
-    start and the command allows it (harness.cluster.preload), else by exec; returns the
-    job's exit code (or exec's failure)."""
-    if offset := os.environ.get(CLOCK_OFFSET_ENV):  # the node's clock offset, from its agent
-        launch = {**launch, "env": {**launch["env"], CLOCK_OFFSET_ENV: offset}}
-    if launch["start"] == "preloaded":
-        from harness.cluster import preload
-        start = preload.how_to_start(launch)
-        if isinstance(start, preload.Start):
-            return preload.run(start, launch)
-        print(f"chaos: job.start preloaded: exec instead, as {start}", file=sys.stderr, flush=True)
-    return exec_job(launch)
-
-
-def exec_job(launch: dict[str, Any]) -> int:
-    """Become the user's command; returns only when exec failed (the code to exit with)."""
-    try:
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a new program must not
-            signal.signal(number, signal.SIG_DFL)
-        os.chdir(launch["cwd"])
-        os.execvpe(launch["argv"][0], launch["argv"], launch["env"])
-    except OSError as exc:
-        print(f"chaos: cannot run {launch['argv'][0]!r} in {launch['cwd']}: {exc.strerror}", file=sys.stderr)
-    return EXEC_FAILED
-
-
-def run_tap(fd: int, log_path: str, launch: dict[str, Any]) -> int:
-    """Copy the job's output from `fd` into the log until every writer closed it; record
-    classified error lines and pattern steps as events, each at the time its line arrived."""
-    recorder = EventRecorder(launch["env"][EVENTS_ENV], kinds.RANK, rank=launch["rank"])
-    pattern = re.compile(launch["step_pattern"]) if launch["step_pattern"] else None
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    steps, last_step, pending = 0, None, b""
-    while chunk := os.read(fd, 65536):
-        arrived = time.monotonic()
-        os.write(log, chunk)
-        *lines, pending = (pending + chunk).split(b"\n")
-        for raw in lines:
-            line = raw.decode(errors="replace").rstrip("\r")
-            cause = classify_line(line)
-            if cause is not None:
-                recorder.emit(kinds.JOB_OUTPUT, t=arrived, cause=cause, line=line[:500])
-            if pattern is not None and pattern.search(line):
-                steps += 1
-                recorder.emit(kinds.STEP, t=arrived, step=steps, gen=0, loss=None,
-                              dur=None if last_step is None else round(arrived - last_step, 6))
-                last_step = arrived
-    os.close(log)
-    recorder.close()
-    return 0

@@ -1,6 +1,6 @@
 """torchrun's workers started preloaded too, without patching torchrun.
 
-A preloaded torchrun agent (harness.cluster.preload.run) first forks its host's worker
+A preloaded torchrun agent (harness.cluster.jobstart.start_job) first forks its host's worker
 server: a copy of the rank launcher's warm interpreter that is the agent's child, so it is
 in the host's namespace and process tree and ends with the agent (PR_SET_PDEATHSIG).
 torchrun runs each worker as `python -I -S worker_stub.py COMMAND...` (`stub_command`);
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chaos.proc import die_with_parent
 from harness.cluster import preload
 from harness.cluster.worker_stub import SERVER_ENV
 
@@ -53,7 +54,6 @@ def start_server(name: str) -> None:
         return
     code = 70
     try:
-        from harness.cluster.zygote import die_with_parent
         die_with_parent()
         preload.set_title((SERVER_TITLE, name))
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -122,7 +122,6 @@ def _start(listener: socket.socket, conn: socket.socket, workers: dict[int, sock
     if pid == 0:
         code = 70
         try:
-            from harness.cluster.zygote import die_with_parent
             die_with_parent()
             listener.close()
             for other in workers.values():

@@ -16,7 +16,7 @@ A released launcher forks the next trial's ranks from the same warm interpreter
 every trial's children start alike.
 
 "reference" computes a run's fault-free trajectory (harness.job.reference) after its trials.
-"exec" runs a user's job (harness.cluster.userjob; config: its launch, with "rank"): the
+"exec" runs a user's job (harness.cluster.jobstart; config: its launch, with "rank"): the
 child becomes the command (preloaded or exec'd), its output goes through a pipe to a second child, the tap
 ("tap-r005"), which writes the log and the job's output events.
 
@@ -28,7 +28,6 @@ Forking from this one-threaded process costs ~0.3 s and ~19 MB PSS per rank, aga
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -38,13 +37,7 @@ import time
 from typing import Any
 
 from chaos import proc
-
-PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def die_with_parent() -> None:
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+from chaos.proc import die_with_parent
 
 
 def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
@@ -69,7 +62,7 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
         if cmd["ns_path"] is not None:  # None: the launcher's own (the local backend)
             proc.enter_netns(cmd["ns_path"])
         if cmd["entry"] == "exec":
-            from harness.cluster.userjob import start_job
+            from harness.cluster.jobstart import start_job
             code = start_job(cmd["config"])
             return
         from harness import signals
@@ -93,7 +86,7 @@ def _run_child(cmd: dict[str, Any], launcher_pid: int) -> None:
 
 
 def _run_tap(cmd: dict[str, Any], fd: int, launcher_pid: int) -> None:
-    """In the forked tap of a user's job (harness.cluster.userjob.run_tap): never returns."""
+    """In the forked tap of a user's job (harness.cluster.jobstart.run_tap): never returns."""
     code = 70
     try:
         die_with_parent()
@@ -103,7 +96,7 @@ def _run_tap(cmd: dict[str, Any], fd: int, launcher_pid: int) -> None:
         os.dup2(devnull, 1)
         os.close(devnull)
         if os.getppid() == launcher_pid:
-            from harness.cluster.userjob import run_tap
+            from harness.cluster.jobstart import run_tap
             code = run_tap(fd, cmd["log"], cmd["config"])
     except BaseException:
         import traceback
@@ -172,7 +165,7 @@ def main(node: NodeOps | None = None, ready: dict[str, Any] | None = None) -> No
     import harness.job.rank  # noqa: F401
     import harness.job.control  # noqa: F401
     import harness.job.reference  # noqa: F401
-    import harness.cluster.userjob  # noqa: F401 - a user job's child and tap: ~0.1 s each otherwise
+    import harness.cluster.jobstart  # noqa: F401 - a user job's child and tap: ~0.1 s each otherwise
     from harness.job.workload import Workload, WorkloadSpec
     preload.remember_default_threads(torch.get_num_threads())
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from harness.cluster.zygote import die_with_parent
+from chaos.proc import die_with_parent
 
 HOG = "while True: pass"
 
