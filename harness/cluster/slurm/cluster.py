@@ -100,7 +100,10 @@ class SlurmCluster(Cluster):
         name = job_name(self.spec.run_id)
         # by name and with its slurm.conf: a heal from another shell still reaches the cluster
         self._ledger.mark(self._ledger.record("slurm_job", name=name, conf=commands.conf_path()), "done")
-        argv = ["sbatch", "--parsable", "--job-name", name, "--nodes", str(self.node_count),
+        # --exclusive: a node's faults (its link down) hit whatever else runs there, and its
+        # ports (the control plane's, MASTER_PORT) would be shared; nodes of their own also
+        # keep `chaos nightly --parallel`'s cells apart
+        argv = ["sbatch", "--parsable", "--job-name", name, "--nodes", str(self.node_count), "--exclusive",
                 "--ntasks-per-node", "1", "--output", "/dev/null", *self.spec.scheduler_args,
                 "--wrap", "exec sleep infinity"]
         self.job_id = commands.run(argv).strip().split(";")[0]
