@@ -162,6 +162,7 @@ class FaultWindow:
     start: float
     end: float  # NaN when the fault was never reverted
     requested: float = NAN  # just before the harness acted; a signal can act before `start`
+    reaches: tuple[int, ...] = ()  # the other ranks it reached (a Slurm node's link: every rank there)
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,8 @@ def fault_windows(events: pd.DataFrame) -> tuple[FaultWindow, ...]:
         windows.append(FaultWindow(index=int(row["index"]), kind=str(row["fault_kind"]),
                                    targets=tuple(int(r) for r in row["targets"]), start=float(row["t"]),
                                    end=float(reverted.get(int(row["index"]), NAN)),
-                                   requested=float(row["t_requested"])))
+                                   requested=float(row["t_requested"]),
+                                   reaches=tuple(int(r) for r in _field(row, "reaches", None) or ())))
     return tuple(sorted(windows, key=lambda w: (w.index, w.start)))
 
 
@@ -901,6 +903,7 @@ def _fault_columns(facts: TrialFacts, planned: tuple[PlannedFault, ...]) -> dict
     return {
         "fault": fault.kind if fault else (kinds[0] if kinds else ""),
         "fault_targets": " ".join(str(r) for r in fault.targets) if fault else "",
+        "fault_reaches": " ".join(str(r) for r in fault.reaches) if fault else "",
         "faults": ";".join(kinds),
         "fault_start_t": fault.start if fault else NAN,
         "fault_duration_s": fault.end - fault.start if fault else NAN,

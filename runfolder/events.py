@@ -175,8 +175,9 @@ TRAFFIC_DURING = ("link_bytes_during", "steps_during", "during_s")
 FAULT_APPLIED = _kind("fault_applied", HARNESS,
                       ("index", "fault_kind", "fault", "targets", "mechanism", "t_requested"),
                       "t: the kernel acknowledged the apply; t_requested: just before it; storage: "
-                      "the checkpoint folder a storage fault acts on",
-                      optional=(*TRAFFIC_BEFORE, "storage"))
+                      "the checkpoint folder a storage fault acts on; reaches: the other ranks it "
+                      "reached (a Slurm node's link fault reaches every rank of the node)",
+                      optional=(*TRAFFIC_BEFORE, "storage", "reaches"))
 FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
                        "t: the kernel acknowledged the revert; teardown: true when it was the "
                        "harness cleaning up, not the fault healing, and t when the revert began (the "

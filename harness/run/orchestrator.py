@@ -529,12 +529,15 @@ class Trial:
         if fault.reversible:
             outstanding[index] = injection
         applied = injection.applied
+        reaches = sorted({int(h[1:]) for h in applied.hosts if h[:1] == "r" and h[1:].isdigit()} - set(targets))
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
                       fault_kind=planned.kind, fault=planned.fault, targets=list(targets),
                       mechanism=applied.mechanism, **traffic,
-                      **({"storage": str(self.storage_dir)} if fault.acts_on == "storage" else {}))
-        self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism})")
+                      **({"storage": str(self.storage_dir)} if fault.acts_on == "storage" else {}),
+                      **({"reaches": reaches} if reaches else {}))
+        also = f" (it reaches {ranks_text(reaches)} too)" if reaches else ""
+        self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism}){also}")
         return applied
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
