@@ -13,7 +13,8 @@ Definitions (the one definition of each; every report repeats them):
   not applied         a process fault (kill, pause, gpu_hang) that came due on ranks whose
                       process had already exited: named, with when each exited (after the
                       warm-up), and not a fault of the trial (no fault_applied); its other
-                      targets got it.
+                      targets got it. Also a fault anchored on an event that never came
+                      (harness.run.anchor): named with its event and how long it was waited for.
   observation end     when the harness stopped watching: the first of hang_detected,
                       a fault reverted at teardown, a rank reaped by the harness's stop
                       (rank_exited stopped), a rank exiting "terminated" (asked to stop),
@@ -417,6 +418,11 @@ def not_applied_text(events: pd.DataFrame) -> str:
     texts = []
     for _, row in _of_kind(events, FAULT_NOT_APPLIED).iterrows():
         ranks, exited = list(row["targets"]), list(row["exited_t"])
+        waited_for = _field(row, "waited_for")
+        if waited_for is not None:  # an anchored fault (harness.run.anchor)
+            texts.append(f"{row['fault_kind']} on {', '.join(f'r{r}' for r in ranks)}: not applied, its event "
+                         f"{waited_for} never came (waited to +{float(row['t']) - t0:.1f} s)")
+            continue
         whens = ["" if t is None else f" at +{t - t0:.1f} s" for t in exited]
         gone = (f"the rank had exited{whens[0]}" if len(ranks) == 1 else
                 "the ranks had exited (" + ", ".join(f"r{r}{w}" for r, w in zip(ranks, whens, strict=True)) + ")")
