@@ -208,3 +208,4 @@ policies: {timeout: {timeout: 3s}}
     [missed] = [e for e in events if e["kind"] == "fault_not_applied"]
     assert missed["index"] == 1 and missed["waited_for"] == "retry #1"
     assert sorted({p for e in events for p in schema_problems(e)}) == []
+
