@@ -1,0 +1,110 @@
+"""`chaos explore`'s pieces that run no trial: the seeded schedule generator
+(harness.run.explore) and the per-trial oracle with its failure signature (reports.oracle)."""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.run.explore import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
+from harness.run.plan import build_plan
+from harness.run.scenario import Scenario, load_scenario
+from reports.oracle import BROKEN, KEPT, NOT_JUDGED, judge, signature
+
+RUNNER = """\
+cluster: {ranks: 8%s}
+policies: {baseline: {}, timeout: {timeout: 5s}, retry: {timeout: 4s, max_retries: 3}}
+"""
+JOB = """\
+cluster: {ranks: 4}
+job: {command: [python, train.py%s]}
+"""
+
+
+def load(tmp_path: Path, text: str) -> Scenario:
+    (tmp_path / "s.yaml").write_text(text)
+    (tmp_path / "train.py").write_text("")
+    return load_scenario(tmp_path / "s.yaml")
+
+
+def drawn(scenario: Scenario, count: int = 200, **options):
+    return list(itertools.islice(schedules(scenario, ExploreOptions(**options)), count))
+
+
+def test_the_same_seed_draws_the_same_schedules_and_each_one_loads(tmp_path: Path) -> None:
+    scenario = load(tmp_path, RUNNER % "")
+    first, again, other = drawn(scenario, seed=3), drawn(scenario, seed=3), drawn(scenario, seed=4)
+    assert first == again and first != other
+    assert [s.number for s in first] == list(range(1, 201))
+    for schedule in first[:40]:
+        assert 1 <= len(schedule.faults) <= 3
+        Scenario.model_validate({**scenario.model_dump(mode="json", exclude={"faults"}), "faults": schedule.faults})
+
+
+def test_the_default_distribution_leans_on_events_and_draws_every_count_up_to_max_faults(tmp_path: Path) -> None:
+    faults = [f for s in drawn(load(tmp_path, RUNNER % ""), seed=1) for f in s.faults]
+    on_event = sum(isinstance(f["start"], dict) for f in faults) / len(faults)
+    assert 0.5 <= on_event <= 0.7  # Weights.on_event 0.6
+    kinds = Counter(f["kind"] for f in faults)
+    assert kinds["kill"] > kinds["loss"] and kinds["link_down"] > kinds["blackhole"]  # weights 3 against 1
+    assert {len(s.faults) for s in drawn(load(tmp_path, RUNNER % ""), seed=1, max_faults=2)} == {1, 2}
+    # durations from below the shortest timeout (4 s) to permanent
+    spans = {f.get("duration") for f in faults if f["kind"] != "kill"}
+    assert {"2s", "6s", "12s", None} <= spans
+
+
+def test_only_kinds_the_backend_takes_and_the_ones_asked_are_drawn(tmp_path: Path) -> None:
+    local = load(tmp_path, RUNNER % ", backend: local")
+    assert "link_down" not in explorable_kinds(local, ExploreOptions())
+    assert {f["kind"] for s in drawn(local, 50) for f in s.faults} <= {"kill", "pause", "disk_full", "read_only"}
+    assert {f["kind"] for s in drawn(local, 50, kinds=("pause",)) for f in s.faults} == {"pause"}
+    with pytest.raises(ValueError, match="no fault kind to explore: of link_down, the local backend"):
+        next(schedules(local, ExploreOptions(kinds=("link_down",))))
+    never_kill = Weights(kinds={"kill": 0, "pause": 1})
+    assert {f["kind"] for s in drawn(load(tmp_path, RUNNER % ""), 50, weights=never_kill) for f in s.faults} == {"pause"}
+
+
+def test_a_user_s_job_is_anchored_only_on_events_it_records(tmp_path: Path) -> None:
+    bare = load(tmp_path, JOB % "")
+    assert set(explorable_events(bare, ExploreOptions())) == {"step", "detect", "new_generation", "rank_start"}
+    saving = load(tmp_path, JOB % ', --checkpoint, "{trial_dir}/ckpt/c.pt"')
+    events = {f["start"]["on"] for s in drawn(saving) for f in s.faults if isinstance(f["start"], dict)}
+    assert {"checkpoint_save", "restore"} <= events and not events & {"retry", "breaker"}
+
+
+def _plan(tmp_path: Path, policy: str, faults: str = "{kind: kill, target: {rank: 1}, start: 1s}", expect: str = ""):
+    return build_plan(load(tmp_path, RUNNER % "" + f"faults: [{faults}]\n" + expect), policy).trial
+
+
+def test_a_fault_tolerant_policy_must_recover_or_fail_fast_and_never_diverge(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "retry")
+    assert judge({"outcome": "recovered", "state": "consistent", "trajectory": "matches"}, plan).verdict == KEPT
+    crashed = judge({"outcome": "crashed", "outcome_reason": "r0-r3 crashed (first r2, exit code 1)"}, plan)
+    assert crashed.verdict == BROKEN and crashed.violations == ("outcome crashed: r0-r3 crashed (first r2, exit code 1)",)
+    assert crashed.signature == "outcome crashed: rN-rN crashed (first rN, exit code 1)"
+    diverged = judge({"outcome": "recovered", "state": "diverged", "state_detail": "step 12: r1 differs"}, plan)
+    assert diverged.violations == ("state diverged: step 12: r1 differs",)
+    assert judge({"outcome": "hung"}, plan).verdict == BROKEN
+    assert judge({"outcome": "retries-exhausted"}, plan).verdict == BROKEN  # the kill's peers heal: no excuse
+    assert judge({"outcome": "incomplete"}, plan).verdict == NOT_JUDGED
+
+
+def test_a_fault_that_never_heals_excuses_exhausted_retries_and_baseline_may_hang(tmp_path: Path) -> None:
+    forever = "{kind: link_down, target: {rank: 1}, start: 1s}"
+    assert judge({"outcome": "retries-exhausted"}, _plan(tmp_path, "retry", forever)).verdict == KEPT
+    assert judge({"outcome": "hung"}, _plan(tmp_path, "retry", forever)).verdict == BROKEN
+    assert judge({"outcome": "hung", "state": "consistent"}, _plan(tmp_path, "baseline", forever)).verdict == KEPT
+
+
+def test_a_scenario_s_expectation_is_the_oracle_where_it_sets_one(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "timeout", expect="expect: {timeout: {outcome: crashed}}\n")
+    assert judge({"outcome": "crashed", "expect_ok": True}, plan).verdict == KEPT
+    missed = judge({"outcome": "failed-fast", "expect_ok": False, "expect_failures": "outcome failed-fast, not crashed"},
+                   plan)
+    assert missed.violations == ("outcome failed-fast, not crashed",)
+
+
+def test_a_signature_stays_when_ranks_and_times_move() -> None:
+    assert signature(("outcome crashed: r5 crashed at 3.2 s",)) == signature(("outcome crashed: r12 crashed at 0.4 s",))
