@@ -563,6 +563,11 @@ def _check_overlaps(scenario: Scenario) -> None:
     faults = scenario.faults
     for j, later in enumerate(faults):
         for i, earlier in enumerate(faults[:j]):
+            if (earlier.fault.acts_on == later.fault.acts_on == "storage" and earlier.clock() == later.clock()
+                    and _overlap(earlier, later)):
+                raise ValueError(f"faults.{j}: a {later.fault.kind} while faults.{i} ({earlier.fault.kind}) still holds "
+                                 "the checkpoint folder, which every rank shares on this machine; make one end "
+                                 "before the other starts")
             shared = sorted(set(scenario.targets(i)) & set(scenario.targets(j)))
             # faults on different clocks (warm-up, an anchor's event) have no known order: a
             # process fault that comes after a kill is not applied when it comes (the rank is gone)
