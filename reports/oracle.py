@@ -16,7 +16,8 @@ A trial the harness could not judge (incomplete, inconclusive, bypassed: the fau
 reached the job's traffic) is unjudged, neither kept nor broken.
 
 The signature is what shrinking keeps constant: each violated invariant with its cause,
-rank numbers replaced by `rN` (a smaller schedule moves which ranks, not what happened):
+rank numbers as `rN`, counts of ranks as `N of N` and times as `N s` (a smaller schedule
+moves which ranks and how many, not what happened):
 "outcome crashed: rN-rN crashed (first rN, exit code 1)".
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ TOLERANT_ENDS = ("absorbed", "no-fault", "recovered", "continued", "isolated", "
 UNJUDGED = ("incomplete", "inconclusive", "bypassed")
 KEPT, BROKEN, NOT_JUDGED = "kept", "broken", "unjudged"
 _RANKS = re.compile(r"\br\d+\b")
+_COUNTS = re.compile(r"\b\d+ of \d+\b")  # "3 of 4 ranks exited": how many moves with the targets
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def fault_tolerant(plan: TrialPlan) -> bool:
 
 def _outcome_violation(row: Mapping[str, Any], plan: TrialPlan) -> str | None:
     outcome, why = _text(row.get("outcome")), _text(row.get("outcome_reason"))
-    permanent = any(f.duration is None and f.kind != "kill" for f in plan.faults)
+    permanent = any(f.duration is None for f in plan.faults)  # a kill too: that rank never comes back
     if outcome in TOLERANT_ENDS or not fault_tolerant(plan):
         return None
     if outcome == "retries-exhausted" and permanent:
@@ -87,4 +89,5 @@ def judge(row: Mapping[str, Any], plan: TrialPlan) -> Verdict:
 
 def signature(violations: tuple[str, ...]) -> str:
     """The violations as shrinking compares them: rank numbers as rN, figures as N."""
-    return "; ".join(re.sub(r"\d+(\.\d+)?\s*s\b", "N s", _RANKS.sub("rN", v)) for v in violations)
+    return "; ".join(_COUNTS.sub("N of N", re.sub(r"\d+(\.\d+)?\s*s\b", "N s", _RANKS.sub("rN", v)))
+                     for v in violations)

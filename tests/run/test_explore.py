@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.errors import UsageError
 from harness.run.explore import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
 from harness.run.plan import build_plan
 from harness.run.scenario import Scenario, load_scenario
@@ -87,7 +88,10 @@ def test_a_fault_tolerant_policy_must_recover_or_fail_fast_and_never_diverge(tmp
     diverged = judge({"outcome": "recovered", "state": "diverged", "state_detail": "step 12: r1 differs"}, plan)
     assert diverged.violations == ("state diverged: step 12: r1 differs",)
     assert judge({"outcome": "hung"}, plan).verdict == BROKEN
-    assert judge({"outcome": "retries-exhausted"}, plan).verdict == BROKEN  # the kill's peers heal: no excuse
+    # a kill never heals: the rank is gone for good, and retries without it may run out
+    assert judge({"outcome": "retries-exhausted"}, plan).verdict == KEPT
+    healing = _plan(tmp_path, "retry", "{kind: link_down, target: {rank: 1}, start: 1s, duration: 2s}")
+    assert judge({"outcome": "retries-exhausted"}, healing).verdict == BROKEN
     assert judge({"outcome": "incomplete"}, plan).verdict == NOT_JUDGED
 
 
@@ -108,3 +112,37 @@ def test_a_scenario_s_expectation_is_the_oracle_where_it_sets_one(tmp_path: Path
 
 def test_a_signature_stays_when_ranks_and_times_move() -> None:
     assert signature(("outcome crashed: r5 crashed at 3.2 s",)) == signature(("outcome crashed: r12 crashed at 0.4 s",))
+    assert signature(("outcome retries-exhausted: 3 of 4 ranks exited",)) == "outcome retries-exhausted: N of N ranks exited"
+
+
+def test_a_schedule_holds_one_storage_fault_at_most_and_the_loader_refuses_two_at_once(tmp_path: Path) -> None:
+    for schedule in drawn(load(tmp_path, RUNNER % ""), kinds=("disk_full", "read_only", "kill")):
+        assert sum(f["kind"] in ("disk_full", "read_only") for f in schedule.faults) <= 1
+    two = RUNNER % "" + ("faults:\n  - {kind: disk_full, target: {rank: 2}, start: 1s, duration: 6s}\n"
+                         "  - {kind: read_only, target: {rank: 0}, start: 3s, duration: 6s}\n")
+    with pytest.raises(UsageError, match=r"s\.yaml:5: faults\.1: a read_only while faults\.0 \(disk_full\) still "
+                                         "holds the checkpoint folder, which every rank shares"):
+        load(tmp_path, two)
+
+
+def test_chaos_explore_dry_run_prints_the_first_schedules_and_the_least_time_per_trial(tmp_path: Path, capsys) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--policy", "retry", "--seed", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "under retry, seed 2, kinds kill, pause, disk_full, read_only" in out and "at least 4 s" in out
+    assert [line.split(":")[0].strip() for line in out.splitlines()[1:]] == ["1", "2", "3", "4", "5"]
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--max-faults", "0"], "--max-faults 0: a schedule needs at least one fault; give 1 or more"),
+    (["--budget", "5s"], "--budget 5s: shorter than one schedule's trials (3 x at least 4 s"),
+    (["--kinds", "link_down"], "--kinds link_down: the local backend cannot inject it"),
+    (["--kinds", "lnk"], "--kinds lnk: not a fault kind"),
+    (["--policy", "elastic"], "--policy elastic: not in"),
+])
+def test_chaos_explore_refuses_bad_input_before_anything_runs(tmp_path: Path, capsys, words, says) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    assert main(["explore", str(tmp_path / "s.yaml"), *words, "--out", str(tmp_path / "out")]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "out").exists()
