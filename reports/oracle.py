@@ -5,15 +5,16 @@ and its stored plan (runfolder.plan) in, a verdict out.
 The contract, where the scenario sets no `expect:` for the trial (one that does is judged
 by it: its failed expectations are the violations):
   outcome   a fault-tolerant policy (any with a timeout below the hang cap; a user's job with
-            torchrun restarts) ends absorbed, recovered, continued, isolated or failed-fast
-            (no-fault: nothing was applied), retries-exhausted only under a fault that never
+            torchrun restarts) ends absorbed, recovered, continued, isolated or failed-fast,
+            retries-exhausted only under a fault that never
             heals; never hung (its timeout ends any wait). A policy without a timeout before
             the cap (baseline, a user's job without restarts) may hang or crash: it is held
             to state and trajectory alone.
   state     never diverged (consistent, or not observed)
   trajectory never differs from the fault-free run's (matches, changed, or not observed)
 A trial the harness could not judge (incomplete, inconclusive, bypassed: the fault never
-reached the job's traffic) is unjudged, neither kept nor broken.
+reached the job's traffic; no-fault: no fault was applied, its events never came) is
+unjudged, neither kept nor broken, whatever the scenario expects.
 
 The signature is what shrinking keeps constant: each violated invariant with its cause,
 rank numbers as `rN`, counts of ranks as `N of N` and times as `N s` (a smaller schedule
@@ -29,8 +30,9 @@ from typing import Any, Mapping
 
 from runfolder.plan import TrialPlan
 
-TOLERANT_ENDS = ("absorbed", "no-fault", "recovered", "continued", "isolated", "failed-fast")
-UNJUDGED = ("incomplete", "inconclusive", "bypassed")
+TOLERANT_ENDS = ("absorbed", "recovered", "continued", "isolated", "failed-fast")
+# no-fault: every fault's event never came (or its rank was gone): the trial says nothing
+UNJUDGED = ("incomplete", "inconclusive", "bypassed", "no-fault")
 KEPT, BROKEN, NOT_JUDGED = "kept", "broken", "unjudged"
 _RANKS = re.compile(r"\br\d+\b")
 _COUNTS = re.compile(r"\b\d+ of \d+\b")  # "3 of 4 ranks exited": how many moves with the targets

@@ -5,22 +5,24 @@ policy, judge every trial against its policy's contract (reports.oracle), until 
         [--max-faults 3] [--seed N] [--backend B] [--out DIR] [--dry-run] [--quiet]
 
 Writes OUT/explore-<scenario>-<time>/: schedules/NNN.yaml (each drawn schedule as a
-scenario), runs/ (their run folders), tried.jsonl (one line per trial: schedule, policy,
-outcome, verdict, violations, signature, seconds), and per new failure signature
-found-NN.yaml: the schedule that broke the contract, with an `expect:` block it fails
-today, the signature in a comment and the command that runs it again. Not yet: shrinking
-(the written schedule is the one drawn), repeats of a found schedule, resume.
+scenario; NNN-sK.yaml each candidate of its shrinking), runs/ (their run folders),
+tried.jsonl (one line per trial: schedule, policy, outcome, verdict, violations, signature,
+seconds), and per new failure signature found-NN.yaml: the schedule that broke the contract,
+shrunk (harness.run.shrink, each candidate run --repeats times) while the budget lasts, with
+an `expect:` block it fails today, and in comments the signature, its reproduction rate and
+the command that runs it again. Not yet: resume, a report page.
 Exit status 1 when a trial broke its contract, 0 when none did within the budget.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -48,11 +50,16 @@ def add_explore_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="explore", help="folder of explore folders (default: ./explore)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each shrinking candidate: kept when more "
+                                                               "than half fail alike (default 3)")
+    parser.add_argument("--no-shrink", action="store_true", help="write a failing schedule as it was drawn")
     parser.add_argument("--dry-run", action="store_true", help="print the first schedules and the time per trial")
     parser.add_argument("--quiet", action="store_true", help="no progress output from the trials")
 
 
 def _options(args: argparse.Namespace, scenario: Scenario) -> ExploreOptions:
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats}: each shrinking candidate runs at least once; give 1 or more")
     if args.max_faults < 1:
         raise UsageError(f"--max-faults {args.max_faults}: a schedule needs at least one fault; give 1 or more")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else ()
@@ -120,16 +127,41 @@ def explore_command(args: argparse.Namespace) -> int:
     from harness.run.orchestrator import run_scenario
     from harness.run.progress import Progress
     import reports
+    from harness.run.shrink import shrink
     from reports.oracle import BROKEN, TOLERANT_ENDS, judge
     from runfolder.info import read_trial_info
     from runfolder.layout import trial_dir
+
+    def run(path: Path, policies: list[str]) -> list[tuple[str, str, Any]]:
+        """Run one schedule's scenario file: per policy, its outcome and verdict."""
+        began = time.monotonic()
+        run_dir, _ = run_scenario(load_scenario(path), path, policies, folder / "runs", backend,
+                                  Progress(quiet=args.quiet, scope=path.stem))
+        took.append(time.monotonic() - began)
+        judged = []
+        for _, row in reports.analyze_run(run_dir).iterrows():
+            verdict = judge(row, read_trial_info(trial_dir(run_dir, row["trial"])).plan)
+            judged.append((row["trial"], row["outcome"], verdict))
+            with (folder / "tried.jsonl").open("a") as tried:
+                tried.write(json.dumps({"schedule": path.stem, "faults": yaml.safe_load(path.read_text())["faults"],
+                                        "policy": row["trial"], "outcome": row["outcome"],
+                                        "verdict": verdict.verdict, "violations": verdict.violations,
+                                        "signature": verdict.signature, "seconds": round(took[-1], 1),
+                                        "run": str(run_dir)}) + "\n")
+        return judged
+
+    def time_left() -> bool:
+        return time.monotonic() - started + sum(took) / max(len(took), 1) <= budget
 
     require_privileges("chaos explore", scenario.cluster.backend)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = Path(args.out).resolve() / f"explore-{scenario.name}-{stamp}"
     (folder / "schedules").mkdir(parents=True)
     backend = backend_named(scenario.cluster.backend)
-    started, took, found = time.monotonic(), [], {}
+    started = time.monotonic()
+    took: list[float] = []         # every run's seconds: a drawn schedule's, a shrinking candidate's
+    found: dict[str, Path] = {}    # signature -> its found-NN.yaml
+    ran = 0
     schedule: Schedule | None = first
     while schedule is not None:
         eta = sum(took) / len(took) if took else per_schedule
@@ -137,42 +169,57 @@ def explore_command(args: argparse.Namespace) -> int:
             break
         path = folder / "schedules" / f"{schedule.number:03d}.yaml"
         path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
-        began = time.monotonic()
-        run_dir, _ = run_scenario(load_scenario(path), path, list(options.policies), folder / "runs", backend,
-                                  Progress(quiet=args.quiet, scope=path.stem))
-        took.append(time.monotonic() - began)
-        for _, row in reports.analyze_run(run_dir).iterrows():
-            plan = read_trial_info(trial_dir(run_dir, row["trial"])).plan
-            verdict = judge(row, plan)
-            with (folder / "tried.jsonl").open("a") as tried:
-                tried.write(json.dumps({"schedule": schedule.number, "faults": schedule.faults, "policy": row["trial"],
-                                        "outcome": row["outcome"], "verdict": verdict.verdict,
-                                        "violations": verdict.violations, "signature": verdict.signature,
-                                        "seconds": round(took[-1], 1), "run": str(run_dir)}) + "\n")
-            print(f"schedule {schedule.number:3d} {row['trial']:10} {row['outcome']:18} {verdict.verdict}"
+        ran += 1
+        for policy, outcome, verdict in run(path, list(options.policies)):
+            print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
                   + (f": {verdict.signature}" if verdict.signature else ""), flush=True)
-            if verdict.verdict == BROKEN and verdict.signature not in found:
-                found[verdict.signature] = _write_found(folder, len(found) + 1, path, row["trial"], verdict,
-                                                        scenario.seed, TOLERANT_ENDS)
+            if verdict.verdict != BROKEN or verdict.signature in found:
+                continue
+            fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
+            shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats, time_left)
+            found[verdict.signature] = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, policy,
+                                                    verdict, TOLERANT_ENDS)
+            print(f"  found: {found[verdict.signature]}", flush=True)
         schedule = next(drawn)
-    print(f"{len(took)} schedules in {time.monotonic() - started:.0f} s of {budget:g} s; "
+    print(f"{ran} schedules ({len(took)} runs with shrinking) in {time.monotonic() - started:.0f} s of {budget:g} s; "
           f"{len(found)} failure signature(s); {folder}")
     for signature, written in found.items():
         print(f"found: {signature}\n  {written}", file=sys.stderr)
     return 1 if found else 0
 
 
-def _write_found(folder: Path, number: int, schedule_file: Path, policy: str, verdict: Any, seed: int,
-                 tolerant: tuple[str, ...]) -> Path:
-    """The schedule that broke `policy`'s contract as a scenario, with an expect: block that
-    it fails today (the contract, or the scenario's own expectation)."""
-    data = yaml.safe_load(schedule_file.read_text())
+def _fails_alike(run: Callable[[Path, list[str]], list[tuple[str, str, Any]]], folder: Path, scenario: Scenario,
+                 number: int, policy: str, signature: str) -> Callable[[tuple[dict[str, Any], ...]], bool]:
+    """What runs one shrinking candidate of schedule `number`: written as NNN-sK.yaml, run
+    under `policy`, true when it broke the contract with the same signature."""
+    numbers = itertools.count(1)
+
+    def fails(faults: tuple[dict[str, Any], ...]) -> bool:
+        candidate = folder / "schedules" / f"{number:03d}-s{next(numbers)}.yaml"
+        candidate.write_text(yaml.safe_dump(schedule_scenario(scenario, Schedule(number, faults)), sort_keys=False))
+        return any(p == policy and v.signature == signature for p, _, v in run(candidate, [policy]))
+    return fails
+
+
+def _write_found(folder: Path, number: int, scenario: Scenario, schedule: Schedule, shrunk: Any, policy: str,
+                 verdict: Any, tolerant: tuple[str, ...]) -> Path:
+    """The schedule that broke `policy`'s contract (shrunk, where it was) as a scenario, with
+    an expect: block that it fails today (the contract, or the scenario's own expectation)."""
+    faults = schedule.faults if shrunk is None else shrunk.faults
+    data = schedule_scenario(scenario, Schedule(schedule.number, faults))
+    data["name"] = f"{scenario.name}-found-{number:02d}"
     data.setdefault("expect", {})[policy] = data.get("expect", {}).get(policy) or {
         "outcome": list(tolerant), "state": "consistent"}
     path = folder / f"found-{number:02d}.yaml"
-    command = reproduce_command(path, policy, seed)
-    header = (f"# chaos explore found: {verdict.signature}\n# drawn as {schedule_file.name} (not shrunk); "
-              f"run it again: {command}\n")
+    if shrunk is None:
+        how = "as drawn (not shrunk)"
+    else:
+        failed, runs = shrunk.reproduced
+        how = (f"shrunk from {len(schedule.faults)} to {len(faults)} fault(s) over {len(shrunk.tried)} candidates"
+               + (" (the budget ended it)" if shrunk.out_of_time else "")
+               + f"; it failed alike in {failed} of {runs} runs")
+    header = (f"# chaos explore found: {verdict.signature}\n# schedule {schedule.number:03d}, {how}\n"
+              f"# run it again: {reproduce_command(path, policy, scenario.seed)}\n")
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path
 

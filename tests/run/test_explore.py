@@ -93,6 +93,7 @@ def test_a_fault_tolerant_policy_must_recover_or_fail_fast_and_never_diverge(tmp
     healing = _plan(tmp_path, "retry", "{kind: link_down, target: {rank: 1}, start: 1s, duration: 2s}")
     assert judge({"outcome": "retries-exhausted"}, healing).verdict == BROKEN
     assert judge({"outcome": "incomplete"}, plan).verdict == NOT_JUDGED
+    assert judge({"outcome": "no-fault"}, plan).verdict == NOT_JUDGED  # its events never came
 
 
 def test_a_fault_that_never_heals_excuses_exhausted_retries_and_baseline_may_hang(tmp_path: Path) -> None:
@@ -105,6 +106,7 @@ def test_a_fault_that_never_heals_excuses_exhausted_retries_and_baseline_may_han
 def test_a_scenario_s_expectation_is_the_oracle_where_it_sets_one(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "timeout", expect="expect: {timeout: {outcome: crashed}}\n")
     assert judge({"outcome": "crashed", "expect_ok": True}, plan).verdict == KEPT
+    assert judge({"outcome": "no-fault", "expect_ok": False}, plan).verdict == NOT_JUDGED
     missed = judge({"outcome": "failed-fast", "expect_ok": False, "expect_failures": "outcome failed-fast, not crashed"},
                    plan)
     assert missed.violations == ("outcome failed-fast, not crashed",)
@@ -140,9 +142,44 @@ def test_chaos_explore_dry_run_prints_the_first_schedules_and_the_least_time_per
     (["--kinds", "link_down"], "--kinds link_down: the local backend cannot inject it"),
     (["--kinds", "lnk"], "--kinds lnk: not a fault kind"),
     (["--policy", "elastic"], "--policy elastic: not in"),
+    (["--repeats", "0"], "--repeats 0: each shrinking candidate runs at least once"),
 ])
 def test_chaos_explore_refuses_bad_input_before_anything_runs(tmp_path: Path, capsys, words, says) -> None:
     from harness.cli import main
     (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
     assert main(["explore", str(tmp_path / "s.yaml"), *words, "--out", str(tmp_path / "out")]) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_shrinking_candidates_are_one_step_smaller_simplest_first() -> None:
+    from harness.run.shrink import candidates
+    kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
+    pause = {"kind": "pause", "target": {"rank": 2}, "start": {"on": "retry", "nth": 2, "delay": "1s"},
+             "duration": "3s"}
+    assert list(candidates((kill, pause))) == [
+        (pause,), (kill,),                                                       # a fault left out
+        ({**kill, "target": {"rank": 1}}, pause), ({**kill, "target": {"rank": 3}}, pause),  # one rank
+        (kill, {**pause, "duration": "1.5s"}),                                   # a shorter duration
+        ({**kill, "start": "1s"}, pause),                                        # earlier in seconds
+        (kill, {**pause, "start": {"on": "retry", "nth": 1, "delay": "0s"}}),   # the anchor's first event
+    ]
+    smallest = {"kind": "kill", "target": {"rank": 1}, "start": "0s"}
+    assert list(candidates((smallest,))) == []
+
+
+def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_time_is_up() -> None:
+    from harness.run.shrink import shrink
+    kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
+    pause = {"kind": "pause", "target": {"rank": 2}, "start": "1s", "duration": "4s"}
+    runs: list[tuple] = []
+
+    def fails(faults) -> bool:  # the failure needs the kill of rank 3; the pause is noise
+        runs.append(faults)
+        return any(f["kind"] == "kill" and 3 in f["target"].get("ranks", [f["target"].get("rank")]) for f in faults)
+    shrunk = shrink((kill, pause), (1, 1), fails, repeats=3, time_left=lambda: True)
+    assert shrunk.faults == ({"kind": "kill", "target": {"rank": 3}, "start": "0s"},)
+    assert shrunk.reproduced == (2, 2) and not shrunk.out_of_time  # decided after 2 of 3 runs
+    assert all(runs_of in (1, 2) for _, _, runs_of in shrunk.tried)  # a lost majority stops early too
+    ticks = iter([True] * 4 + [False])  # 2 runs leave the pause out of it, 2 keep the kill alone
+    cut = shrink((kill, pause), (1, 1), fails, repeats=3, time_left=lambda: next(ticks))
+    assert cut.out_of_time and cut.faults == (kill,) and len(cut.tried) == 2
