@@ -2,7 +2,8 @@
 policy, judge every trial against its policy's contract (reports.oracle), until the budget.
 
     chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds kill,pause]
-        [--max-faults 3] [--seed N] [--backend B] [--out DIR] [--dry-run] [--quiet]
+        [--max-faults 3] [--weights FILE] [--seed N] [--repeats 3] [--no-shrink] [--backend B]
+        [--out DIR] [--dry-run] [--quiet]
 
 Writes OUT/explore-<scenario>-<time>/: schedules/NNN.yaml (each drawn schedule as a
 scenario; NNN-sK.yaml each candidate of its shrinking), runs/ (their run folders),
@@ -25,13 +26,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from pydantic import ValidationError
 
 from chaos.errors import UsageError
 from chaos.faults import kind_names
 from chaos.units import parse_duration
 from harness.cluster.backends import BACKEND_NAMES, backends_with
-from harness.run.explore import ExploreOptions, Schedule, explorable_kinds, schedules
+from harness.run.anchor import ANCHOR_NAMES
+from harness.run.explore import ExploreOptions, Schedule, Weights, explorable_kinds, schedules
 from harness.run.scenario import Scenario, load_scenario, reproduce_command
+from harness.run.yaml_errors import describe_errors, line_of
 
 DEFAULT_BUDGET = "10m"
 SHOWN_BY_DRY_RUN = 5
@@ -47,6 +51,8 @@ def add_explore_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", help="fault kinds to draw, comma-separated (default: every kind the backend "
                                         "and job take)")
     parser.add_argument("--max-faults", type=int, default=3, help="faults per schedule at most (default 3)")
+    parser.add_argument("--weights", help="a YAML file of the generator's weights (harness.run.explore.Weights: "
+                                          "kinds, events, on_event, durations; docs/explore.md)")
     parser.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
     parser.add_argument("--out", default="explore", help="folder of explore folders (default: ./explore)")
@@ -71,7 +77,9 @@ def _options(args: argparse.Namespace, scenario: Scenario) -> ExploreOptions:
     if missing:
         raise UsageError(f"--policy {missing[0]}: not in {args.scenario}'s policies (or a job's variants: "
                          f"{', '.join(scenario.trial_names())}); pick one of those")
-    options = ExploreOptions(max_faults=args.max_faults, seed=args.seed, kinds=kinds, policies=policies)
+    weights = _weights(Path(args.weights)) if args.weights else Weights()
+    options = ExploreOptions(max_faults=args.max_faults, seed=args.seed, kinds=kinds, policies=policies,
+                             weights=weights)
     refused = [k for k in kinds if k not in explorable_kinds(scenario, options)]
     if refused:
         able = backends_with("network_faults") if refused[0] not in ("kill", "pause") else ()
@@ -79,6 +87,26 @@ def _options(args: argparse.Namespace, scenario: Scenario) -> ExploreOptions:
                          f"scenario's job" + (f" (try --backend {' or '.join(able)})" if able else "")
                          + "; leave it out")
     return options
+
+
+def _weights(path: Path) -> Weights:
+    """The generator's weights from a YAML file; its problems as file:line: field: problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"--weights {path}: cannot read it as YAML ({exc})") from None
+    try:
+        weights = Weights.model_validate(data or {})
+    except ValidationError as exc:
+        raise UsageError("\n".join(f"{path}{f':{line}' if (line := line_of(root, loc)) else ''}: {message}"
+                                    for loc, message in describe_errors(exc))) from None
+    unknown = [k for k in weights.kinds if k not in kind_names()] + [e for e in weights.events if e not in ANCHOR_NAMES]
+    if unknown:
+        raise UsageError(f"{path}: {unknown[0]}: neither a fault kind nor an event (kinds: {', '.join(kind_names())}; "
+                         f"events: {', '.join(ANCHOR_NAMES)})")
+    return weights
 
 
 def trial_floor_s(scenario: Scenario) -> float:

@@ -183,3 +183,18 @@ def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_ti
     ticks = iter([True] * 4 + [False])  # 2 runs leave the pause out of it, 2 keep the kill alone
     cut = shrink((kill, pause), (1, 1), fails, repeats=3, time_left=lambda: next(ticks))
     assert cut.out_of_time and cut.faults == (kill,) and len(cut.tried) == 2
+
+
+def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line(tmp_path: Path, capsys) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    (tmp_path / "w.yaml").write_text("kinds: {pause: 1}\non_event: 0\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 0
+    shown = capsys.readouterr().out.splitlines()[1:]
+    assert shown and all('"kind": "pause"' in line and '"on"' not in line for line in shown)
+    (tmp_path / "w.yaml").write_text("kinds: {pause: 1}\non_event: 2\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
+    assert f"{tmp_path / 'w.yaml'}:2: on_event: Input should be less than or equal to 1" in capsys.readouterr().err
+    (tmp_path / "w.yaml").write_text("kinds: {kil: 1}\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
+    assert "kil: neither a fault kind nor an event" in capsys.readouterr().err
