@@ -207,6 +207,18 @@ def test_a_kill_fault_is_not_a_crash_but_an_unexplained_signal_is():
     assert "r1" in row["outcome_reason"] and "SIGKILL" in row["outcome_reason"]
 
 
+def test_a_kill_of_two_ranks_whose_first_exit_is_reaped_before_the_apply_returned_is_no_crash():
+    events, trial = fakes.killed_then_failed_fast()
+    for event in events:
+        if event["kind"] == "fault_applied":  # the kernel's acknowledgement came after r1's reaping
+            event["t_requested"], event["t"] = event["t"], event["t"] + 0.04
+    assert metrics_of((events, trial))["crashed_ranks"] == 0
+    for event in events:
+        if event["kind"] == "fault_applied":
+            event["t_requested"] = event["t"]
+    assert metrics_of((events, trial))["crashed_ranks"] == 1  # before the request: a crash
+
+
 def test_wasted_rank_seconds_of_a_stall():
     # 4 ranks; last step before the fault at 9.75 + r ms, next at 13.2 + r ms: each wastes
     # 3.2 s + r ms inside the window; everything else steps every 0.25 s (< 3 x 0.25)
