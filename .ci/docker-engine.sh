@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install (if missing) and start a local Docker engine for the docker backend, then make
+# Install (if missing) and start a local Docker engine for the docker backend, install
+# Compose if there is none (Debian's docker-compose 1.29: the v2 plugin is in no registry
+# CI reaches; tests/docker/test_compose_up.py runs docker-compose.yml with it), then make
 # the offline test image. Idempotent: an engine that already answers is left as it is.
 #
 # The engine is started so that it leaves the host's network alone (the netns backend and
@@ -10,7 +12,7 @@
 #   CHAOS_DOCKER_DEADLINE_S   how long to wait for the engine to answer (default 90)
 #   CHAOS_DOCKER_DATA_ROOT    data root (default /var/lib/docker)
 #   CHAOS_DOCKER_LOG          dockerd log (default /var/log/chaos-dockerd.log)
-# Exit codes: 0 engine answers and the image exists; 1 it could not be started.
+# Exit codes: 0 engine answers, Compose is installed and the image exists; 1 otherwise.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,6 +37,14 @@ if ! command -v dockerd >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends docker.io >/dev/null
     [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ]; then say "no Compose and not root: cannot install docker-compose"; exit 1; fi
+    say "installing docker-compose (Compose 1.29)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+             apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
 fi
 
 if docker info >/dev/null 2>&1; then
