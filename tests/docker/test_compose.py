@@ -117,3 +117,21 @@ def test_the_local_override_runs_every_service_on_this_host_s_python() -> None:
     memlock = services["rank0"]["ulimits"]["memlock"]
     (capped,) = _ulimits({"memlock": -1})
     assert memlock == {"soft": capped["Soft"], "hard": capped["Hard"]}
+
+
+def test_the_documented_compose_commands_name_files_that_exist() -> None:
+    """Every `docker compose`/`docker-compose` command that README.md, docs/docker.md and the
+    compose files show names files of this project (`docker-compose.local.yml`: the one
+    `python -m harness.cluster.docker compose-override` writes, shown beside it)."""
+    import re
+    made = "docker-compose.local.yml"
+    shown: dict[str, list[str]] = {}
+    for path in (PROJECT_ROOT / "README.md", PROJECT_ROOT / "docs/docker.md", COMPOSE_FILE, GPU_COMPOSE_FILE):
+        text = path.read_text()
+        for command in re.findall(r"(?:docker compose|docker-compose) [^`\n#]*", text):
+            shown.setdefault(path.name, []).append(command)
+            for name in re.findall(r"-f (\S+)", command):
+                assert (PROJECT_ROOT / name).is_file() or (
+                    name == made and f"python -m harness.cluster.docker compose-override {made}" in text), \
+                    f"{path.name}: `{command.strip()}` names {name}, which is not a file of the project"
+    assert {"docker.md", "docker-compose.yml"} <= set(shown), shown
