@@ -24,6 +24,8 @@ def test_sixteen_rank_services_and_the_rendezvous() -> None:
     assert sorted(int(s["environment"]["CHAOS_RANK"]) for s in ranks.values()) == list(range(16))
     assert services["control"]["command"][-1] == "control"
     assert services["control"]["cap_add"] == ["SYS_NICE"]  # harness.job.detector.run_ahead
+    # it exits once that many ranks have ended, so that `docker compose up` returns
+    assert services["control"]["environment"]["CHAOS_WORLD_SIZE"] == str(len(services) - 1)
     for s in ranks.values():
         env = s["environment"]
         assert env["CHAOS_WORLD_SIZE"] == "16" and env["CHAOS_STORE_ADDRESS"] == "control"
