@@ -340,6 +340,17 @@ def kind_names() -> list[str]:
     return [cls.model_fields["kind"].default for cls in FAULT_KINDS]
 
 
+def fault_from_wire(data: dict[str, Any]) -> FaultBase:
+    """A fault value from its own `model_dump(mode="json")`, as a harness sends it to a node
+    agent: validated when it was built, its fields already in canonical form (a percentage
+    as 0.2, not "20%"), so it is rebuilt without validating again."""
+    kind = data.get("kind")
+    cls = next((c for c in FAULT_KINDS if c.model_fields["kind"].default == kind), None)
+    if cls is None:
+        raise InvalidFault(f"kind: unknown fault kind {kind!r}; expected one of {', '.join(kind_names())}")
+    return cls.model_construct(**data)
+
+
 def parse_fault(data: dict[str, Any]) -> FaultBase:
     """Build a fault value from a mapping, or raise InvalidFault naming field, value and form."""
     kind = data.get("kind") if isinstance(data, dict) else None

@@ -2,6 +2,8 @@
 rules and mechanism choice, with no root and no kernel."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -103,3 +105,13 @@ def test_delayer_draws_keep_the_latency_at_the_median():
     uniform = DelaySampler(0.05, 0.01, "uniform", 0.0, random.Random(2))
     draws = [uniform.draw() for _ in range(5000)]
     assert 0.04 <= min(draws) and max(draws) <= 0.06
+
+
+def test_every_kind_crosses_the_wire_to_a_node_agent_unchanged():
+    """A harness sends a fault to a Slurm node's agent as its JSON dump; the agent gets the
+    same value back (a percentage dumps as 0.2, which the scenario form would refuse)."""
+    from chaos.faults import fault_from_wire
+    for data in ({"kind": "loss", "percent": "20%", "correlation": "25%"}, {"kind": "blackhole", "direction": "to_host"},
+                 {"kind": "link_down"}, {"kind": "kill", "signal": "TERM"}, {"kind": "pause"}, {"kind": "slurmd_kill"}):
+        fault = parse_fault(data)
+        assert fault_from_wire(json.loads(json.dumps(fault.model_dump(mode="json")))) == fault
