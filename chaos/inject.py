@@ -25,6 +25,7 @@ from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable,
 from chaos.nfq import NfqueueDelay
 from chaos.deadman import DEAD_MAN_READY
 from chaos.nft import NftDrop, NftPartition
+from chaos.fusefs import FusePassthrough
 from chaos.storage import ReadOnlyBind, SizedTmpfs
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 from chaos.undo import UNDOS
@@ -106,6 +107,10 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "gpu_hang": cmdfile.CommandFile(None),
         "disk_full": SizedTmpfs(),
         "read_only": ReadOnlyBind(),
+        # mfusepy and libfuse are checked when one is applied (chaos.fusefs.why_no_fuse)
+        "io_error": FusePassthrough(),
+        "io_delay": FusePassthrough(),
+        "io_stall": FusePassthrough(),
         # a scheduler's own faults are its backend's to make (harness.cluster.slurm)
         **{kind.model_fields["kind"].default: Unavailable(NO_SCHEDULER)
            for kind in FAULT_KINDS if kind.acts_on == "scheduler"},

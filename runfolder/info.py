@@ -56,6 +56,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   15  a trial's events gain `checkpoint_failed` (the built-in runner's save refused by its
       disk: a storage fault, disk_full or read_only; a version 1-14 trial had none), and a
       `fault_applied` of a storage fault names the rank's checkpoint directory (`storage`)
+  16  a plan's faults gain the FUSE storage kinds `io_error`, `io_delay` and `io_stall`
+      (chaos.fusefs; a version 1-15 plan had none), and a `checkpoint_failed` can name EIO
+      or another errno an io_error gives
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 15
+FORMAT_VERSION = 16
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

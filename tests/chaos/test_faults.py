@@ -41,6 +41,8 @@ def test_every_kind_parses_from_its_scenario_form():
         "preempt": {"signal": "USR1", "lead": "30s", "requeue": True}, "requeue": {}, "node_down": {},
         "drain": {}, "slurmd_kill": {},
         "disk_full": {"after_bytes": "1mib"}, "read_only": {},
+        "io_error": {"errno": "EIO", "ops": ["write", "fsync"], "percent": "20%"},
+        "io_delay": {"latency": "50ms", "path": "step-*"}, "io_stall": {"ops": ["fsync"]},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
     for kind, params in examples.items():

@@ -1,0 +1,101 @@
+"""The FUSE storage faults on a real directory: the errno a rank's file calls get, a delay
+and a stall that the revert releases, files kept where they were, and a heal from the
+ledger alone (the harness SIGKILLed) leaving no mount and no daemon behind."""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from chaos import proc
+from chaos.errors import InvalidFault
+from chaos.faults import IoDelay, IoError, IoStall, parse_fault
+from chaos.fusefs import FusePassthrough, control, control_name, why_no_fuse
+from chaos.heal import HealReport, heal_run
+from chaos.inject import NetlinkInjector
+from chaos.storage import mounted
+from chaos.undo import UNDOS
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or why_no_fuse() is not None,
+                                reason=f"a FUSE mount over a directory here: {why_no_fuse() or 'needs root'}")
+MECHANISMS = {kind: FusePassthrough() for kind in ("io_error", "io_delay", "io_stall")}
+
+
+def save(path, size: int = 10_000) -> None:
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_fuse_kinds_parse_and_refuse_with_the_field():
+    assert parse_fault({"kind": "io_error", "errno": "enospc", "every_nth": 3}) == IoError(errno=errno.ENOSPC, every_nth=3)
+    assert parse_fault({"kind": "io_delay", "latency": "50ms", "ops": ["fsync"]}) == IoDelay(latency=0.05, ops=("fsync",))
+    assert IoStall().ops == ("write", "fsync")
+    for bad, field in (({"kind": "io_error", "percent": "10%", "every_nth": 2}, "percent and every_nth"),
+                       ({"kind": "io_error", "errno": "EWHAT"}, "io_error.errno"),
+                       ({"kind": "io_error", "ops": ["chmod"]}, "io_error.ops.0"),
+                       ({"kind": "io_delay"}, "io_delay.latency")):
+        with pytest.raises(InvalidFault, match=field):
+            parse_fault(bad)
+
+
+def test_io_error_fails_writes_and_fsyncs_keeps_reads_and_counts(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(IoError(every_nth=2, ops=("fsync",)), [host])
+    assert mounted(str(directory))
+    assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000  # the files below, served
+    outcomes = []
+    for n in range(4):
+        try:
+            save(directory / f"step-0000002{n}.pt")
+            outcomes.append("ok")
+        except OSError as exc:
+            outcomes.append(errno.errorcode[exc.errno])
+    assert outcomes == ["ok", "EIO", "ok", "EIO"]
+    stats = control(control_name(ledger.run_id, str(directory)), "stats")
+    assert stats["counts"] == {"fsync_matched": 4, "fsync_failed": 2}
+    injection.revert()
+    assert not mounted(str(directory))
+    assert sorted(p.name for p in directory.iterdir())[:2] == ["step-00000010.pt", "step-00000020.pt"]
+    assert (directory / "step-00000020.pt").stat().st_size == 10_000  # written below, kept
+
+
+def test_io_delay_holds_each_fsync_its_latency(storage):
+    host, ledger, directory = storage
+    start = time.monotonic()
+    save(directory / "direct.pt")
+    direct = time.monotonic() - start
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(IoDelay(latency=0.3, ops=("fsync",)), [host])
+    start = time.monotonic()
+    save(directory / "delayed.pt")
+    delayed = time.monotonic() - start
+    injection.revert()
+    assert delayed >= 0.3 > direct
+
+
+def test_io_stall_blocks_a_save_until_the_revert_then_it_completes(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(IoStall(), [host])
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (save(directory / "step-00000020.pt"), done.set()), daemon=True)
+    writer.start()
+    assert not done.wait(1.0), "the save went through a stalled filesystem"
+    injection.revert()
+    assert done.wait(5.0), "the save did not go on after the revert"
+    assert (directory / "step-00000020.pt").stat().st_size == 10_000
+
+
+@pytest.mark.parametrize("fault", [IoError(), IoStall()])
+def test_a_heal_from_the_ledger_alone_removes_mount_and_daemon(storage, fault):
+    host, ledger, directory = storage
+    NetlinkInjector(ledger, MECHANISMS).apply(fault, [host])  # never reverted: the harness "died"
+    assert mounted(str(directory)) and proc.helpers_of_run(ledger.run_id)
+    report = HealReport()
+    heal_run(ledger.run_id, report, UNDOS)
+    assert report.failed == [] and not mounted(str(directory)) and proc.helpers_of_run(ledger.run_id) == []
+    save(directory / "after.pt")
+    heal_run(ledger.run_id, HealReport(), UNDOS)  # idempotent
