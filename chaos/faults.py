@@ -131,13 +131,18 @@ def _errno_number(value: Any) -> int:
 
 class FuseStorageFault(StorageFault):
     """A storage fault made by a passthrough FUSE filesystem mounted over the directory
-    (chaos.fusefs): the `ops` on files whose path in the directory matches the glob `path`."""
+    (chaos.fusefs), on the files whose path in the directory matches the glob `path`."""
 
-    ops: Annotated[tuple[IoOp, ...], Field(min_length=1)] = DEFAULT_IO_OPS
     path: Annotated[str, Field(min_length=1)] = "*"
 
 
-class IoError(FuseStorageFault):
+class IoCallFault(FuseStorageFault):
+    """A fault on each of the file calls `ops`."""
+
+    ops: Annotated[tuple[IoOp, ...], Field(min_length=1)] = DEFAULT_IO_OPS
+
+
+class IoError(IoCallFault):
     """The `ops` fail with `errno` (EIO unless named): every one, a `percent` of them drawn
     from the run's seed, or every `every_nth`: a transient NFS or Lustre error."""
 
@@ -155,17 +160,27 @@ class IoError(FuseStorageFault):
         return self
 
 
-class IoDelay(FuseStorageFault):
+class IoDelay(IoCallFault):
     """Each of the `ops` is held `latency` before it is done: a slow shared filesystem."""
 
     kind: Literal["io_delay"] = "io_delay"
     latency: Annotated[Seconds, Field(gt=0)]
 
 
-class IoStall(FuseStorageFault):
+class IoStall(IoCallFault):
     """The `ops` block until the fault ends, then complete: a hung NFS server that comes back."""
 
     kind: Literal["io_stall"] = "io_stall"
+
+
+class LoseUnsynced(FuseStorageFault):
+    """The node's storage crashes at the fault's end, as LazyFS's `clear-cache` does: what was
+    written during the fault and not fsynced is gone (a file holds what its last fsync made
+    durable; one never fsynced is empty); renames, creations and removals stay done. Give the
+    rank a kill just before the end: a process that lived on past the crash would go on
+    writing over data it no longer has."""
+
+    kind: Literal["lose_unsynced"] = "lose_unsynced"
 
 
 # Which way a link fault acts, seen from the host: traffic it sends, receives, or both.
@@ -381,10 +396,11 @@ class SlurmdKill(SchedulerFault):
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, Preempt, Requeue, NodeDown, Drain, SlurmdKill)
+    GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown, Drain,
+    SlurmdKill)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, Preempt,
-                        Requeue, NodeDown, Drain, SlurmdKill],
+                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced,
+                        Preempt, Requeue, NodeDown, Drain, SlurmdKill],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 

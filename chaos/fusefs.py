@@ -1,5 +1,5 @@
-"""Storage faults the kernel has no filesystem for (io_error, io_delay, io_stall), made by a
-passthrough FUSE filesystem mounted over the rank's checkpoint directory.
+"""Storage faults the kernel has no filesystem for (io_error, io_delay, io_stall,
+lose_unsynced), made by a passthrough FUSE filesystem mounted over the rank's checkpoint directory.
 
 One daemon per faulted directory, `python -m chaos.fusefs`: a helper process of the harness
 in a session of its own, outside the ranks' process trees and namespaces (a FUSE daemon that
@@ -9,6 +9,12 @@ before it mounts over it and serves every call from the directory below
 share the harness's mount namespace and see the mount. The fault is on from the mount; the
 harness turns it `off` (a stalled call then goes on) and reads its `stats` over a unix
 socket in the abstract namespace, named after the run and the directory.
+
+lose_unsynced keeps an undo record per file written while it is on: the bytes each write
+or truncation replaced, and the size the file had, dropped when the file is fsynced.
+Turning it off is the crash: every file still holding a record is put back to what its last
+fsync made durable, through a descriptor of its own (so a file renamed since is found);
+renames, creations and removals stay done, as with LazyFS.
 
 The binding is mfusepy: the maintained ctypes binding of libfuse 3 (pyfuse3's README points
 to it; fusepy is unmaintained), so nothing is compiled and the daemon is plain threads.
@@ -44,7 +50,7 @@ from typing import Any
 from chaos import proc
 from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
-from chaos.faults import FaultBase, FuseStorageFault, IoDelay, IoError, IoStall, parse_fault
+from chaos.faults import FaultBase, FuseStorageFault, IoCallFault, IoDelay, IoError, IoStall, LoseUnsynced, parse_fault
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import UndoTable
 from chaos.storage import MNT_DETACH, StorageMechanism, mounted
@@ -170,11 +176,54 @@ class Passthrough:
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         self.counts: Counter[str] = Counter()
+        # lose_unsynced: per file (device, inode), its own descriptor, its size and the bytes replaced
+        self._unsynced: dict[tuple[int, int], dict[str, Any]] = {}
         self.switch(fault is not None)
 
     def switch(self, on: bool) -> None:
+        if not on and self.on.is_set() and isinstance(self.fault, LoseUnsynced):
+            self._crash()
         (self.on.set if on else self.on.clear)()
         (self.off.clear if on else self.off.set)()
+
+    def _losing(self, path: str) -> bool:
+        return (isinstance(self.fault, LoseUnsynced) and self.on.is_set()
+                and fnmatch.fnmatch(path.lstrip("/"), self.fault.path))
+
+    def _remember(self, path: str, target: str | int, start: int, end: int | None) -> None:
+        """Before a write or a truncation of bytes [start, end) (None: to the end) of a file
+        (a path, or a descriptor of the daemon's), keep what they were while it is unsynced."""
+        if not self._losing(path):
+            return
+        try:
+            st = os.fstat(target) if isinstance(target, int) else os.stat(target)
+        except FileNotFoundError:
+            return  # created by this call: empty until an fsync says otherwise (create remembers it)
+        with self._lock:
+            record = self._unsynced.get((st.st_dev, st.st_ino))
+            if record is None:
+                keeper = os.open(f"/proc/self/fd/{target}" if isinstance(target, int) else target, os.O_RDWR)
+                record = self._unsynced[(st.st_dev, st.st_ino)] = {"fd": keeper, "size": st.st_size, "old": []}
+            length = max(0, (st.st_size if end is None else min(end, st.st_size)) - start)
+            record["old"].append((start, os.pread(record["fd"], length, start) if length else b""))
+
+    def _synced(self, fh: int) -> None:
+        st = os.fstat(fh)
+        with self._lock:
+            record = self._unsynced.pop((st.st_dev, st.st_ino), None)
+        if record is not None:
+            os.close(record["fd"])
+
+    def _crash(self) -> None:
+        """What was not fsynced is lost: each file back to its last durable content."""
+        with self._lock:
+            for record in self._unsynced.values():
+                for start, old in reversed(record["old"]):
+                    os.pwrite(record["fd"], old, start)
+                os.ftruncate(record["fd"], record["size"])
+                os.close(record["fd"])
+                self.counts["files_lost_writes"] += 1
+            self._unsynced.clear()
 
     def _real(self, path: str) -> str:
         return self.root + path
@@ -182,7 +231,7 @@ class Passthrough:
     def _call(self, op: str, path: str) -> None:
         """The fault on one call: raise its errno, wait its latency, or block until off."""
         fault = self.fault
-        if fault is None or not self.on.is_set() or op not in fault.ops or not fnmatch.fnmatch(path.lstrip("/"), fault.path):
+        if not isinstance(fault, IoCallFault) or not self.on.is_set() or op not in fault.ops or not fnmatch.fnmatch(path.lstrip("/"), fault.path):
             return
         with self._lock:
             self.counts[f"{op}_matched"] += 1
@@ -224,11 +273,17 @@ class Passthrough:
 
     def open(self, path: str, flags: int) -> int:
         self._call("open", path)
+        if flags & os.O_TRUNC:
+            self._remember(path, self._real(path), 0, None)
         return os.open(self._real(path), flags)
 
     def create(self, path: str, mode: int, flags: int | None = None) -> int:
         self._call("open", path)
-        return os.open(self._real(path), os.O_RDWR | os.O_CREAT | ((flags or 0) & (os.O_EXCL | os.O_TRUNC)), mode)
+        if (flags or 0) & os.O_TRUNC:
+            self._remember(path, self._real(path), 0, None)
+        fh = os.open(self._real(path), os.O_RDWR | os.O_CREAT | ((flags or 0) & (os.O_EXCL | os.O_TRUNC)), mode)
+        self._remember(path, fh, 0, 0)  # a new file: empty unless fsynced
+        return fh
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         self._call("read", path)
@@ -236,9 +291,11 @@ class Passthrough:
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         self._call("write", path)
+        self._remember(path, fh, offset, offset + len(data))
         return os.pwrite(fh, data, offset)
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
+        self._remember(path, fh if fh is not None else self._real(path), length, None)
         os.ftruncate(fh, length) if fh is not None else os.truncate(self._real(path), length)
         return 0
 
@@ -248,6 +305,7 @@ class Passthrough:
     def fsync(self, path: str, datasync: int, fh: int) -> int:
         self._call("fsync", path)
         os.fdatasync(fh) if datasync else os.fsync(fh)
+        self._synced(fh)
         return 0
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:

@@ -111,6 +111,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "io_error": FusePassthrough(),
         "io_delay": FusePassthrough(),
         "io_stall": FusePassthrough(),
+        "lose_unsynced": FusePassthrough(),
         # a scheduler's own faults are its backend's to make (harness.cluster.slurm)
         **{kind.model_fields["kind"].default: Unavailable(NO_SCHEDULER)
            for kind in FAULT_KINDS if kind.acts_on == "scheduler"},

@@ -43,6 +43,7 @@ def test_every_kind_parses_from_its_scenario_form():
         "disk_full": {"after_bytes": "1mib"}, "read_only": {},
         "io_error": {"errno": "EIO", "ops": ["write", "fsync"], "percent": "20%"},
         "io_delay": {"latency": "50ms", "path": "step-*"}, "io_stall": {"ops": ["fsync"]},
+        "lose_unsynced": {"path": "step-*.pt"},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
     for kind, params in examples.items():

@@ -12,7 +12,7 @@ import pytest
 
 from chaos import proc
 from chaos.errors import InvalidFault
-from chaos.faults import IoDelay, IoError, IoStall, parse_fault
+from chaos.faults import IoDelay, IoError, IoStall, LoseUnsynced, parse_fault
 from chaos.fusefs import FusePassthrough, control, control_name, why_no_fuse
 from chaos.heal import HealReport, heal_run
 from chaos.inject import NetlinkInjector
@@ -21,7 +21,7 @@ from chaos.undo import UNDOS
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or why_no_fuse() is not None,
                                 reason=f"a FUSE mount over a directory here: {why_no_fuse() or 'needs root'}")
-MECHANISMS = {kind: FusePassthrough() for kind in ("io_error", "io_delay", "io_stall")}
+MECHANISMS = {kind: FusePassthrough() for kind in ("io_error", "io_delay", "io_stall", "lose_unsynced")}
 
 
 def save(path, size: int = 10_000) -> None:
@@ -34,7 +34,7 @@ def save(path, size: int = 10_000) -> None:
 def test_fuse_kinds_parse_and_refuse_with_the_field():
     assert parse_fault({"kind": "io_error", "errno": "enospc", "every_nth": 3}) == IoError(errno=errno.ENOSPC, every_nth=3)
     assert parse_fault({"kind": "io_delay", "latency": "50ms", "ops": ["fsync"]}) == IoDelay(latency=0.05, ops=("fsync",))
-    assert IoStall().ops == ("write", "fsync")
+    assert IoStall().ops == ("write", "fsync") and parse_fault({"kind": "lose_unsynced"}) == LoseUnsynced()
     for bad, field in (({"kind": "io_error", "percent": "10%", "every_nth": 2}, "percent and every_nth"),
                        ({"kind": "io_error", "errno": "EWHAT"}, "io_error.errno"),
                        ({"kind": "io_error", "ops": ["chmod"]}, "io_error.ops.0"),
@@ -87,6 +87,28 @@ def test_io_stall_blocks_a_save_until_the_revert_then_it_completes(storage):
     injection.revert()
     assert done.wait(5.0), "the save did not go on after the revert"
     assert (directory / "step-00000020.pt").stat().st_size == 10_000
+
+
+def test_lose_unsynced_keeps_what_was_fsynced_and_renamed_and_loses_the_rest(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(LoseUnsynced(), [host])
+    save(directory / ".tmp-step-00000020.pt", 20_000)  # the atomic way: written, fsynced, renamed
+    os.replace(directory / ".tmp-step-00000020.pt", directory / "step-00000020.pt")
+    (directory / "step-00000030.pt").write_bytes(b"y" * 30_000)  # torch.save's way: no fsync
+    (directory / "step-00000010.pt").write_bytes(b"over")  # an old checkpoint overwritten, no fsync
+    with open(directory / "grown.pt", "wb") as f:  # fsynced, then grown without one
+        f.write(b"a" * 1000)
+        f.flush()
+        os.fsync(f.fileno())
+        f.write(b"b" * 5000)
+    assert (directory / "step-00000030.pt").stat().st_size == 30_000  # read back before the crash
+    injection.revert()  # the fault's end: the crash
+    assert not mounted(str(directory))
+    assert (directory / "step-00000020.pt").read_bytes() == b"x" * 20_000
+    assert (directory / "step-00000030.pt").exists() and (directory / "step-00000030.pt").stat().st_size == 0
+    assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
+    assert (directory / "grown.pt").read_bytes() == b"a" * 1000
+    assert not (directory / ".tmp-step-00000020.pt").exists()  # the rename stays done
 
 
 @pytest.mark.parametrize("fault", [IoError(), IoStall()])
