@@ -56,7 +56,7 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   15  a trial's events gain `checkpoint_failed` (the built-in runner's save refused by its
       disk: a storage fault, disk_full or read_only; a version 1-14 trial had none), and a
       `fault_applied` of a storage fault names the rank's checkpoint directory (`storage`)
-  16  a plan's faults gain the FUSE storage kinds `io_error`, `io_delay` and `io_stall`
+  16  a plan's faults gain the FUSE storage kinds `io_error`, `io_delay`, `io_stall` and `lose_unsynced`
       (chaos.fusefs; a version 1-15 plan had none), and a `checkpoint_failed` can name EIO
       or another errno an io_error gives
 """

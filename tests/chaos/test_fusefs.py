@@ -95,6 +95,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_renamed_and_loses_the_rest(sto
     save(directory / ".tmp-step-00000020.pt", 20_000)  # the atomic way: written, fsynced, renamed
     os.replace(directory / ".tmp-step-00000020.pt", directory / "step-00000020.pt")
     (directory / "step-00000030.pt").write_bytes(b"y" * 30_000)  # torch.save's way: no fsync
+    (directory / ".partial").write_bytes(b"z" * 40_000)  # renamed without an fsync (examples/train_ddp.py)
+    os.replace(directory / ".partial", directory / "checkpoint.pt")
     (directory / "step-00000010.pt").write_bytes(b"over")  # an old checkpoint overwritten, no fsync
     with open(directory / "grown.pt", "wb") as f:  # fsynced, then grown without one
         f.write(b"a" * 1000)
@@ -108,6 +110,7 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_renamed_and_loses_the_rest(sto
     assert (directory / "step-00000030.pt").exists() and (directory / "step-00000030.pt").stat().st_size == 0
     assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
     assert (directory / "grown.pt").read_bytes() == b"a" * 1000
+    assert (directory / "checkpoint.pt").stat().st_size == 0 and not (directory / ".partial").exists()
     assert not (directory / ".tmp-step-00000020.pt").exists()  # the rename stays done
 
 
