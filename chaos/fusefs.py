@@ -40,6 +40,7 @@ import json
 import os
 import random
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -86,6 +87,10 @@ def why_no_fuse() -> str | None:
     """Why a FUSE filesystem cannot be mounted here, or None."""
     if not os.path.exists("/dev/fuse"):
         return "there is no /dev/fuse"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+        return (f"/dev/fuse (mode {mode:o}) is not open to this user; most distributions make it 666 "
+                "(chmod 666 /dev/fuse), or run as root")
     if importlib.util.find_spec("mfusepy") is None:
         return "the Python package mfusepy is not installed (pip install mfusepy)"
     if ctypes.util.find_library("fuse3") is None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +128,15 @@ def test_a_heal_from_the_ledger_alone_removes_mount_and_daemon(storage, fault):
     assert report.failed == [] and not mounted(str(directory)) and proc.helpers_of_run(ledger.run_id) == []
     save(directory / "after.pt")
     heal_run(ledger.run_id, HealReport(), UNDOS)  # idempotent
+
+
+def test_a_user_the_fuse_device_is_closed_to_is_told_why(tmp_path):
+    """As uid 65534: where /dev/fuse is closed to others (mode 600, as here), the reason and
+    the fix; where it is open, no reason from the device."""
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                           "from chaos.fusefs import why_no_fuse; print(why_no_fuse())"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr
+    closed = stat.S_IMODE(os.stat("/dev/fuse").st_mode) & 0o006 != 0o006
+    assert ("/dev/fuse (mode" in done.stdout and "chmod 666 /dev/fuse" in done.stdout) == closed, done.stdout
