@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -140,3 +141,16 @@ def test_a_user_the_fuse_device_is_closed_to_is_told_why(tmp_path):
     assert done.returncode == 0, done.stderr
     closed = stat.S_IMODE(os.stat("/dev/fuse").st_mode) & 0o006 != 0o006
     assert ("/dev/fuse (mode" in done.stdout and "chmod 666 /dev/fuse" in done.stdout) == closed, done.stdout
+
+
+def test_a_daemon_that_dies_mid_fault_fails_the_calls_and_its_revert_leaves_no_mount(storage):
+    host, ledger, directory = storage
+    injection = NetlinkInjector(ledger, MECHANISMS).apply(IoDelay(latency=0.01), [host])
+    [daemon] = proc.helpers_of_run(ledger.run_id)
+    os.kill(daemon, signal.SIGKILL)
+    with pytest.raises(OSError) as cut:
+        save(directory / "step-00000020.pt")
+    # the kernel's answer for a dead daemon (ECONNABORTED here): what the rank's checkpoint_failed names
+    assert cut.value.errno in (errno.ECONNABORTED, errno.ENOTCONN)
+    injection.revert()
+    assert not mounted(str(directory)) and (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
