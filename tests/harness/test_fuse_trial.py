@@ -1,6 +1,7 @@
 """The FUSE storage faults in real trials through the installed `chaos run`: an io_error's
 EIO reaches the built-in runner's checkpointer and the restore after it is the last durable
-save on every rank (the state verdict consistent); a SIGKILL of the harness mid-stall, then
+save on every rank (the state verdict consistent); an io_stall holds rank 0 in its save
+until the fault ends while the others time out; a SIGKILL of the harness mid-stall, then
 `chaos heal` of that run, leaves no mount and no FUSE daemon behind."""
 from __future__ import annotations
 
@@ -44,6 +45,22 @@ def test_io_error_reaches_the_checkpointer_and_the_restore_is_the_last_durable_s
     assert sorted(restored) == [0, 1, 2, 3] and set(restored.values()) == {durable[-1]}, (restored, durable)
     verdict = check_state(events)
     assert verdict.verdict == CONSISTENT and verdict.restores_checked >= 4, verdict.summary()
+
+
+def test_io_stall_holds_the_save_until_the_storage_comes_back(tmp_path, leaves_nothing):
+    done = chaos_cli("run", str(SCENARIOS / "io_stall.yaml"), "--policy", "timeout", "--out", str(tmp_path), "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr  # its expectations met: failed-fast, consistent
+    events = read_events(trial_dir(next(tmp_path.iterdir()), "timeout") / EVENTS_FILE, 0)[0]
+    applied = next(e for e in events if e["kind"] == "fault_applied" and e["fault_kind"] == "io_stall")
+    reverted = next(e for e in events if e["kind"] == "fault_reverted" and e["index"] == applied["index"])
+    rank0 = [e for e in events if e.get("rank") == 0 and e["kind"] in ("step", "checkpoint")]
+    stalled = next(e for e in rank0 if e["kind"] == "checkpoint" and e["t"] > applied["t"])
+    before = [e for e in rank0 if e["kind"] == "step" and e["t"] < stalled["t"]][-1]
+    # rank 0's last step before the save was within the fault; the save ended only as the fault did
+    assert applied["t"] <= before["t"] < applied["t"] + 1.0
+    assert stalled["t"] - before["t"] > 1.5 and abs(stalled["t"] - reverted["t"]) < 0.5, (before, stalled, reverted)
+    timed_out = [e for e in events if e["kind"] == "collective_error" and e["rank"] != 0]
+    assert timed_out and all(e["t"] < stalled["t"] for e in timed_out)  # the others gave up waiting meanwhile
 
 
 def test_sigkill_mid_stall_then_heal_of_the_run_leaves_no_mount(tmp_path, leaves_nothing):
