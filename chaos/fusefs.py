@@ -51,7 +51,8 @@ from typing import Any
 from chaos import proc
 from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
-from chaos.faults import FaultBase, FuseStorageFault, IoCallFault, IoDelay, IoError, IoStall, LoseUnsynced, parse_fault
+from chaos.faults import (FAULT_KINDS, FaultBase, FuseStorageFault, IoCallFault, IoDelay, IoError, IoStall,
+                          LoseUnsynced)
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import UndoTable
 from chaos.storage import MNT_DETACH, StorageMechanism, mounted
@@ -382,6 +383,18 @@ def _serve_control(filesystem: Passthrough, name: str) -> None:
     threading.Thread(target=loop, name="control", daemon=True).start()
 
 
+def fault_from_json(text: str) -> FuseStorageFault:
+    """The fault the harness validated and sent as JSON (`model_dump_json`): its values are
+    already parsed (a percent is a fraction), so it is rebuilt, not parsed again from the
+    scenario's units."""
+    data = json.loads(text)
+    cls = next(c for c in FAULT_KINDS if c.model_fields["kind"].default == data["kind"])
+    assert issubclass(cls, FuseStorageFault), data["kind"]
+    if "ops" in data:
+        data["ops"] = tuple(data["ops"])
+    return cls.model_construct(**data)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.fusefs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", required=True, help="the directory to mount over")
@@ -392,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import mfusepy  # only the daemon loads libfuse
 
-    fault = parse_fault(json.loads(args.fault)) if args.fault else None
-    assert fault is None or isinstance(fault, FuseStorageFault)
+    fault = fault_from_json(args.fault) if args.fault else None
     below = os.open(args.path, os.O_RDONLY | os.O_DIRECTORY)  # the directory below, once covered
     filesystem = Passthrough(below, fault, args.seed)
     _serve_control(filesystem, args.control)

@@ -18,7 +18,7 @@ import pytest
 from chaos import proc
 from chaos.errors import InvalidFault
 from chaos.faults import IoDelay, IoError, IoStall, LoseUnsynced, parse_fault
-from chaos.fusefs import FusePassthrough, control, control_name, why_no_fuse
+from chaos.fusefs import FusePassthrough, control, control_name, fault_from_json, why_no_fuse
 from chaos.heal import HealReport, heal_run
 from chaos.inject import NetlinkInjector
 from chaos.storage import mounted
@@ -46,6 +46,12 @@ def test_fuse_kinds_parse_and_refuse_with_the_field():
                        ({"kind": "io_delay"}, "io_delay.latency")):
         with pytest.raises(InvalidFault, match=field):
             parse_fault(bad)
+
+
+@pytest.mark.parametrize("fault", [IoError(percent="30%", errno="ENOSPC", path="step-*"), IoDelay(latency="5ms"),
+                                   IoStall(ops=("fsync",)), LoseUnsynced(path=".tmp-*")])
+def test_the_daemon_rebuilds_the_fault_the_harness_sent(fault):
+    assert fault_from_json(fault.model_dump_json()) == fault
 
 
 def test_io_error_fails_writes_and_fsyncs_keeps_reads_and_counts(storage):
@@ -154,3 +160,22 @@ def test_a_daemon_that_dies_mid_fault_fails_the_calls_and_its_revert_leaves_no_m
     assert cut.value.errno in (errno.ECONNABORTED, errno.ENOTCONN)
     injection.revert()
     assert not mounted(str(directory)) and (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
+
+
+def test_io_error_percent_fails_about_that_share_of_calls(storage):
+    host, ledger, directory = storage
+    NetlinkInjector(ledger, MECHANISMS).apply(IoError(percent="30%", ops=("write",)), [host])
+    fd = os.open(directory / "many.pt", os.O_WRONLY | os.O_CREAT, 0o644)
+    failed = 0
+    try:
+        for n in range(400):
+            try:
+                os.pwrite(fd, b"w", n)
+            except OSError as exc:
+                assert exc.errno == errno.EIO
+                failed += 1
+    finally:
+        os.close(fd)
+    counts = control(control_name(ledger.run_id, str(directory)), "stats")["counts"]
+    assert counts == {"write_matched": 400, "write_failed": failed}
+    assert 0.22 < failed / 400 < 0.38  # 30% of 400: 120 +- 9.2; these bounds are 3.5 standard deviations out
