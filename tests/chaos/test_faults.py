@@ -2,11 +2,15 @@
 rules and mechanism choice, with no root and no kernel."""
 from __future__ import annotations
 
+import errno
+
 import pytest
 from pydantic import ValidationError
 
 from chaos.errors import InvalidFault
-from chaos.faults import FAULT_KINDS, Delay, Loss, Partition, kind_names, parse_fault
+from chaos.faults import (FAULT_KINDS, Delay, IoDelay, IoError, IoStall, LoseUnsynced, Loss, Partition, kind_names,
+                          parse_fault)
+from chaos.fusefs import fault_from_json
 from chaos.inject import choose_mechanisms
 from chaos.probe import Capabilities
 
@@ -106,3 +110,21 @@ def test_delayer_draws_keep_the_latency_at_the_median():
     uniform = DelaySampler(0.05, 0.01, "uniform", 0.0, random.Random(2))
     draws = [uniform.draw() for _ in range(5000)]
     assert 0.04 <= min(draws) and max(draws) <= 0.06
+
+
+def test_fuse_kinds_parse_and_refuse_with_the_field():
+    assert parse_fault({"kind": "io_error", "errno": "enospc", "every_nth": 3}) == IoError(errno=errno.ENOSPC, every_nth=3)
+    assert parse_fault({"kind": "io_delay", "latency": "50ms", "ops": ["fsync"]}) == IoDelay(latency=0.05, ops=("fsync",))
+    assert IoStall().ops == ("write", "fsync") and parse_fault({"kind": "lose_unsynced"}) == LoseUnsynced()
+    for bad, field in (({"kind": "io_error", "percent": "10%", "every_nth": 2}, "percent and every_nth"),
+                       ({"kind": "io_error", "errno": "EWHAT"}, "io_error.errno"),
+                       ({"kind": "io_error", "ops": ["chmod"]}, "io_error.ops.0"),
+                       ({"kind": "io_delay"}, "io_delay.latency")):
+        with pytest.raises(InvalidFault, match=field):
+            parse_fault(bad)
+
+
+@pytest.mark.parametrize("fault", [IoError(percent="30%", errno="ENOSPC", path="step-*"), IoDelay(latency="5ms"),
+                                   IoStall(ops=("fsync",)), LoseUnsynced(path=".tmp-*")])
+def test_the_daemon_rebuilds_the_fault_the_harness_sent(fault):
+    assert fault_from_json(fault.model_dump_json()) == fault

@@ -6,7 +6,6 @@ until the fault ends while the others time out; a SIGKILL of the harness mid-sta
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -15,15 +14,13 @@ from pathlib import Path
 import pytest
 
 from chaos import proc
-from chaos.fusefs import why_no_fuse
 from chaos.storage import mounted
 from reports.state import CONSISTENT, check_state
 from runfolder.events import EVENTS_FILE, read_events
 from runfolder.layout import trial_dir
 from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or why_no_fuse() is not None,
-                                reason=f"FUSE storage faults on the netns backend: {why_no_fuse() or 'needs root'}")
+pytestmark = [pytest.mark.requires_root, pytest.mark.requires_fuse]
 SCENARIOS = REPO / "scenarios"
 
 
