@@ -144,7 +144,8 @@ class IoCallFault(FuseStorageFault):
 
 class IoError(IoCallFault):
     """The `ops` fail with `errno` (EIO unless named): every one, a `percent` of them drawn
-    from the run's seed, or every `every_nth`: a transient NFS or Lustre error."""
+    from a stream seeded by the run id and the directory, or every `every_nth`: a transient
+    NFS or Lustre error."""
 
     kind: Literal["io_error"] = "io_error"
     errno: Annotated[int, BeforeValidator(_errno_number)] = errno.EIO

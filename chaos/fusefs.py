@@ -150,7 +150,8 @@ class FusePassthrough(StorageMechanism):
             raise UnsupportedFault(f"{fault.kind} on {host.name}: {reason}")  # type: ignore[attr-defined]
         path = self.directory(fault, host)
         name = control_name(ledger.run_id, path)
-        # the run's seed names the run; each directory draws its own stream from it
+        # a fault value carries no scenario seed (the delayer's and the kernel's draws are not
+        # seeded either): a percent's draws come from a stream seeded by the run and the directory
         seed = int.from_bytes(hashlib.sha1(f"{ledger.run_id}:{path}".encode()).digest()[:8], "big")
         mount = ledger.record("unmount_fuse", path=path)
         try:
