@@ -50,7 +50,7 @@ case "${1:-}" in
         # the netem tests a kernel with sch_netem that runs as a process (User-Mode Linux).
         # Where one cannot be had its tests skip, saying why, unless CHAOS_REQUIRE names it
         # (CI: .ci/run): then the session fails at collection, naming it (tests/conftest.py).
-        bash .ci/docker-engine.sh || echo "dev.sh: no Docker engine; the docker tests need one" >&2
+        bash .ci/docker-engine.sh || echo "dev.sh: no Docker engine or Compose; the docker tests need them" >&2
         bash .ci/slurm.sh || echo "dev.sh: Slurm could not be installed; the slurm tests need it" >&2
         bash .ci/fuse.sh || echo "dev.sh: fuse3 could not be installed; the FUSE storage faults' tests need it" >&2
         bash .ci/uml-kernel.sh

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install (if missing) and start a local Docker engine for the docker backend, then make
-# the offline test image. Idempotent: an engine that already answers is left as it is.
+# Install (if missing) and start a local Docker engine for the docker backend, make the
+# offline test image, then install Compose if there is none (Debian's docker-compose 1.29:
+# the v2 plugin is in no registry CI reaches; tests/docker/test_compose_up.py runs
+# docker-compose.yml with it). Idempotent: an engine that already answers is left as it is.
 #
 # The engine is started so that it leaves the host's network alone (the netns backend and
 # other jobs share this machine): no iptables/ip6tables rules, no docker0 bridge, no
@@ -10,7 +12,7 @@
 #   CHAOS_DOCKER_DEADLINE_S   how long to wait for the engine to answer (default 90)
 #   CHAOS_DOCKER_DATA_ROOT    data root (default /var/lib/docker)
 #   CHAOS_DOCKER_LOG          dockerd log (default /var/log/chaos-dockerd.log)
-# Exit codes: 0 engine answers and the image exists; 1 it could not be started.
+# Exit codes: 0 engine answers, Compose is installed and the image exists; 1 otherwise.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -71,3 +73,12 @@ fi
 # The offline test image (no registry here): a tiny imported root filesystem; the
 # project's Python environment is bind-mounted read-only at run time.
 "$python" -m harness.cluster.docker image
+
+# Last: an engine and its image are there even where Compose cannot be installed.
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ]; then say "no Compose and not root: cannot install docker-compose"; exit 1; fi
+    say "installing docker-compose (Compose 1.29)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+             apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+fi

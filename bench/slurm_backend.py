@@ -3,7 +3,7 @@ the same scenarios and policies on both, time to detect and to recover side by s
 the slurm backend's bring-up by phase (allocation, node agents, control plane).
 
     sudo .venv/bin/python bench/slurm_backend.py [--nodes 16] [--out bench/results/slurm-DATE]
-        [--case link_down:timeout --case kill_rank:timeout ...]
+        [--case link_down:timeout --case kill_rank:timeout --case path/to/other.yaml:retry ...]
 
 It starts a local Slurm cluster of `--nodes` nodes (`chaos slurm up`, one rank per node)
 and takes it down at the end. The bar (issue 52): the slurm backend detects and recovers
@@ -29,7 +29,8 @@ DEFAULT_CASES = ("link_down:timeout", "link_down:retry", "kill_rank:timeout")
 
 def run_case(scenario: str, policy: str, backend: str, out: Path, env: dict[str, str]) -> dict:
     began = time.monotonic()
-    done = subprocess.run([CHAOS, "run", str(REPO / "scenarios" / f"{scenario}.yaml"), "--policy", policy,
+    path = Path(scenario) if scenario.endswith(".yaml") else REPO / "scenarios" / f"{scenario}.yaml"
+    done = subprocess.run([CHAOS, "run", str(path), "--policy", policy,
                            "--backend", backend, "--out", str(out), "--quiet"],
                           capture_output=True, text=True, env=env, timeout=900)
     wall = time.monotonic() - began

@@ -17,6 +17,8 @@
     chaos slurm up --nodes N | status | down   a local Slurm cluster (docs/slurm.md)
     chaos tune [SCENARIO.yaml] [--budget 15m] [--repeat N] [--dry-run]
                                              the timeout and retries to use, measured (docs/tune.md)
+    chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds K,...] [--max-faults 3]
+                                             drawn fault schedules against the policies' contract
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -273,6 +275,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return tune_command(args, require_privileges)
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    from harness.run.explore_command import explore_command
+    return explore_command(args)
+
+
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
     """`chaos export k8s ...`: the target platform is a sub-subcommand (Kubernetes only, today)."""
     def add(parser: argparse.ArgumentParser) -> None:
@@ -346,6 +353,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               _arguments_of("harness.cluster.slurm.cli", "add_slurm_arguments"), cmd_slurm),
     "tune": ("measure the job without faults, derive timeouts and retries, try them under faults, recommend",
              _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
+    "explore": ("draw fault schedules, run them, judge each trial against its policy's contract (docs/explore.md)",
+                _arguments_of("harness.run.explore_command", "add_explore_arguments"), cmd_explore),
 }
 
 

@@ -65,6 +65,8 @@ def fault_text(row: Mapping[str, Any]) -> str:
     kind = str(row.get("fault") or "no fault")
     targets = str(row.get("fault_targets") or "").split()
     text = kind + (" on " + ", ".join(f"r{t}" for t in targets) if targets else "")
+    if reaches := str(row.get("fault_reaches") or "").split():
+        text += f" (reaches {', '.join(f'r{r}' for r in reaches)} too)"
     duration = _num(row, "fault_duration_s")
     if not math.isnan(duration):
         text += f" for {_s(duration)}"

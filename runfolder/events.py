@@ -85,6 +85,11 @@ STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "params (FSDP, DTensor: parameters and optimizer state are this rank's shard) | optim "
               "(ZeroRedundancyOptimizer: the optimizer's state is), not compared across ranks",
               optional=("local_rank", "sharded"))
+CHECKPOINT_BEGIN = _kind("checkpoint_begin", RANK, ("step",),
+                         "a checkpoint save began: the runner's (group rank 0; `checkpoint` or "
+                         "`checkpoint_failed` ends it), or a user's job's torch.save / dcp save (from the "
+                         "hook: path, api and local_rank as checkpoint_save, which ends it)",
+                         optional=("path", "local_rank", "api"))
 CHECKPOINT = _kind("checkpoint", RANK, ("step",), "a checkpoint written atomically (group rank 0)")
 CHECKPOINT_FAILED = _kind("checkpoint_failed", RANK, ("step", "errno", "error"),
                           "the disk refused the checkpoint of `step` (errno: ENOSPC, EROFS, ...); the "
@@ -145,6 +150,11 @@ CHECKPOINT_SAVE = _kind("checkpoint_save", RANK, CHECKPOINT_FILE_FIELDS,
 CHECKPOINT_LOAD = _kind("checkpoint_load", RANK, CHECKPOINT_FILE_FIELDS,
                         "a user's job read a checkpoint (fields as checkpoint_save; file as it was "
                         "when the read began)", optional=("local_rank", "api"))
+GROUP_INIT = _kind("group_init", RANK, ("gen", "world"),
+                   "a user's job's process formed its default process group (the hook: "
+                   "torch.distributed.init_process_group returned; gen: torchrun's restart count, "
+                   "world: the group's size; local_rank: which of its host's processes)",
+                   optional=("local_rank",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (harness.cluster.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
@@ -175,8 +185,11 @@ TRAFFIC_DURING = ("link_bytes_during", "steps_during", "during_s")
 FAULT_APPLIED = _kind("fault_applied", HARNESS,
                       ("index", "fault_kind", "fault", "targets", "mechanism", "t_requested"),
                       "t: the kernel acknowledged the apply; t_requested: just before it; storage: "
-                      "the checkpoint folder a storage fault acts on",
-                      optional=(*TRAFFIC_BEFORE, "storage"))
+                      "the checkpoint folder a storage fault acts on; reaches: the other ranks it "
+                      "reached (a Slurm node's link fault reaches every rank of the node); anchor_t, "
+                      "anchor_rank: the event an anchored fault started on (its t and rank; the fault "
+                      "was due at anchor_t plus the anchor's delay)",
+                      optional=(*TRAFFIC_BEFORE, "storage", "reaches", "anchor_t", "anchor_rank"))
 FAULT_REVERTED = _kind("fault_reverted", HARNESS, ("index", "fault_kind", "targets"),
                        "t: the kernel acknowledged the revert; teardown: true when it was the "
                        "harness cleaning up, not the fault healing, and t when the revert began (the "
@@ -197,7 +210,9 @@ FAULT_NOT_APPLIED = _kind("fault_not_applied", HARNESS, ("index", "fault_kind", 
                           "a process fault (kill, pause, gpu_hang) came due on ranks with no process "
                           "left: targets those ranks, exited_t when each one's process was reaped "
                           "(null: not known); the trial goes on. The fault's other targets, if any, "
-                          "got it (fault_applied)")
+                          "got it (fault_applied). waited_for: an anchored fault whose event never came "
+                          "(the anchor in words; exited_t empty): its wait ended (its `until`, or the "
+                          "trial ended first) at t", optional=("waited_for",))
 HANG_DETECTED = _kind("hang_detected", HARNESS, ("cap", "idle_since"),
                       "no step and no policy action for `cap` seconds")
 HOST_DROPS = _kind("host_drops", HARNESS, ("packets", "secs"),

@@ -56,6 +56,25 @@ class Expectation:
 
 
 @dataclass(frozen=True)
+class Anchor:
+    """When an anchored fault starts: `delay` seconds after the `nth` event `on` (a name of
+    harness.run.anchor.ANCHOR_EVENTS) of one rank since warm-up, the first rank to see its
+    nth (or rank `rank`'s only); waited for until `until` seconds after warm-up, after which
+    the fault is not applied."""
+
+    on: str
+    nth: int
+    delay: float
+    until: float
+    rank: int | None = None
+
+    def describe(self) -> str:
+        """In words: "checkpoint_save #1 of rank 0 + 0.5 s"."""
+        whose = f" of rank {self.rank}" if self.rank is not None else ""
+        return f"{self.on} #{self.nth}{whose}" + (f" + {self.delay:g} s" if self.delay else "")
+
+
+@dataclass(frozen=True)
 class PlannedFault:
     """One fault of the timeline with its targets resolved (a `count` drawn with the seed)."""
 
@@ -64,13 +83,17 @@ class PlannedFault:
     fault: dict[str, Any]            # the fault's kind and parameters (chaos.faults, as JSON)
     description: str                 # "loss(percent=0.2, correlation=0.0)"
     targets: tuple[int, ...]         # ranks, sorted
-    start: float
+    start: float                     # after warm-up, or after its anchor's event (then the delay)
     duration: float | None           # None: it never heals while the harness watches
+    # the event it starts on (harness.run.anchor); None: at `start` after warm-up. Absent
+    # from trial.json written before anchors: None
+    anchor: Anchor | None = None
 
 
 @dataclass(frozen=True)
 class Action:
-    """Apply or revert fault `index`, `at` seconds after warm-up."""
+    """Apply or revert fault `index`, `at` seconds after warm-up (an anchored fault's: after
+    its anchor's event)."""
 
     at: float
     verb: str                        # APPLY | REVERT
@@ -100,7 +123,14 @@ class TrialPlan:
     # Every live process's stacks at each fault's first detection (stacks/detect-<i>/);
     # absent from trial.json written before it: False, none were taken.
     stacks_at_detect: bool = False
+    # The actions of anchored faults, `at` after their anchor's event, in time order; not in
+    # `actions` (their time is known only once the event came). Absent before anchors: ().
+    anchored: tuple[Action, ...] = ()
 
     @property
     def last_action_s(self) -> float:
-        return max((a.at for a in self.actions), default=0.0)
+        """The latest an action can come after warm-up: an anchored one's, if its event comes
+        as late as it is waited for."""
+        latest = [a.at for a in self.actions]
+        latest += [anchor.until + a.at for a in self.anchored if (anchor := self.faults[a.index].anchor)]
+        return max(latest, default=0.0)

@@ -70,6 +70,24 @@ def _docker() -> str | None:
     return engine_unavailable_reason()
 
 
+def compose_command() -> list[str] | None:
+    """The Compose a user runs here: `docker-compose` (1.29, Debian's; CI installs it:
+    .ci/docker-engine.sh) or the v2 plugin `docker compose`; None: neither."""
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
+                                                 timeout=30).returncode == 0:
+        return ["docker", "compose"]
+    return None
+
+
+def _compose() -> str | None:
+    if compose_command() is None:
+        return ("needs Compose: `docker-compose` (apt-get install docker-compose) or the "
+                "`docker compose` plugin (.ci/docker-engine.sh installs the first)")
+    return _docker()
+
+
 def _probed(check: str) -> Callable[[], str | None]:
     def why_not() -> str | None:
         from chaos import probe
@@ -86,13 +104,14 @@ def _fuse() -> str | None:
 
 # name: why it is missing (None: present)
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
-    "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "fuse": _fuse,
+    "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "compose": _compose, "fuse": _fuse,
     **{check: _probed(check) for check in PROBED}}
 # required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
 CHECKED_ELSEWHERE = {"slurm"}
 # a marker: the capability it names (requires_mechanism("tbf") names its own)
 MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
-           "requires_uml": "uml_netem", "requires_docker": "docker", "requires_fuse": "fuse"}
+           "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose",
+           "requires_fuse": "fuse"}
 
 
 @functools.cache

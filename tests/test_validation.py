@@ -134,19 +134,15 @@ COMPOSE = """\
 x-rank:
   image: {image}
   cap_add: {cap_add}
-  deploy: {deploy}
 services: {services}
 """
-COMPOSE_GOOD = dict(image="chaos:1", cap_add="[NET_ADMIN]", deploy="{}", services="{}")
+COMPOSE_GOOD = dict(image="chaos:1", cap_add="[NET_ADMIN]", services="{}")
 
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"image": "[a, b]"}, "rank template: image: ['a', 'b']; expected an image name"),
     ({"image": "''"}, "rank template: image: empty"),
     ({"cap_add": "NET_ADMIN"}, "rank template: cap_add: 'NET_ADMIN'; expected a list"),
-    ({"deploy": "{resources: [1]}"}, "rank template: deploy.resources: expected a mapping, got list"),
-    ({"deploy": "{resources: {reservations: {devices: gpu}}}"},
-     "rank template: deploy.resources.reservations.devices: 'gpu'; expected a list"),
     ({"services": "[a]"}, "services: expected a mapping, got list"),
 ])
 def test_a_malformed_compose_file_names_file_and_field(tmp_path, changes, message):
@@ -155,6 +151,20 @@ def test_a_malformed_compose_file_names_file_and_field(tmp_path, changes, messag
     with pytest.raises(HarnessError) as caught:
         RankTemplate.from_compose(path)
     assert str(caught.value) == f"{path}: {message}" or str(caught.value).startswith(f"{path}: {message}")
+
+
+@pytest.mark.parametrize(("deploy", "message"), [
+    ("{resources: [1]}", "x-gpu.deploy.resources: expected a mapping, got list"),
+    ("{resources: {reservations: {devices: gpu}}}",
+     "x-gpu.deploy.resources.reservations.devices: 'gpu'; expected a list"),
+])
+def test_a_malformed_gpu_override_names_file_and_field(tmp_path, deploy, message):
+    path, gpu_path = tmp_path / "docker-compose.yml", tmp_path / "docker-compose.gpu.yml"
+    path.write_text(COMPOSE.format(**COMPOSE_GOOD))
+    gpu_path.write_text(f"x-gpu:\n  deploy: {deploy}\n")
+    with pytest.raises(HarnessError) as caught:
+        RankTemplate.from_compose(path, gpu_path)
+    assert str(caught.value).startswith(f"{gpu_path}: {message}")
 
 
 def test_a_compose_file_that_is_not_a_mapping_names_the_file(tmp_path):

@@ -6,7 +6,9 @@
                                           (harness.cluster.userjob.launch_command)
     python -m harness.cluster.container rank      one rank, configured from the CHAOS_* environment
                                           (a plain `docker compose up`)
-    python -m harness.cluster.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT
+    python -m harness.cluster.container control   the rendezvous store (TCPStore) on CHAOS_STORE_PORT;
+                                          with CHAOS_WORLD_SIZE it exits once that many
+                                          ranks have ended (`docker compose up` returns)
 
 A SIGTERM handler is installed before anything heavy is imported: the kernel drops
 signals that PID 1 of a namespace has no handler for, so a rank still importing torch
@@ -191,13 +193,55 @@ def _rank(argv: list[str]) -> int:
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
     path = run_dir / "ranks" / f"r{config['rank']:03d}.json"
     path.write_text(json.dumps(config))
-    return rank.cli(["--config", str(path)])
+    code = rank.cli(["--config", str(path)])
+    _count_rank_ended(config["store_address"], config["store_port"])
+    return code
+
+
+# Under `docker compose up` the store (`control`) would serve forever, so `up` would never
+# return: every rank that ends counts itself here, and a control that knows the world size
+# (CHAOS_WORLD_SIZE) exits once all have. A killed rank never counts: control stays up.
+RANKS_ENDED_KEY = "compose/ranks_ended"
+RANK_ENDED_CONNECT_S = 5.0     # control already gone (`down`): give up telling it
+RANKS_ENDED_POLL_S = 0.5
+
+
+def _count_rank_ended(address: str, port: int) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    try:
+        dist.TCPStore(address, port, is_master=False, wait_for_workers=False,
+                      timeout=timedelta(seconds=RANK_ENDED_CONNECT_S)).add(RANKS_ENDED_KEY, 1)
+    except (RuntimeError, OSError):  # DistStoreError is a RuntimeError: control is gone
+        pass
+
+
+def _exit_once_every_rank_ended(port: int, world: int) -> None:
+    """Ends the control process once `world` ranks have counted themselves ended. No
+    deadline: a job of CHAOS_MAX_STEPS=0 trains until it is stopped."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                          timeout=timedelta(seconds=60))
+    while store.add(RANKS_ENDED_KEY, 0) < world:
+        time.sleep(RANKS_ENDED_POLL_S)
+    print(f"all {world} ranks ended: control plane exits", flush=True)
+    os._exit(0)  # the store's threads hold nothing to save
 
 
 def _control() -> int:
+    import threading
+
     from harness.job import control
 
-    return control.main({"port": int(_get(os.environ, "CHAOS_STORE_PORT", str(STORE_PORT)) or STORE_PORT)})
+    port = int(_get(os.environ, "CHAOS_STORE_PORT", str(STORE_PORT)) or STORE_PORT)
+    world = int(_get(os.environ, "CHAOS_WORLD_SIZE", "0") or 0)
+    if world:
+        threading.Thread(target=_exit_once_every_rank_ended, args=(port, world), daemon=True,
+                         name="ranks-ended").start()
+    return control.main({"port": port})
 
 
 def _exit_now(signum: int, frame: object) -> None:

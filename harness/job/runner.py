@@ -210,6 +210,7 @@ class FaultTolerantRunner:
     def _checkpoint(self) -> None:
         """Save the state; a save the disk refuses (full, read-only) leaves the newest
         durable checkpoint the one to restore, and training goes on to the next save."""
+        self.recorder.emit(kinds.CHECKPOINT_BEGIN, step=self.workload.step)  # a fault may be anchored on it
         try:
             self.checkpoints.save(self.workload.step, self.workload.state())
         except OSError as exc:

@@ -105,6 +105,10 @@ def export_trial(scenario_file: Path, policy: str, image: str = DEFAULT_IMAGE, n
     for planned, fault in zip(plan.faults, built.faults, strict=True):
         line = _fault_line(text, planned.index)
         where = f"{scenario_file}{f':{line}' if line else ''}: faults.{planned.index}"
+        if planned.anchor is not None:
+            raise UsageError(f"{where}.start: a fault anchored on an event ({planned.anchor.on}) is applied by the "
+                             "harness as it reads the trial's events, and an exported Workflow runs at set "
+                             "times; give start in seconds, or run it with `chaos run`")
         mappings.append(map_fault(planned, fault, pods, plan.ranks, op.rank_container, where))
     flow = f"{job}-faults" if plan.faults else None
     documents = [plan_config_map(job, namespace, text, str(scenario_file), policy, api, flow or ""),

@@ -50,6 +50,7 @@ from harness.job.device import (Placement, PlacementError, choose, gpu_memory_by
                                 visible_gpus)
 from harness.job.gpufault import commands_dir
 from harness.run import machine as machine_speed, stacks
+from harness.run.anchor import AnchorWatch, Fired
 from harness.run.gpumem import GpuRelease
 from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
 from harness.run.progress import Progress
@@ -63,6 +64,9 @@ from runfolder.layout import (CHECKPOINT_DIR, LOGS_DIR, REFERENCE_FILE, REFERENC
 from runfolder.plan import APPLY, REVERT, Action
 
 POLL_S = 0.05
+# while an anchored fault waits for its event: the poll is the most of the event-to-fault lag
+# (bench/anchor_lag.py, docs/performance.md), and it must stay well under a step
+ANCHOR_POLL_S = 0.01
 STACKS_AT_DETECT_DEADLINE_S = 30.0  # for the captures at detection still running when a trial ends
 STOP_DEADLINE_S = 3.0
 DEAD_MAN_MARGIN_S = 5.0
@@ -88,10 +92,13 @@ class Monitor:
     exited: set[int] = field(default_factory=set)
     exited_at: dict[int, float] = field(default_factory=dict)  # rank -> t its process was reaped
     detections: list[float] = field(default_factory=list)  # t of every rank's detection event
+    seen: Callable[[dict[str, Any]], None] | None = None  # told every event read (anchored faults)
 
     def poll(self) -> None:
         events, self.offset = read_events(self.path, self.offset)
         for ev in events:
+            if self.seen is not None:
+                self.seen(ev)
             if ev["src"] != kinds.RANK:
                 continue
             self.last_activity = max(self.last_activity, ev["t"])
@@ -348,7 +355,34 @@ class Trial:
         plan = self.plan
         injector = self.make_injector(ledger, cluster)
         t_warm = self.clock()
+        anchors = AnchorWatch(plan.faults, plan.job is not None, t_warm)
+        monitor.seen = anchors.see
+        try:
+            return self._watch(cluster, monitor, recorder, injector, faults, steps_observed, at_detection,
+                               t_warm, anchors)
+        finally:  # the trial ends (however) before these events came
+            monitor.seen = None
+            self._not_come(anchors.give_up(), recorder, "the trial ended first")
+
+    def _not_come(self, indexes: list[int], recorder: EventRecorder, why: str | None = None) -> None:
+        """Anchored faults whose event never came (by their `until`, or `why`): not applied,
+        recorded and said."""
+        for index in indexes:
+            planned = self.plan.faults[index]
+            anchor = planned.anchor
+            assert anchor is not None
+            ended = why or f"waited until +{anchor.until:g} s after warm-up"
+            recorder.emit(kinds.FAULT_NOT_APPLIED, index=index, fault_kind=planned.kind,
+                          targets=list(planned.targets), exited_t=[], waited_for=anchor.describe())
+            self._say(f"fault {planned.description} on {ranks_text(planned.targets)}: not applied, its event "
+                      f"{anchor.describe()} never came ({ended})")
+
+    def _watch(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, injector: Injector,
+               faults: contextlib.ExitStack, steps_observed: bool, at_detection: stacks.AtDetection | None,
+               t_warm: float, anchors: AnchorWatch) -> str:
+        plan = self.plan
         pending = list(plan.actions)
+        fired: dict[int, Fired] = {}  # the anchored faults whose event came, by index
         outstanding: dict[int, Injection] = {}  # applied and not yet reverted, by fault index
         deadline = t_warm + plan.last_action_s + 3 * max(plan.hang_cap, 60.0)
         monitor.last_activity = t_warm
@@ -357,7 +391,13 @@ class Trial:
         # NVML per pid means nothing for ranks on the CPU: not observed, never a 0 s release
         gpu = GpuRelease(gpu_memory_by_pid if self.placement.device == "cuda" else lambda: None)
         while True:
+            monitor.poll()  # first: an anchored fault whose event came is applied in this round
             now = self.clock()
+            for event in anchors.take():
+                fired[event.index] = event
+                shifted = [replace(a, at=event.t - t_warm + a.at) for a in plan.anchored if a.index == event.index]
+                pending = sorted(pending + shifted, key=lambda a: (a.at, a.verb == APPLY))
+            self._not_come(anchors.expired(now), recorder)
             traffic.due(now - t_warm)
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
@@ -367,7 +407,8 @@ class Trial:
                         continue
                     pids = {rank: cluster.pid(rank) for rank in targets}
                     applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
-                                          on_phase_s(action, pending), traffic.applying(action))
+                                          on_phase_s(action, pending), traffic.applying(action),
+                                          fired.get(action.index))
                     if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                         gpu.killed(pids, applied.t_applied)
                     if at_detection is not None:
@@ -402,18 +443,19 @@ class Trial:
                     self.sleep(POLL_S)
                     signals.check()
                     continue
+            waiting = bool(pending or anchors.waiting)
             # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
-                               if not pending and steps_observed else (set(), set()))
-            if not pending and monitor.all_made(plan.settle_steps, frozen | cut_off):
+                               if not waiting and steps_observed else (set(), set()))
+            if not waiting and monitor.all_made(plan.settle_steps, frozen | cut_off):
                 return "settled"
-            if not pending and steps_observed and set(monitor.live) <= frozen:
+            if not waiting and steps_observed and set(monitor.live) <= frozen:
                 self._say(f"every live rank ({ranks_text(monitor.live)}) is frozen by a fault that never heals: "
                           "nothing can move any more")
                 return "held"
             idle = now - monitor.last_activity
             if not steps_observed:  # no step can tell hung from training: watch to the cap
-                if not pending and now - t_warm - plan.last_action_s >= plan.hang_cap:
+                if not waiting and now - t_warm - plan.last_action_s >= plan.hang_cap:
                     self._say(f"still running {plan.hang_cap:g} s after the last fault action (the cap); "
                               "steps not observed")
                     self._capture_stacks(cluster, monitor, recorder, "cap")
@@ -426,7 +468,7 @@ class Trial:
                 return "hung"
             if now > deadline:
                 return "deadline"
-            if pending:
+            if waiting:
                 done, phase = (now - t_warm) / max(plan.last_action_s, POLL_S), "faults  "
             elif not steps_observed:
                 watched = now - t_warm - plan.last_action_s
@@ -435,7 +477,7 @@ class Trial:
                 done = max(monitor.least_since() / plan.settle_steps, idle / plan.hang_cap)
                 phase = f"settling (idle {idle:.0f}/{plan.hang_cap:g} s)"
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
-            self.sleep(POLL_S)
+            self.sleep(ANCHOR_POLL_S if anchors.waiting else POLL_S)
             signals.check()
 
     def _restart(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
@@ -518,7 +560,7 @@ class Trial:
 
     def _apply(self, index: int, targets: tuple[int, ...], cluster: Cluster, injector: Injector,
                recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
-               traffic: dict[str, Any]) -> AppliedFault:
+               traffic: dict[str, Any], anchor: Fired | None = None) -> AppliedFault:
         planned, fault = self.plan.faults[index], self.faults[index]
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
         hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage) for rank in targets]
@@ -529,12 +571,16 @@ class Trial:
         if fault.reversible:
             outstanding[index] = injection
         applied = injection.applied
+        reaches = sorted({int(h[1:]) for h in applied.hosts if h[:1] == "r" and h[1:].isdigit()} - set(targets))
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
                       fault_kind=planned.kind, fault=planned.fault, targets=list(targets),
                       mechanism=applied.mechanism, **traffic,
-                      **({"storage": str(self.storage_dir)} if fault.acts_on == "storage" else {}))
-        self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism})")
+                      **({"storage": str(self.storage_dir)} if fault.acts_on == "storage" else {}),
+                      **({"reaches": reaches} if reaches else {}),
+                      **({"anchor_t": round(anchor.t, 6), "anchor_rank": anchor.rank} if anchor else {}))
+        also = f" (it reaches {ranks_text(reaches)} too)" if reaches else ""
+        self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism}){also}")
         return applied
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,

@@ -21,7 +21,7 @@ from chaos.faults import FaultBase
 from harness.cluster.userjob import rdzv_conf_text
 from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.run.yaml_errors import file_line
-from runfolder.plan import APPLY, REVERT, Action, Expectation, PlannedFault, TrialPlan
+from runfolder.plan import APPLY, REVERT, Action, Anchor, Expectation, PlannedFault, TrialPlan
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         workload=scenario.workload.model_dump(mode="json"), ranks=scenario.cluster.ranks,
         seed=scenario.seed, warmup_steps=scenario.warmup_steps, settle_steps=scenario.settle_steps,
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
-        actions=_actions(scenario.faults), expect=_expectation(scenario.expect.get(policy)), job=job,
-        sysctls=dict(scenario.cluster.sysctls) or None, stacks_at_detect=scenario.stacks_at_detect)
+        actions=_actions(scenario.faults, anchored=False), expect=_expectation(scenario.expect.get(policy)), job=job,
+        sysctls=dict(scenario.cluster.sysctls) or None, stacks_at_detect=scenario.stacks_at_detect,
+        anchored=_actions(scenario.faults, anchored=True))
     return Plan(trial, tuple(e.fault for e in scenario.faults), scenario.cluster.ranks_per_node,
                 scenario.cluster.slurm.sbatch_args() if scenario.cluster.slurm else ())
 
@@ -72,17 +73,27 @@ def placement_problem(scenario: Scenario, scenario_file: Path, device: str, reas
 
 
 def _planned(scenario: Scenario, index: int, event: FaultEvent) -> PlannedFault:
-    fault = event.fault
+    fault, written = event.fault, event.anchor
+    anchor = None
+    if written is not None:
+        # waited for until `within` after warm-up; by default the hang cap after the last fault at a time
+        timed = max((t for e in scenario.faults if e.anchor is None for window in e.windows() for t in window
+                     if t is not None), default=0.0)
+        anchor = Anchor(on=written.on, nth=written.nth, delay=written.delay, rank=written.rank,
+                        until=written.within if written.within is not None else timed + scenario.hang_cap)
     return PlannedFault(index=index, kind=fault.kind, fault=fault.model_dump(mode="json"),  # type: ignore[attr-defined]
                         description=fault.describe(), targets=scenario.targets(index),
-                        start=event.start, duration=event.duration)
+                        start=event.offset, duration=event.duration, anchor=anchor)
 
 
-def _actions(faults: tuple[FaultEvent, ...]) -> tuple[Action, ...]:
-    """Every apply and revert in time order (a revert before an apply at the same offset); a
-    pulsed fault contributes one pair per on-phase."""
+def _actions(faults: tuple[FaultEvent, ...], anchored: bool) -> tuple[Action, ...]:
+    """Every apply and revert of the faults at a time (or of the `anchored` ones, after their
+    event) in time order (a revert before an apply at the same offset); a pulsed fault
+    contributes one pair per on-phase."""
     actions = []
     for i, event in enumerate(faults):
+        if (event.anchor is not None) != anchored:
+            continue
         for on, off in event.windows():
             actions.append(Action(on, APPLY, i))
             if off is not None:
@@ -153,12 +164,21 @@ def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
         lines.append("every host's own settings: " + ", ".join(f"{k} = {v}" for k, v in timeline.sysctls.items()))
     lines += [f"per policy, on a fresh cluster: {timeline.warmup_steps} warm-up steps on every rank, "
               "then at these offsets after warm-up:"]
-    for action in timeline.actions:
+    def action_line(action: Action, after: str = "") -> str:
         fault = timeline.faults[action.index]
         what = fault.description if action.verb == APPLY else fault.kind
         how = f" by {mechanism(values[action.index])}" if action.verb == APPLY else ""
-        lines.append(f"  +{action.at:7.3f} s  {action.verb:6}  faults.{action.index} {what} "
-                     f"on {ranks_text(fault.targets)}{how}")
+        return (f"  {after}+{action.at:7.3f} s  {action.verb:6}  faults.{action.index} {what} "
+                f"on {ranks_text(fault.targets)}{how}")
+    lines += [action_line(action) for action in timeline.actions]
+    for fault in timeline.faults:
+        anchor = fault.anchor
+        if anchor is None:
+            continue
+        whose = f"rank {anchor.rank}'s" if anchor.rank is not None else "the first process to see its"
+        lines.append(f"  on {whose} {anchor.on} #{anchor.nth} after warm-up (waited for until "
+                     f"+{anchor.until:g} s, else not applied), after the event:")
+        lines += [action_line(a, "  ") for a in timeline.anchored if a.index == fault.index]
     if not timeline.faults:
         lines.append("  (no fault: a control run)")
     never = [f"faults.{f.index}" for f in timeline.faults if f.duration is None]

@@ -82,7 +82,9 @@ def scaled_to_cores(scenario: Scenario, cores: int | None = None) -> Scenario:
                           "detector": spec.detector and spec.detector.model_copy(
                               update=_stretched(spec.detector, _DETECTOR_WAITS, k)).model_dump()}
     faults = tuple(event.model_copy(update={
-        **_stretched(event, ("start", "duration"), k),
+        **_stretched(event, ("duration",), k),
+        "start": event.start.model_copy(update=_stretched(event.start, ("delay", "within"), k))
+        if event.anchor else event.start * k,
         "pulses": event.pulses and event.pulses.model_copy(update=_stretched(event.pulses, ("on_for", "off_for"), k))})
         for event in scenario.faults)
     return scenario.model_copy(update={

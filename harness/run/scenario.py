@@ -48,8 +48,8 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag,
+                      ValidationError, field_validator, model_validator)
 
 from chaos import sysctl, units
 from chaos.errors import UsageError
@@ -59,6 +59,7 @@ from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_wi
 from harness.cluster.userjob import TRIAL_DIR_FIELD, JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import POLICY_NAMES, PolicySpec, policy_spec
+from harness.run.anchor import ANCHOR_EVENTS, ANCHOR_NAMES, CHECKPOINT_ANCHORS
 from harness.run.yaml_errors import TARGET_FORM, describe_errors, duplicate_keys, line_of
 from runfolder.plan import OUTCOMES, STATE_VERDICTS
 
@@ -199,13 +200,41 @@ class Pulses(Frozen):
         return data
 
 
+class AnchorSpec(Frozen):
+    """A start on an event (harness.run.anchor): `delay` after the `nth` `on` event since
+    warm-up of the first process to see it (or of rank `rank`); not applied if it has not
+    come `within` after warm-up (default: the hang cap after the last fault at a time)."""
+
+    on: Literal[ANCHOR_NAMES] = Field(description="; ".join(  # type: ignore[valid-type]
+        f"{e.name}: {e.meaning}" for e in ANCHOR_EVENTS.values()))
+    nth: Annotated[int, Field(ge=1)] = 1
+    delay: Time = 0.0
+    rank: Annotated[int, Field(ge=0)] | None = Field(default=None, description="only this rank's events count")
+    within: Span | None = Field(default=None, description="how long after warm-up the event is waited for")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: Any) -> Any:
+        # YAML 1.1 reads the key `on` as the boolean true: it is the anchor's event all the same
+        if isinstance(data, dict) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+
+def _start_form(value: Any) -> str:
+    return "event" if isinstance(value, (dict, AnchorSpec)) else "seconds"
+
+
+Start = Annotated[Annotated[Time, Tag("seconds")] | Annotated[AnchorSpec, Tag("event")], Discriminator(_start_form)]
+
+
 class FaultEvent(Frozen):
     """One entry of the timeline: what (fault), where (target), when (start, duration, pulses).
     In a file it is one flat mapping: the fault's kind and parameters next to the timing."""
 
     fault: Fault
     target: Target
-    start: Time = 0.0
+    start: Start = 0.0            # seconds after warm-up, or {on: EVENT, nth, delay, rank, within}
     duration: Span | None = None  # None: the fault never heals within the trial
     pulses: Pulses | None = None
 
@@ -242,14 +271,30 @@ class FaultEvent(Frozen):
                                  "make the duration at least one cycle or drop 'pulses'")
         return self
 
+    @property
+    def anchor(self) -> AnchorSpec | None:
+        return self.start if isinstance(self.start, AnchorSpec) else None
+
+    @property
+    def offset(self) -> float:
+        """When it starts: seconds after warm-up, or after its anchor's event (the delay)."""
+        return self.start.delay if isinstance(self.start, AnchorSpec) else self.start
+
+    def clock(self) -> tuple[str, int, int | None] | None:
+        """What its offsets count from: None for warm-up, else its anchor's event."""
+        anchor = self.anchor
+        return None if anchor is None else (anchor.on, anchor.nth, anchor.rank)
+
     def windows(self) -> list[tuple[float, float | None]]:
-        """(on, off) offsets after warm-up of every on-phase; off is None if it never heals."""
+        """(on, off) offsets of every on-phase, after warm-up or after its anchor's event;
+        off is None if it never heals."""
+        start = self.offset
         if self.duration is None:
-            return [(self.start, None)]
-        end = self.start + self.duration
+            return [(start, None)]
+        end = start + self.duration
         if self.pulses is None:
-            return [(self.start, end)]
-        spans, t = [], self.start
+            return [(start, end)]
+        spans, t = [], start
         while t < end:
             spans.append((t, min(t + self.pulses.on_for, end)))
             t += self.pulses.on_for + self.pulses.off_for
@@ -360,6 +405,8 @@ class Scenario(Frozen):
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.min_hosts: {job.min_hosts} is more than the "
                                  f"cluster's {world} hosts (torchrun's --nnodes {job.min_hosts}:{world}); give at "
                                  f"most {world}, e.g. {max(world - 1, 1)} to go on without one host")
+        for i, event in enumerate(self.faults):
+            self._check_anchor(i, event)
         for name in self.expect:
             if name not in self.trial_names():
                 raise ValueError(f"expect.{name}: no such {'variant' if self.job else 'policy'} "
@@ -405,6 +452,31 @@ class Scenario(Frozen):
         if self.cluster.sysctls and not traits.host_sysctls:
             raise ValueError(f"cluster.sysctls: the {backend} backend's ranks share this machine's network "
                              f"settings; remove them, or run with --backend {' or '.join(backends_with('host_sysctls'))}")
+
+    def _check_anchor(self, i: int, event: FaultEvent) -> None:
+        """An anchor on an event this trial's job can record, on a rank of the cluster."""
+        anchor, where = event.anchor, f"faults.{i}.start"
+        if anchor is None:
+            return
+        if anchor.rank is not None:
+            _inside(f"{where}.rank", (anchor.rank,), self.cluster.ranks)
+        meaning = ANCHOR_EVENTS[anchor.on]
+        if self.job is not None:
+            if not meaning.job:
+                raise ValueError(f"{where}.on: {anchor.on}: {meaning.missing}")
+            if anchor.on in CHECKPOINT_ANCHORS:
+                for name, variant in {"": None, **self.variants}.items():
+                    job = variant.applied_to(self.job) if variant else self.job
+                    if not any(TRIAL_DIR_FIELD in word for word in (*job.command, *job.env.values())):
+                        raise ValueError(
+                            f"{where}.on: {anchor.on} waits for the job's checkpoint, and "
+                            f"{f'variant {name} of ' if name else ''}the job declares none (its command and "
+                            f"env name no path under {TRIAL_DIR_FIELD}); pass the checkpoint as one, such as "
+                            f'--checkpoint "{TRIAL_DIR_FIELD}/ckpt/checkpoint.pt" (docs/own-job.md), or anchor on step')
+        elif anchor.on == "rank_start" and not traits_of(self.cluster.backend).scheduler_kinds:
+            raise ValueError(f"{where}.on: rank_start: the runner's ranks start once on the "
+                             f"{self.cluster.backend} backend (no scheduler requeues them); anchor on "
+                             "new_generation (a group formed again) or retry")
 
     def _check_target(self, i: int, event: FaultEvent) -> None:
         where, target, world = f"faults.{i}.target", event.target, self.cluster.ranks
@@ -491,13 +563,20 @@ def _check_overlaps(scenario: Scenario) -> None:
     faults = scenario.faults
     for j, later in enumerate(faults):
         for i, earlier in enumerate(faults[:j]):
+            if (earlier.fault.acts_on == later.fault.acts_on == "storage" and earlier.clock() == later.clock()
+                    and _overlap(earlier, later)):
+                raise ValueError(f"faults.{j}: a {later.fault.kind} while faults.{i} ({earlier.fault.kind}) still holds "
+                                 "the checkpoint folder, which every rank shares on this machine; make one end "
+                                 "before the other starts")
             shared = sorted(set(scenario.targets(i)) & set(scenario.targets(j)))
-            if not shared:
+            # faults on different clocks (warm-up, an anchor's event) have no known order: a
+            # process fault that comes after a kill is not applied when it comes (the rank is gone)
+            if not shared or earlier.clock() != later.clock():
                 continue
             for a, b in ((i, j), (j, i)):
-                if faults[a].fault.kind == "kill" and faults[b].start >= faults[a].start:
+                if faults[a].fault.kind == "kill" and faults[b].offset >= faults[a].offset:
                     raise ValueError(f"faults.{b}: rank {shared[0]} is killed by faults.{a} at "
-                                     f"{faults[a].start:g} s; nothing can happen to it after that")
+                                     f"{faults[a].offset:g} s; nothing can happen to it after that")
             if earlier.fault.kind == later.fault.kind and _overlap(earlier, later):
                 raise ValueError(f"faults.{j}: a second {later.fault.kind} on rank {shared[0]} while "
                                  f"faults.{i} still holds it; make one end before the other starts")

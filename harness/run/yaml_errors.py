@@ -70,6 +70,8 @@ def _file_location(loc: tuple[Any, ...]) -> tuple[Any, ...]:
         if rest and rest[0] in kind_names():
             rest = rest[1:]  # the tag of the fault union repeats the kind
         loc = loc[:2] + rest
+    if len(loc) >= 4 and loc[0] == "faults" and loc[2] == "start" and loc[3] in ("event", "seconds"):
+        loc = loc[:3] + loc[4:]  # the tag of start's two forms (harness.run.scenario.Start)
     return loc
 
 

@@ -60,8 +60,9 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     by_rank = kinds_by_rank(events)
     for rank in (0, 1):
         own = [e for e in by_rank[rank] if not e["kind"].startswith("checkpoint_")]
-        assert [e["kind"] for e in own] == ["rank_start", "state", "flight_ready"] + ["step", "state"] * 5
+        assert [e["kind"] for e in own] == ["rank_start", "group_init", "state", "flight_ready"] + ["step", "state"] * 5
         assert own[0]["world"] == 2 and own[0]["policy"] == "default"
+        assert (own[1]["gen"], own[1]["world"]) == (0, 2)  # init_process_group returned
         states = [e for e in own if e["kind"] == "state"]
         assert [(e["at"], e["step"]) for e in states] == [("start", 0)] + [("step", s) for s in range(1, 6)]
         assert states[0]["optim"] is None and all(e["optim"] for e in states[1:])  # SGD momentum from step 1
@@ -74,6 +75,10 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     saves = [e for e in by_rank[0] if e["kind"] == "checkpoint_save"]
     assert [(e["path"], e["step"], e["api"]) for e in saves] == [(str(tmp_path / "c.pt.tmp"), s, "torch.save")
                                                                  for s in (2, 4)]
+    # and when each save began (a fault may be anchored on it: harness.run.anchor)
+    began = [e for e in by_rank[0] if e["kind"] == "checkpoint_begin"]
+    assert [(e["path"], e["step"]) for e in began] == [(e["path"], e["step"]) for e in saves]
+    assert all(b["t"] <= e["t"] for b, e in zip(began, saves, strict=True))
     assert not [e for e in by_rank[1] if e["kind"].startswith("checkpoint_")]
     verdict = check_state(read_events(events)[0])  # DDP's replicas, fingerprinted on each side
     assert verdict.verdict == "consistent" and verdict.compared == 6, verdict.violations

@@ -291,6 +291,24 @@ def requeued() -> tuple[Events, TrialInfo]:
     return h.done()
 
 
+def preempted(saves_on_signal: bool) -> tuple[Events, TrialInfo]:
+    """Slurm preempts the job for good (no requeue) at 10 s: every rank checkpointed step 30
+    at 7.6 s and made step 39. One that saves on SIGTERM writes step 40 at 10.05 s and exits
+    0; one that does not ends by the signal."""
+    h = History(policy="retry")
+    h.steps(0.0, FAULT_AT)
+    h.each(None, 7.6, "checkpoint", step=30)
+    h.fault(kind="preempt", targets=(0,))
+    if saves_on_signal:
+        h.each(None, 10.0, "step", step=40, gen=0, loss=1.0, dur=0.1)
+        h.each(None, 10.05, "checkpoint", step=40)
+    for r in range(RANKS):
+        h.harness(10.15, "rank_exited", rank=r, pid=100 + r, exitcode=0 if saves_on_signal else None,
+                  signal=None if saves_on_signal else 15)
+    h.harness(10.3, "trial_end", reason="all-exited")
+    return h.done()
+
+
 def restarted_then_stopped(stopping: bool = True) -> tuple[Events, TrialInfo]:
     """`restarted`, then settled: the harness stops the ranks at 20 s and rank 0's worker
     prints a gloo error at 20.2 s as its peers go (SIGKILL at 23 s). `stopping`: the harness

@@ -47,6 +47,28 @@ def test_a_job_the_scheduler_started_again_recovered_with_its_steps_lost():
     assert row["ttd_s"] == pytest.approx(0.1) and row["ttr_s"] == pytest.approx(17.0, abs=0.01)
 
 
+@pytest.mark.parametrize("saves, lost, said", [
+    (False, 9, "ranks ended by signal SIGTERM); the newest checkpoint is step 30, saved 2.4 s before the preemption: "
+               "a resume redoes 9 steps"),
+    (True, 0, "every rank exited cleanly); the newest checkpoint is step 40, saved on the signal: a resume redoes "
+              "0 steps")])
+def test_a_preempted_job_says_what_a_resume_would_redo(saves, lost, said):
+    row = metrics_of(fakes.preempted(saves))
+    assert row["outcome"] == "preempted" and said in row["outcome_reason"], row["outcome_reason"]
+    assert row["steps_lost"] == lost
+
+
+def test_a_fault_that_reaches_more_than_its_targets_says_so():
+    """A Slurm node's link fault aimed at r1 reaches every rank of the node (the event's
+    `reaches`): the report names them beside the target."""
+    from reports.tables import fault_text
+    events, trial = fakes.absorbed()
+    applied = next(e for e in events if e["kind"] == "fault_applied")
+    applied["reaches"] = [0, 2, 3]
+    row = metrics_of((events, trial))
+    assert fault_text(row).startswith("link_down on r1 (reaches r0, r2, r3 too)"), fault_text(row)
+
+
 def test_a_restart_from_step_0_is_a_recovery_with_its_steps_rolled_back():
     # what bench/torchrun_kill.py writes: agents stop their groups, new workers start over
     row = metrics_of(fakes.restarted())
@@ -183,6 +205,18 @@ def test_a_kill_fault_is_not_a_crash_but_an_unexplained_signal_is():
     row = metrics_of((events, trial))
     assert row["outcome"] == "crashed"
     assert "r1" in row["outcome_reason"] and "SIGKILL" in row["outcome_reason"]
+
+
+def test_a_kill_of_two_ranks_whose_first_exit_is_reaped_before_the_apply_returned_is_no_crash():
+    events, trial = fakes.killed_then_failed_fast()
+    for event in events:
+        if event["kind"] == "fault_applied":  # the kernel's acknowledgement came after r1's reaping
+            event["t_requested"], event["t"] = event["t"], event["t"] + 0.04
+    assert metrics_of((events, trial))["crashed_ranks"] == 0
+    for event in events:
+        if event["kind"] == "fault_applied":
+            event["t_requested"] = event["t"]
+    assert metrics_of((events, trial))["crashed_ranks"] == 1  # before the request: a crash
 
 
 def test_wasted_rank_seconds_of_a_stall():

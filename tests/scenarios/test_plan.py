@@ -70,4 +70,6 @@ def test_every_shipped_scenario_has_a_plan() -> None:
         for policy in scenario.policies:
             plan = build_plan(scenario, policy).trial
             assert [f.targets for f in plan.faults] == [scenario.targets(i) for i in range(len(scenario.faults))]
-            assert plan.last_action_s == max((e.start + (e.duration or 0) for e in scenario.faults), default=0)
+            # an anchored fault's last action: as late as its event is waited for, then its own offsets
+            assert plan.last_action_s == max((e.offset + (e.duration or 0) + (f.anchor.until if f.anchor else 0)
+                                              for e, f in zip(scenario.faults, plan.faults, strict=True)), default=0)

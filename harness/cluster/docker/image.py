@@ -38,7 +38,9 @@ def _local_rootfs() -> bytes:
             add(link, tarfile.SYMTYPE, target=f"usr/{link}")
         add("etc/passwd", tarfile.REGTYPE, b"root:x:0:0:root:/root:/bin/sh\n", mode=0o644)
         add("etc/group", tarfile.REGTYPE, b"root:x:0:\n", mode=0o644)
-        add("etc/nsswitch.conf", tarfile.REGTYPE, b"passwd: files\ngroup: files\nhosts: files\n", mode=0o644)
+        # dns: under `docker compose up` the ranks find the `control` service by name
+        add("etc/nsswitch.conf", tarfile.REGTYPE, b"passwd: files\ngroup: files\nhosts: files dns\n",
+            mode=0o644)
     return buf.getvalue()
 
 

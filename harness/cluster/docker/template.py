@@ -1,6 +1,8 @@
 """The rank template of docker-compose.yml (`x-rank`), as the harness reads it.
 
-Image, environment, capabilities, shared memory, ulimits and GPU device requests, with
+Image, environment, capabilities, shared memory, ulimits, and the GPU device requests of
+docker-compose.gpu.yml (`x-gpu`: an override there, so that the file runs on CPU hosts
+with Compose 1.29, which cannot take a device request away), with
 Compose's ${VAR} interpolation from this process's environment; turned here into the
 engine's create options. The `docker compose` command is never needed.
 """
@@ -19,6 +21,7 @@ from harness.cluster.docker.engine import LABEL_ROLE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
+GPU_COMPOSE_FILE = PROJECT_ROOT / "docker-compose.gpu.yml"
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 
@@ -56,11 +59,8 @@ class RankTemplate:
     gpu_requests: tuple[dict[str, Any], ...] = ()
 
     @classmethod
-    def from_compose(cls, path: Path = COMPOSE_FILE) -> RankTemplate:
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise HarnessError(f"cannot read the compose file {path}: {exc}") from exc
+    def from_compose(cls, path: Path = COMPOSE_FILE, gpu_path: Path = GPU_COMPOSE_FILE) -> RankTemplate:
+        doc = _read(path)
         services = _mapping(_mapping(doc, path, "the file").get("services"), path, "services")
         rank = doc.get("x-rank") or next(
             (s for name, s in services.items() if (_mapping(s, path, f"services.{name}").get("labels") or {})
@@ -74,13 +74,7 @@ class RankTemplate:
                 raise HarnessError(f"{path}: rank template: {name}: {rank.get(name)!r}; expected {form}")
         if not rank["image"]:
             raise HarnessError(f"{path}: rank template: image: empty; expected {_FIELD_FORMS['image'][1]}")
-        node = rank
-        for where in ("deploy", "deploy.resources", "deploy.resources.reservations"):
-            node = _mapping(node.get(where.rpartition(".")[2]), path, f"rank template: {where}")
-        devices = node.get("devices") or []
-        if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-            raise HarnessError(f"{path}: rank template: deploy.resources.reservations.devices: {devices!r}; "
-                               "expected a list of device mappings")
+        devices = _gpu_devices(gpu_path)
         return cls(
             image=rank["image"],
             # CHAOS_* configure a rank started by `docker compose up`; the harness passes a config file.
@@ -115,6 +109,27 @@ _FIELD_FORMS: dict[str, tuple[tuple[type, ...], str]] = {
     "cap_add": ((list, type(None)), "a list of capabilities, such as [NET_ADMIN]"),
     "ulimits": ((dict, type(None)), "a mapping such as {memlock: -1}"),
 }
+
+
+def _read(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise HarnessError(f"cannot read the compose file {path}: {exc}") from exc
+
+
+def _gpu_devices(path: Path) -> list[dict[str, Any]]:
+    """The device requests of the GPU override's `x-gpu` block (none: the file is absent)."""
+    if not path.exists():
+        return []
+    node = _interpolate(_mapping(_read(path), path, "the file"))
+    for where in ("x-gpu", "x-gpu.deploy", "x-gpu.deploy.resources", "x-gpu.deploy.resources.reservations"):
+        node = _mapping(node.get(where.rpartition(".")[2]), path, where)
+    devices = node.get("devices") or []
+    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+        raise HarnessError(f"{path}: x-gpu.deploy.resources.reservations.devices: {devices!r}; "
+                           "expected a list of device mappings")
+    return devices
 
 
 def _mapping(value: Any, path: Path, where: str) -> dict[str, Any]:

@@ -361,7 +361,10 @@ class AgentInjector(Injector):
             t_requested = min(t_requested or answer["t_requested"] - offset, answer["t_requested"] - offset)
             t_applied = max(t_applied, answer["t"] - offset)
             mechanism = f"{answer['mechanism']} on {'node ' + self.cluster.nodes[node]}"
-        applied = AppliedFault(fault, tuple(h.name for h in hosts), mechanism, t_applied, t_requested)
+        # a link fault is the node's: it reaches every rank there, not only the targets
+        reached = ([self.cluster.hosts[r].name for node in by_node for r in self.cluster.ranks_of(node)]
+                   if fault.acts_on == "link" else [h.name for h in hosts])
+        applied = AppliedFault(fault, tuple(reached), mechanism, t_applied, t_requested)
         return AgentInjection(applied, self.cluster, self._count, done if fault.reversible else [])
 
 

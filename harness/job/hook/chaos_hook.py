@@ -10,8 +10,9 @@ it reached: fingerprints of the optimizer's parameters and of its per-parameter 
 (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
 scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
 records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
-their save and load are wrapped to record `checkpoint_save` / `checkpoint_load` with the
-file's path and identity. All do nothing when CHAOS_EVENTS_PATH is not set.
+their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
+`checkpoint_load` with the file's path and identity, and once torch.distributed is,
+init_process_group to record `group_init`. All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ HOST_RANK_ENV = "CHAOS_RANK"      # the host's rank: torchrun's RANK is the rend
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 SERIALIZATION_MODULE = "torch.serialization"   # torch.save, torch.load
 DCP_MODULE = "torch.distributed.checkpoint"    # its save, load
+DISTRIBUTED_MODULE = "torch.distributed"       # its init_process_group
 DCP_METADATA = ".metadata"  # a distributed checkpoint's folder is known by this file in it
 
 _recorder: Any = None
@@ -149,14 +151,17 @@ def _path_of(target: Any) -> str | None:
 
 
 def _watched(call: Any, event: str, api: str, target: Any) -> Any:
-    """`call` recording a `checkpoint_save` after it, or a `checkpoint_load` before it (the
-    file as it was when the read began), of the path `target(args, kwargs)` names."""
+    """`call` recording a `checkpoint_begin` before it and a `checkpoint_save` after it, or a
+    `checkpoint_load` before it (the file as it was when the read began), of the path
+    `target(args, kwargs)` names."""
     def watched(*args: Any, **kwargs: Any) -> Any:
         global _in_checkpoint
         recorder = _open() if _in_checkpoint == 0 else None
         path = _path_of(target(args, kwargs)) if recorder is not None else None
         if path is not None and event == "checkpoint_load":
             recorder.emit(event, path=path, step=_steps, file=_file_of(path), local_rank=_local_rank(), api=api)
+        elif path is not None:  # a fault may be anchored on the save's beginning
+            recorder.emit("checkpoint_begin", path=path, step=_steps, local_rank=_local_rank(), api=api)
         _in_checkpoint += 1
         try:
             result = call(*args, **kwargs)
@@ -190,6 +195,22 @@ def _watch_serialization(module: Any) -> None:
 def _watch_dcp(module: Any) -> None:
     module.save = _watched(module.save, "checkpoint_save", "dcp", _storage("storage_writer"))
     module.load = _watched(module.load, "checkpoint_load", "dcp", _storage("storage_reader"))
+
+
+def _watch_group(module: Any) -> None:
+    """torch.distributed's init_process_group records `group_init` once it returned: the
+    process (a worker torchrun started again, too) is in its group."""
+    init = module.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        result = init(*args, **kwargs)
+        recorder = _open()
+        if recorder is not None:
+            recorder.emit("group_init", gen=_generation(), world=module.get_world_size(), local_rank=_local_rank())
+        return result
+    init_process_group.__wrapped__ = init  # type: ignore[attr-defined]
+    init_process_group.__doc__ = init.__doc__
+    module.init_process_group = init_process_group
 
 
 def _after_import(name: str, then: Any) -> None:
@@ -235,3 +256,4 @@ def install() -> None:
     _after_import(OPTIMIZER_MODULE, _register_optimizer_hook)
     _after_import(SERIALIZATION_MODULE, _watch_serialization)
     _after_import(DCP_MODULE, _watch_dcp)
+    _after_import(DISTRIBUTED_MODULE, _watch_group)

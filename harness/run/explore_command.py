@@ -1,0 +1,253 @@
+"""`chaos explore`: draw fault schedules (harness.run.explore), run each as a trial per
+policy, judge every trial against its policy's contract (reports.oracle), until the budget.
+
+    chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds kill,pause]
+        [--max-faults 3] [--weights FILE] [--seed N] [--repeats 3] [--no-shrink] [--backend B]
+        [--out DIR] [--dry-run] [--quiet]
+
+Writes OUT/explore-<scenario>-<time>/: schedules/NNN.yaml (each drawn schedule as a
+scenario; NNN-sK.yaml each candidate of its shrinking), runs/ (their run folders),
+tried.jsonl (one line per trial: schedule, policy, outcome, verdict, violations, signature,
+seconds), and per new failure signature found-NN.yaml: the schedule that broke the contract,
+shrunk (harness.run.shrink, each candidate run --repeats times) while the budget lasts, with
+an `expect:` block it fails today, and in comments the signature, its reproduction rate and
+the command that runs it again. Not yet: resume, a report page.
+Exit status 1 when a trial broke its contract, 0 when none did within the budget.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import ValidationError
+
+from chaos.errors import UsageError
+from chaos.faults import kind_names
+from chaos.units import parse_duration
+from harness.cluster.backends import BACKEND_NAMES, backends_with
+from harness.run.anchor import ANCHOR_NAMES
+from harness.run.explore import ExploreOptions, Schedule, Weights, explorable_kinds, schedules
+from harness.run.scenario import Scenario, load_scenario, reproduce_command
+from harness.run.yaml_errors import describe_errors, line_of
+
+DEFAULT_BUDGET = "10m"
+SHOWN_BY_DRY_RUN = 5
+
+
+def add_explore_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="a scenario: its cluster, workload or job, policies and seed are used; "
+                                         "its faults are replaced by the drawn ones")
+    parser.add_argument("--policy", action="append", help="policy (or job variant) to explore (repeatable; "
+                                                          "default: all in the file)")
+    parser.add_argument("--budget", default=DEFAULT_BUDGET, help=f"stop before a trial that would pass it "
+                                                                 f"(default {DEFAULT_BUDGET})")
+    parser.add_argument("--kinds", help="fault kinds to draw, comma-separated (default: every kind the backend "
+                                        "and job take)")
+    parser.add_argument("--max-faults", type=int, default=3, help="faults per schedule at most (default 3)")
+    parser.add_argument("--weights", help="a YAML file of the generator's weights (harness.run.explore.Weights: "
+                                          "kinds, events, on_event, durations; docs/explore.md)")
+    parser.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (default: the scenario's)")
+    parser.add_argument("--out", default="explore", help="folder of explore folders (default: ./explore)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each shrinking candidate: kept when more "
+                                                               "than half fail alike (default 3)")
+    parser.add_argument("--no-shrink", action="store_true", help="write a failing schedule as it was drawn")
+    parser.add_argument("--dry-run", action="store_true", help="print the first schedules and the time per trial")
+    parser.add_argument("--quiet", action="store_true", help="no progress output from the trials")
+
+
+def _options(args: argparse.Namespace, scenario: Scenario) -> ExploreOptions:
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats}: each shrinking candidate runs at least once; give 1 or more")
+    if args.max_faults < 1:
+        raise UsageError(f"--max-faults {args.max_faults}: a schedule needs at least one fault; give 1 or more")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else ()
+    unknown = [k for k in kinds if k not in kind_names()]
+    if unknown:
+        raise UsageError(f"--kinds {unknown[0]}: not a fault kind; give some of {', '.join(kind_names())}")
+    policies = tuple(args.policy or scenario.trial_names())
+    missing = [p for p in policies if p not in scenario.trial_names()]
+    if missing:
+        raise UsageError(f"--policy {missing[0]}: not in {args.scenario}'s policies (or a job's variants: "
+                         f"{', '.join(scenario.trial_names())}); pick one of those")
+    weights = _weights(Path(args.weights)) if args.weights else Weights()
+    options = ExploreOptions(max_faults=args.max_faults, seed=args.seed, kinds=kinds, policies=policies,
+                             weights=weights)
+    refused = [k for k in kinds if k not in explorable_kinds(scenario, options)]
+    if refused:
+        able = backends_with("network_faults") if refused[0] not in ("kill", "pause") else ()
+        raise UsageError(f"--kinds {refused[0]}: the {scenario.cluster.backend} backend cannot inject it into this "
+                         f"scenario's job" + (f" (try --backend {' or '.join(able)})" if able else "")
+                         + "; leave it out")
+    return options
+
+
+def _weights(path: Path) -> Weights:
+    """The generator's weights from a YAML file; its problems as file:line: field: problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"--weights {path}: cannot read it as YAML ({exc})") from None
+    try:
+        weights = Weights.model_validate(data or {})
+    except ValidationError as exc:
+        raise UsageError("\n".join(f"{path}{f':{line}' if (line := line_of(root, loc)) else ''}: {message}"
+                                    for loc, message in describe_errors(exc))) from None
+    unknown = [k for k in weights.kinds if k not in kind_names()] + [e for e in weights.events if e not in ANCHOR_NAMES]
+    if unknown:
+        raise UsageError(f"{path}: {unknown[0]}: neither a fault kind nor an event (kinds: {', '.join(kind_names())}; "
+                         f"events: {', '.join(ANCHOR_NAMES)})")
+    return weights
+
+
+def trial_floor_s(scenario: Scenario) -> float:
+    """The least one trial can take: its warm-up and settle steps at the step period (a
+    user's job's: its hang cap, watched when it makes no step). Bring-up not counted."""
+    if scenario.job is not None:
+        return scenario.hang_cap
+    return (scenario.warmup_steps + scenario.settle_steps) * scenario.workload.step_period
+
+
+def schedule_scenario(scenario: Scenario, schedule: Schedule) -> dict[str, Any]:
+    """The scenario file of one drawn schedule (the job's folder absolute: it is written
+    elsewhere)."""
+    data = scenario.model_dump(mode="json", exclude_defaults=True, exclude={"faults", "name"})
+    if scenario.job is not None:
+        data["job"] = {**data.get("job", {}), "workdir": scenario.job.workdir}
+    return {"name": f"{scenario.name}-{schedule.number:03d}", **data, "faults": list(schedule.faults)}
+
+
+def explore_command(args: argparse.Namespace) -> int:
+    overrides = {"cluster.backend": args.backend} if args.backend else None
+    scenario = load_scenario(args.scenario, overrides)
+    options = _options(args, scenario)
+    try:
+        budget = parse_duration(args.budget)
+    except ValueError as exc:
+        raise UsageError(f"--budget {args.budget}: {exc}") from None
+    floor = trial_floor_s(scenario)
+    per_schedule = floor * len(options.policies)
+    if budget < per_schedule:
+        raise UsageError(f"--budget {args.budget}: shorter than one schedule's trials ({len(options.policies)} "
+                         f"x at least {floor:g} s of warm-up and settling); give at least {per_schedule:.0f}s")
+    try:
+        drawn = schedules(scenario, options)
+        first = next(drawn)
+    except ValueError as exc:
+        raise UsageError(f"{args.scenario}: {exc}") from None
+    if args.dry_run:
+        print(f"explore {scenario.name} ({args.scenario}) under {', '.join(options.policies)}, seed {options.seed}, "
+              f"kinds {', '.join(explorable_kinds(scenario, options))}: each schedule is a trial per policy, "
+              f"each at least {floor:g} s (warm-up and settling; bring-up and the faults' own time come on top)")
+        for schedule in [first, *(next(drawn) for _ in range(SHOWN_BY_DRY_RUN - 1))]:
+            print(f"  {schedule.number:3d}: " + "; ".join(json.dumps(f) for f in schedule.faults))
+        return 0
+    from harness.cluster.backends import backend_named, require_privileges
+    from harness.run.orchestrator import run_scenario
+    from harness.run.progress import Progress
+    import reports
+    from harness.run.shrink import shrink
+    from reports.oracle import BROKEN, TOLERANT_ENDS, judge
+    from runfolder.info import read_trial_info
+    from runfolder.layout import trial_dir
+
+    def run(path: Path, policies: list[str]) -> list[tuple[str, str, Any]]:
+        """Run one schedule's scenario file: per policy, its outcome and verdict."""
+        began = time.monotonic()
+        run_dir, _ = run_scenario(load_scenario(path), path, policies, folder / "runs", backend,
+                                  Progress(quiet=args.quiet, scope=path.stem))
+        took.append(time.monotonic() - began)
+        judged = []
+        for _, row in reports.analyze_run(run_dir).iterrows():
+            verdict = judge(row, read_trial_info(trial_dir(run_dir, row["trial"])).plan)
+            judged.append((row["trial"], row["outcome"], verdict))
+            with (folder / "tried.jsonl").open("a") as tried:
+                tried.write(json.dumps({"schedule": path.stem, "faults": yaml.safe_load(path.read_text())["faults"],
+                                        "policy": row["trial"], "outcome": row["outcome"],
+                                        "verdict": verdict.verdict, "violations": verdict.violations,
+                                        "signature": verdict.signature, "seconds": round(took[-1], 1),
+                                        "run": str(run_dir)}) + "\n")
+        return judged
+
+    def time_left() -> bool:
+        return time.monotonic() - started + sum(took) / max(len(took), 1) <= budget
+
+    require_privileges("chaos explore", scenario.cluster.backend)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(args.out).resolve() / f"explore-{scenario.name}-{stamp}"
+    (folder / "schedules").mkdir(parents=True)
+    backend = backend_named(scenario.cluster.backend)
+    started = time.monotonic()
+    took: list[float] = []         # every run's seconds: a drawn schedule's, a shrinking candidate's
+    found: dict[str, Path] = {}    # signature -> its found-NN.yaml
+    ran = 0
+    schedule: Schedule | None = first
+    while schedule is not None:
+        eta = sum(took) / len(took) if took else per_schedule
+        if time.monotonic() - started + eta > budget:
+            break
+        path = folder / "schedules" / f"{schedule.number:03d}.yaml"
+        path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
+        ran += 1
+        for policy, outcome, verdict in run(path, list(options.policies)):
+            print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
+                  + (f": {verdict.signature}" if verdict.signature else ""), flush=True)
+            if verdict.verdict != BROKEN or verdict.signature in found:
+                continue
+            fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
+            shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats, time_left)
+            found[verdict.signature] = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, policy,
+                                                    verdict, TOLERANT_ENDS)
+            print(f"  found: {found[verdict.signature]}", flush=True)
+        schedule = next(drawn)
+    print(f"{ran} schedules ({len(took)} runs with shrinking) in {time.monotonic() - started:.0f} s of {budget:g} s; "
+          f"{len(found)} failure signature(s); {folder}")
+    for signature, written in found.items():
+        print(f"found: {signature}\n  {written}", file=sys.stderr)
+    return 1 if found else 0
+
+
+def _fails_alike(run: Callable[[Path, list[str]], list[tuple[str, str, Any]]], folder: Path, scenario: Scenario,
+                 number: int, policy: str, signature: str) -> Callable[[tuple[dict[str, Any], ...]], bool]:
+    """What runs one shrinking candidate of schedule `number`: written as NNN-sK.yaml, run
+    under `policy`, true when it broke the contract with the same signature."""
+    numbers = itertools.count(1)
+
+    def fails(faults: tuple[dict[str, Any], ...]) -> bool:
+        candidate = folder / "schedules" / f"{number:03d}-s{next(numbers)}.yaml"
+        candidate.write_text(yaml.safe_dump(schedule_scenario(scenario, Schedule(number, faults)), sort_keys=False))
+        return any(p == policy and v.signature == signature for p, _, v in run(candidate, [policy]))
+    return fails
+
+
+def _write_found(folder: Path, number: int, scenario: Scenario, schedule: Schedule, shrunk: Any, policy: str,
+                 verdict: Any, tolerant: tuple[str, ...]) -> Path:
+    """The schedule that broke `policy`'s contract (shrunk, where it was) as a scenario, with
+    an expect: block that it fails today (the contract, or the scenario's own expectation)."""
+    faults = schedule.faults if shrunk is None else shrunk.faults
+    data = schedule_scenario(scenario, Schedule(schedule.number, faults))
+    data["name"] = f"{scenario.name}-found-{number:02d}"
+    data.setdefault("expect", {})[policy] = data.get("expect", {}).get(policy) or {
+        "outcome": list(tolerant), "state": "consistent"}
+    path = folder / f"found-{number:02d}.yaml"
+    if shrunk is None:
+        how = "as drawn (not shrunk)"
+    else:
+        failed, runs = shrunk.reproduced
+        how = (f"shrunk from {len(schedule.faults)} to {len(faults)} fault(s) over {len(shrunk.tried)} candidates"
+               + (" (the budget ended it)" if shrunk.out_of_time else "")
+               + f"; it failed alike in {failed} of {runs} runs")
+    header = (f"# chaos explore found: {verdict.signature}\n# schedule {schedule.number:03d}, {how}\n"
+              f"# run it again: {reproduce_command(path, policy, scenario.seed)}\n")
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    return path
+

@@ -1,0 +1,200 @@
+"""`chaos explore`'s pieces that run no trial: the seeded schedule generator
+(harness.run.explore) and the per-trial oracle with its failure signature (reports.oracle)."""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from chaos.errors import UsageError
+from harness.run.explore import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
+from harness.run.plan import build_plan
+from harness.run.scenario import Scenario, load_scenario
+from reports.oracle import BROKEN, KEPT, NOT_JUDGED, judge, signature
+
+RUNNER = """\
+cluster: {ranks: 8%s}
+policies: {baseline: {}, timeout: {timeout: 5s}, retry: {timeout: 4s, max_retries: 3}}
+"""
+JOB = """\
+cluster: {ranks: 4}
+job: {command: [python, train.py%s]}
+"""
+
+
+def load(tmp_path: Path, text: str) -> Scenario:
+    (tmp_path / "s.yaml").write_text(text)
+    (tmp_path / "train.py").write_text("")
+    return load_scenario(tmp_path / "s.yaml")
+
+
+def drawn(scenario: Scenario, count: int = 200, **options):
+    return list(itertools.islice(schedules(scenario, ExploreOptions(**options)), count))
+
+
+def test_the_same_seed_draws_the_same_schedules_and_each_one_loads(tmp_path: Path) -> None:
+    scenario = load(tmp_path, RUNNER % "")
+    first, again, other = drawn(scenario, seed=3), drawn(scenario, seed=3), drawn(scenario, seed=4)
+    assert first == again and first != other
+    assert [s.number for s in first] == list(range(1, 201))
+    for schedule in first[:40]:
+        assert 1 <= len(schedule.faults) <= 3
+        Scenario.model_validate({**scenario.model_dump(mode="json", exclude={"faults"}), "faults": schedule.faults})
+
+
+def test_the_default_distribution_leans_on_events_and_draws_every_count_up_to_max_faults(tmp_path: Path) -> None:
+    faults = [f for s in drawn(load(tmp_path, RUNNER % ""), seed=1) for f in s.faults]
+    on_event = sum(isinstance(f["start"], dict) for f in faults) / len(faults)
+    assert 0.5 <= on_event <= 0.7  # Weights.on_event 0.6
+    kinds = Counter(f["kind"] for f in faults)
+    assert kinds["kill"] > kinds["loss"] and kinds["link_down"] > kinds["blackhole"]  # weights 3 against 1
+    assert {len(s.faults) for s in drawn(load(tmp_path, RUNNER % ""), seed=1, max_faults=2)} == {1, 2}
+    # durations from below the shortest timeout (4 s) to permanent
+    spans = {f.get("duration") for f in faults if f["kind"] != "kill"}
+    assert {"2s", "6s", "12s", None} <= spans
+
+
+def test_only_kinds_the_backend_takes_and_the_ones_asked_are_drawn(tmp_path: Path) -> None:
+    local = load(tmp_path, RUNNER % ", backend: local")
+    assert "link_down" not in explorable_kinds(local, ExploreOptions())
+    assert {f["kind"] for s in drawn(local, 50) for f in s.faults} <= {"kill", "pause", "disk_full", "read_only"}
+    assert {f["kind"] for s in drawn(local, 50, kinds=("pause",)) for f in s.faults} == {"pause"}
+    with pytest.raises(ValueError, match="no fault kind to explore: of link_down, the local backend"):
+        next(schedules(local, ExploreOptions(kinds=("link_down",))))
+    never_kill = Weights(kinds={"kill": 0, "pause": 1})
+    assert {f["kind"] for s in drawn(load(tmp_path, RUNNER % ""), 50, weights=never_kill) for f in s.faults} == {"pause"}
+
+
+def test_a_user_s_job_is_anchored_only_on_events_it_records(tmp_path: Path) -> None:
+    bare = load(tmp_path, JOB % "")
+    assert set(explorable_events(bare, ExploreOptions())) == {"step", "detect", "new_generation", "rank_start"}
+    saving = load(tmp_path, JOB % ', --checkpoint, "{trial_dir}/ckpt/c.pt"')
+    events = {f["start"]["on"] for s in drawn(saving) for f in s.faults if isinstance(f["start"], dict)}
+    assert {"checkpoint_save", "restore"} <= events and not events & {"retry", "breaker"}
+
+
+def _plan(tmp_path: Path, policy: str, faults: str = "{kind: kill, target: {rank: 1}, start: 1s}", expect: str = ""):
+    return build_plan(load(tmp_path, RUNNER % "" + f"faults: [{faults}]\n" + expect), policy).trial
+
+
+def test_a_fault_tolerant_policy_must_recover_or_fail_fast_and_never_diverge(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "retry")
+    assert judge({"outcome": "recovered", "state": "consistent", "trajectory": "matches"}, plan).verdict == KEPT
+    crashed = judge({"outcome": "crashed", "outcome_reason": "r0-r3 crashed (first r2, exit code 1)"}, plan)
+    assert crashed.verdict == BROKEN and crashed.violations == ("outcome crashed: r0-r3 crashed (first r2, exit code 1)",)
+    assert crashed.signature == "outcome crashed: rN-rN crashed (first rN, exit code 1)"
+    diverged = judge({"outcome": "recovered", "state": "diverged", "state_detail": "step 12: r1 differs"}, plan)
+    assert diverged.violations == ("state diverged: step 12: r1 differs",)
+    assert judge({"outcome": "hung"}, plan).verdict == BROKEN
+    # a kill never heals: the rank is gone for good, and retries without it may run out
+    assert judge({"outcome": "retries-exhausted"}, plan).verdict == KEPT
+    healing = _plan(tmp_path, "retry", "{kind: link_down, target: {rank: 1}, start: 1s, duration: 2s}")
+    assert judge({"outcome": "retries-exhausted"}, healing).verdict == BROKEN
+    assert judge({"outcome": "incomplete"}, plan).verdict == NOT_JUDGED
+    assert judge({"outcome": "no-fault"}, plan).verdict == NOT_JUDGED  # its events never came
+
+
+def test_a_fault_that_never_heals_excuses_exhausted_retries_and_baseline_may_hang(tmp_path: Path) -> None:
+    forever = "{kind: link_down, target: {rank: 1}, start: 1s}"
+    assert judge({"outcome": "retries-exhausted"}, _plan(tmp_path, "retry", forever)).verdict == KEPT
+    assert judge({"outcome": "hung"}, _plan(tmp_path, "retry", forever)).verdict == BROKEN
+    assert judge({"outcome": "hung", "state": "consistent"}, _plan(tmp_path, "baseline", forever)).verdict == KEPT
+
+
+def test_a_scenario_s_expectation_is_the_oracle_where_it_sets_one(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "timeout", expect="expect: {timeout: {outcome: crashed}}\n")
+    assert judge({"outcome": "crashed", "expect_ok": True}, plan).verdict == KEPT
+    assert judge({"outcome": "no-fault", "expect_ok": False}, plan).verdict == NOT_JUDGED
+    missed = judge({"outcome": "failed-fast", "expect_ok": False, "expect_failures": "outcome failed-fast, not crashed"},
+                   plan)
+    assert missed.violations == ("outcome failed-fast, not crashed",)
+
+
+def test_a_signature_stays_when_ranks_and_times_move() -> None:
+    assert signature(("outcome crashed: r5 crashed at 3.2 s",)) == signature(("outcome crashed: r12 crashed at 0.4 s",))
+    assert signature(("outcome retries-exhausted: 3 of 4 ranks exited",)) == "outcome retries-exhausted: N of N ranks exited"
+
+
+def test_a_schedule_holds_one_storage_fault_at_most_and_the_loader_refuses_two_at_once(tmp_path: Path) -> None:
+    for schedule in drawn(load(tmp_path, RUNNER % ""), kinds=("disk_full", "read_only", "kill")):
+        assert sum(f["kind"] in ("disk_full", "read_only") for f in schedule.faults) <= 1
+    two = RUNNER % "" + ("faults:\n  - {kind: disk_full, target: {rank: 2}, start: 1s, duration: 6s}\n"
+                         "  - {kind: read_only, target: {rank: 0}, start: 3s, duration: 6s}\n")
+    with pytest.raises(UsageError, match=r"s\.yaml:5: faults\.1: a read_only while faults\.0 \(disk_full\) still "
+                                         "holds the checkpoint folder, which every rank shares"):
+        load(tmp_path, two)
+
+
+def test_chaos_explore_dry_run_prints_the_first_schedules_and_the_least_time_per_trial(tmp_path: Path, capsys) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--policy", "retry", "--seed", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "under retry, seed 2, kinds kill, pause, disk_full, read_only" in out and "at least 4 s" in out
+    assert [line.split(":")[0].strip() for line in out.splitlines()[1:]] == ["1", "2", "3", "4", "5"]
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--max-faults", "0"], "--max-faults 0: a schedule needs at least one fault; give 1 or more"),
+    (["--budget", "5s"], "--budget 5s: shorter than one schedule's trials (3 x at least 4 s"),
+    (["--kinds", "link_down"], "--kinds link_down: the local backend cannot inject it"),
+    (["--kinds", "lnk"], "--kinds lnk: not a fault kind"),
+    (["--policy", "elastic"], "--policy elastic: not in"),
+    (["--repeats", "0"], "--repeats 0: each shrinking candidate runs at least once"),
+])
+def test_chaos_explore_refuses_bad_input_before_anything_runs(tmp_path: Path, capsys, words, says) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    assert main(["explore", str(tmp_path / "s.yaml"), *words, "--out", str(tmp_path / "out")]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_shrinking_candidates_are_one_step_smaller_simplest_first() -> None:
+    from harness.run.shrink import candidates
+    kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
+    pause = {"kind": "pause", "target": {"rank": 2}, "start": {"on": "retry", "nth": 2, "delay": "1s"},
+             "duration": "3s"}
+    assert list(candidates((kill, pause))) == [
+        (pause,), (kill,),                                                       # a fault left out
+        ({**kill, "target": {"rank": 1}}, pause), ({**kill, "target": {"rank": 3}}, pause),  # one rank
+        (kill, {**pause, "duration": "1.5s"}),                                   # a shorter duration
+        ({**kill, "start": "1s"}, pause),                                        # earlier in seconds
+        (kill, {**pause, "start": {"on": "retry", "nth": 1, "delay": "0s"}}),   # the anchor's first event
+    ]
+    smallest = {"kind": "kill", "target": {"rank": 1}, "start": "0s"}
+    assert list(candidates((smallest,))) == []
+
+
+def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_time_is_up() -> None:
+    from harness.run.shrink import shrink
+    kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
+    pause = {"kind": "pause", "target": {"rank": 2}, "start": "1s", "duration": "4s"}
+    runs: list[tuple] = []
+
+    def fails(faults) -> bool:  # the failure needs the kill of rank 3; the pause is noise
+        runs.append(faults)
+        return any(f["kind"] == "kill" and 3 in f["target"].get("ranks", [f["target"].get("rank")]) for f in faults)
+    shrunk = shrink((kill, pause), (1, 1), fails, repeats=3, time_left=lambda: True)
+    assert shrunk.faults == ({"kind": "kill", "target": {"rank": 3}, "start": "0s"},)
+    assert shrunk.reproduced == (2, 2) and not shrunk.out_of_time  # decided after 2 of 3 runs
+    assert all(runs_of in (1, 2) for _, _, runs_of in shrunk.tried)  # a lost majority stops early too
+    ticks = iter([True] * 4 + [False])  # 2 runs leave the pause out of it, 2 keep the kill alone
+    cut = shrink((kill, pause), (1, 1), fails, repeats=3, time_left=lambda: next(ticks))
+    assert cut.out_of_time and cut.faults == (kill,) and len(cut.tried) == 2
+
+
+def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line(tmp_path: Path, capsys) -> None:
+    from harness.cli import main
+    (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
+    (tmp_path / "w.yaml").write_text("kinds: {pause: 1}\non_event: 0\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 0
+    shown = capsys.readouterr().out.splitlines()[1:]
+    assert shown and all('"kind": "pause"' in line and '"on"' not in line for line in shown)
+    (tmp_path / "w.yaml").write_text("kinds: {pause: 1}\non_event: 2\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
+    assert f"{tmp_path / 'w.yaml'}:2: on_event: Input should be less than or equal to 1" in capsys.readouterr().err
+    (tmp_path / "w.yaml").write_text("kinds: {kil: 1}\n")
+    assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
+    assert "kil: neither a fault kind nor an event" in capsys.readouterr().err
