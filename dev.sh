@@ -52,6 +52,7 @@ case "${1:-}" in
         # (CI: .ci/run): then the session fails at collection, naming it (tests/conftest.py).
         bash .ci/docker-engine.sh || echo "dev.sh: no Docker engine or Compose; the docker tests need them" >&2
         bash .ci/slurm.sh || echo "dev.sh: Slurm could not be installed; the slurm tests need it" >&2
+        bash .ci/fuse.sh || echo "dev.sh: fuse3 could not be installed; the FUSE storage faults' tests need it" >&2
         bash .ci/uml-kernel.sh
         .venv/bin/ruff check --quiet .
         # pytest exits 5 when it collected no test: that fails here like any other error.

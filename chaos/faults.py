@@ -7,6 +7,7 @@ naming the field, the value and the accepted form.
 """
 from __future__ import annotations
 
+import errno
 import math
 import signal
 from typing import Annotated, Any, ClassVar, Literal, Union
@@ -113,6 +114,74 @@ class ReadOnly(StorageFault):
     with EROFS; reads go on."""
 
     kind: Literal["read_only"] = "read_only"
+
+
+# The file operations a FUSE storage fault can act on (chaos.fusefs); `open` includes creating.
+IoOp = Literal["write", "fsync", "read", "open", "rename"]
+DEFAULT_IO_OPS: tuple[IoOp, ...] = ("write", "fsync")
+
+
+def _errno_number(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value in errno.errorcode:
+        return value
+    if isinstance(value, str) and value.upper() in errno.errorcode.values():
+        return int(getattr(errno, value.upper()))
+    raise ValueError(f"{value!r} is not an errno name such as \"EIO\" or \"ENOSPC\"")
+
+
+class FuseStorageFault(StorageFault):
+    """A storage fault made by a passthrough FUSE filesystem mounted over the directory
+    (chaos.fusefs), on the files whose path in the directory matches the glob `path`."""
+
+    path: Annotated[str, Field(min_length=1)] = "*"
+
+
+class IoCallFault(FuseStorageFault):
+    """A fault on each of the file calls `ops`."""
+
+    ops: Annotated[tuple[IoOp, ...], Field(min_length=1)] = DEFAULT_IO_OPS
+
+
+class IoError(IoCallFault):
+    """The `ops` fail with `errno` (EIO unless named): every one, a `percent` of them drawn
+    from a stream seeded by the run id and the directory, or every `every_nth`: a transient
+    NFS or Lustre error."""
+
+    kind: Literal["io_error"] = "io_error"
+    errno: Annotated[int, BeforeValidator(_errno_number)] = errno.EIO
+    percent: Fraction | None = None
+    every_nth: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> "IoError":
+        if self.percent is not None and self.every_nth is not None:
+            raise ValueError("percent and every_nth: give one of them, not both (neither: every operation fails)")
+        if self.percent is not None and not 0 < self.percent <= 1:
+            raise ValueError(f"percent: expected above 0% and at most 100% (got {self.percent:.0%})")
+        return self
+
+
+class IoDelay(IoCallFault):
+    """Each of the `ops` is held `latency` before it is done: a slow shared filesystem."""
+
+    kind: Literal["io_delay"] = "io_delay"
+    latency: Annotated[Seconds, Field(gt=0)]
+
+
+class IoStall(IoCallFault):
+    """The `ops` block until the fault ends, then complete: a hung NFS server that comes back."""
+
+    kind: Literal["io_stall"] = "io_stall"
+
+
+class LoseUnsynced(FuseStorageFault):
+    """The node's storage crashes at the fault's end, as LazyFS's `clear-cache` does: what was
+    written during the fault and not fsynced is gone (a file holds what its last fsync made
+    durable; one never fsynced is empty); renames, creations and removals stay done. Give the
+    rank a kill just before the end: a process that lived on past the crash would go on
+    writing over data it no longer has."""
+
+    kind: Literal["lose_unsynced"] = "lose_unsynced"
 
 
 # Which way a link fault acts, seen from the host: traffic it sends, receives, or both.
@@ -328,10 +397,11 @@ class SlurmdKill(SchedulerFault):
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain, SlurmdKill)
+    GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown, Drain,
+    SlurmdKill)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, Preempt, Requeue, NodeDown, Drain,
-                        SlurmdKill],
+                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced,
+                        Preempt, Requeue, NodeDown, Drain, SlurmdKill],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)
 
@@ -348,7 +418,12 @@ def fault_from_wire(data: dict[str, Any]) -> FaultBase:
     cls = next((c for c in FAULT_KINDS if c.model_fields["kind"].default == kind), None)
     if cls is None:
         raise InvalidFault(f"kind: unknown fault kind {kind!r}; expected one of {', '.join(kind_names())}")
-    return cls.model_construct(**data)
+    return cls.model_construct(**{name: _tuples(value) for name, value in data.items()})
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back into the tuples a fault value holds (ops, groups)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def parse_fault(data: dict[str, Any]) -> FaultBase:

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Sequence
 
-from chaos import cmdfile, netlink, probe, proc
+from chaos import cmdfile, fusefs, netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill
@@ -25,6 +25,7 @@ from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable,
 from chaos.nfq import NfqueueDelay
 from chaos.deadman import DEAD_MAN_READY
 from chaos.nft import NftDrop, NftPartition
+from chaos.fusefs import FusePassthrough
 from chaos.storage import ReadOnlyBind, SizedTmpfs
 from chaos.tc import BpfDrop, NetemQdisc, TbfBandwidth
 from chaos.undo import UNDOS
@@ -89,6 +90,8 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
     # without BPF (an ordinary user's user namespace) nftables drops: independent loss only
     drop = BpfDrop() if caps.clsact_bpf else NftDrop() if caps.nft_bridge else None
     delay = NfqueueDelay() if caps.nfqueue_delay else None
+    no_fuse = fusefs.why_no_fuse()  # /dev/fuse open to this user, mfusepy, libfuse 3
+    fuse = FusePassthrough() if no_fuse is None else Unavailable(no_fuse)
     return {
         "link_down": LinkStateDown(),
         "loss": netem or drop or Unavailable(f"{no_netem}, {caps.why_not('clsact_bpf')}, and "
@@ -106,6 +109,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "gpu_hang": cmdfile.CommandFile(None),
         "disk_full": SizedTmpfs(),
         "read_only": ReadOnlyBind(),
+        **{kind: fuse for kind in ("io_error", "io_delay", "io_stall", "lose_unsynced")},
         # a scheduler's own faults are its backend's to make (harness.cluster.slurm)
         **{kind.model_fields["kind"].default: Unavailable(NO_SCHEDULER)
            for kind in FAULT_KINDS if kind.acts_on == "scheduler"},

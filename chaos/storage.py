@@ -12,8 +12,8 @@ every new call sees the directory below). Before a disk_full's tmpfs goes, what 
 copied back to the directory below, so a full disk loses no write that succeeded (a file
 removed on the tmpfs, as a rotation removes an old checkpoint, is removed below too). The
 entry is written before the first mount, so a revert, `chaos heal` after a SIGKILL and a
-later run's heal run the same undo. More mechanisms of this family (a FUSE passthrough for
-EIO, delays, lost unsynced writes) act on the same directory and bring undos of their own.
+later run's heal run the same undo. The kinds the kernel has no filesystem for (io_error,
+io_delay, io_stall) are a FUSE passthrough on the same directory: chaos.fusefs.
 """
 from __future__ import annotations
 
@@ -103,22 +103,32 @@ UNDOS = UndoTable({"unmount_storage": _unmount_storage})
 
 
 class StorageMechanism(Mechanism):
-    """A mount over the target's checkpoint directory, undone by `unmount_storage`
-    (`copies_back`: what the mount holds is copied to the directory below first)."""
-
-    copies_back = False
+    """A mount over the target's checkpoint directory: one storage fault at a time there."""
 
     def conflict(self, fault: FaultBase, host: Host) -> str | None:
         if host.storage is not None and mounted(host.storage):
             return f"its checkpoint directory {host.storage} already holds a storage fault (a mount)"
         return None
 
-    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+    @staticmethod
+    def directory(fault: FaultBase, host: Host) -> str:
+        """The real path of the host's checkpoint directory, refused where it has none."""
         if host.storage is None:
             raise UnsupportedFault(f"{fault.kind} on {host.name}: the rank has no checkpoint directory")  # type: ignore[attr-defined]
         path = os.path.realpath(host.storage)
         if not os.path.isdir(path):
             raise UnsupportedFault(f"{fault.kind} on {host.name}: its checkpoint directory {path} does not exist")  # type: ignore[attr-defined]
+        return path
+
+
+class KernelMount(StorageMechanism):
+    """A mount of the kernel's own filesystems, undone by `unmount_storage` (`copies_back`:
+    what the mount holds is copied to the directory below first)."""
+
+    copies_back = False
+
+    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+        path = self.directory(fault, host)
         before = sorted(os.listdir(path))
         entry = ledger.record("unmount_storage", path=path, copy_back=self.copies_back, before=before)
         try:
@@ -135,7 +145,7 @@ class StorageMechanism(Mechanism):
         """Mount over `path` (the directory's real path), named after the run."""
 
 
-class SizedTmpfs(StorageMechanism):
+class SizedTmpfs(KernelMount):
     name = "size-capped tmpfs over the checkpoint directory (ENOSPC)"
     copies_back = True
 
@@ -157,7 +167,7 @@ class SizedTmpfs(StorageMechanism):
         _mount(None, path, None, MS_REMOUNT, f"size={size}")
 
 
-class ReadOnlyBind(StorageMechanism):
+class ReadOnlyBind(KernelMount):
     name = "read-only bind mount over the checkpoint directory (EROFS)"
 
     def mount(self, fault: FaultBase, path: str, run_id: str) -> None:

@@ -63,6 +63,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       `checkpoint_begin` (a save began: the runner's, or a user's job's torch.save / dcp
       save, from the hook) and `group_init` (a user's job's process formed its process
       group). A version 1-15 trial reads as one with no anchored fault and none of these
+  17  a plan's faults gain the FUSE storage kinds `io_error`, `io_delay`, `io_stall` and `lose_unsynced`
+      (chaos.fusefs; a version 1-16 plan had none), and a `checkpoint_failed` can name EIO
+      or another errno an io_error gives
 """
 from __future__ import annotations
 
@@ -76,7 +79,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 16
+FORMAT_VERSION = 17
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -96,15 +96,22 @@ def _probed(check: str) -> Callable[[], str | None]:
     return why_not
 
 
+def _fuse() -> str | None:
+    from chaos.fusefs import why_no_fuse
+    reason = why_no_fuse()
+    return None if reason is None else f"needs FUSE for the FUSE storage faults: {reason} (.ci/fuse.sh)"
+
+
 # name: why it is missing (None: present)
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
-    "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "compose": _compose,
+    "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "compose": _compose, "fuse": _fuse,
     **{check: _probed(check) for check in PROBED}}
 # required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
 CHECKED_ELSEWHERE = {"slurm"}
 # a marker: the capability it names (requires_mechanism("tbf") names its own)
 MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
-           "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose"}
+           "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose",
+           "requires_fuse": "fuse"}
 
 
 @functools.cache

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.errors import UsageError
-from chaos.faults import (Bandwidth, Blackhole, Corrupt, Delay, Duplicate, FaultBase, Kill, LinkDown, LinkFault,
-                          Loss, Partition, Pause, Reorder, StorageFault)
+from chaos.faults import (Bandwidth, Blackhole, Corrupt, Delay, Duplicate, FaultBase, FuseStorageFault, Kill, LinkDown,
+                          LinkFault, Loss, Partition, Pause, Reorder, StorageFault)
 from chaos.tc import tbf_sizes
 from chaos.topology import host_index, host_name
 from harness.k8s.env import duration_text
@@ -163,6 +163,10 @@ def map_fault(planned: PlannedFault, fault: FaultBase, pods: Pods, world: int, r
     """The chaos objects of one on-phase of `planned` (whose value is `fault`), and the notes
     on the mapping. Raises UsageError for a fault Chaos Mesh cannot inject as the harness does."""
     ranks = planned.targets
+    if isinstance(fault, FuseStorageFault):
+        raise refuse(where, fault, "the export maps no volume for the rank's checkpoint folder yet (IOChaos's fault "
+                                   "and latency actions on that volume would be the equivalent of io_error and "
+                                   "io_delay; io_stall and lose_unsynced have none)")
     if isinstance(fault, StorageFault):
         raise refuse(where, fault, "it mounts over the rank's checkpoint folder (a full or read-only disk); "
                                    "Chaos Mesh's IOChaos injects errors and latency into a volume's calls, "

@@ -15,6 +15,7 @@ import pytest
 from chaos import netlink, proc, topology
 from chaos.api import Host
 from chaos.heal import HealReport, heal_run
+from chaos.storage import mounted
 from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 
@@ -55,3 +56,20 @@ def cluster(state_dir):
     finally:
         heal_run(run_id, HealReport(), UNDOS)
         assert run_leftovers(run_id) == ([], []), "the test left namespaces or helper processes"
+
+
+@pytest.fixture
+def storage(state_dir, tmp_path):
+    """A checkpoint directory holding one checkpoint, a host naming it, and a ledger; every
+    mount and helper (a FUSE daemon) of the test's run healed and checked gone afterwards."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    (directory / "step-00000010.pt").write_bytes(b"ten" * 1000)
+    run_id = new_run_id("s")
+    host = Host("r000", "10.0.0.1", None, None, None, storage=str(directory))
+    try:
+        yield host, Ledger(run_id), directory
+    finally:
+        heal_run(run_id, HealReport(), UNDOS)
+        assert not mounted(str(directory)), "the test left a mount"
+        assert proc.helpers_of_run(run_id) == [], "the test left a helper process"

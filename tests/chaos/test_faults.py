@@ -2,13 +2,16 @@
 rules and mechanism choice, with no root and no kernel."""
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
 from pydantic import ValidationError
 
 from chaos.errors import InvalidFault
-from chaos.faults import FAULT_KINDS, Delay, Loss, Partition, kind_names, parse_fault
+from chaos.faults import (FAULT_KINDS, Delay, IoDelay, IoError, IoStall, LoseUnsynced, Loss, Partition, kind_names,
+                          parse_fault)
+from chaos.fusefs import fault_from_json
 from chaos.inject import choose_mechanisms
 from chaos.probe import Capabilities
 
@@ -43,6 +46,9 @@ def test_every_kind_parses_from_its_scenario_form():
         "preempt": {"signal": "USR1", "lead": "30s", "requeue": True}, "requeue": {}, "node_down": {},
         "drain": {}, "slurmd_kill": {},
         "disk_full": {"after_bytes": "1mib"}, "read_only": {},
+        "io_error": {"errno": "EIO", "ops": ["write", "fsync"], "percent": "20%"},
+        "io_delay": {"latency": "50ms", "path": "step-*"}, "io_stall": {"ops": ["fsync"]},
+        "lose_unsynced": {"path": "step-*.pt"},
     }
     assert set(examples) == set(kind_names()) == {c.model_fields["kind"].default for c in FAULT_KINDS}
     for kind, params in examples.items():
@@ -115,3 +121,21 @@ def test_every_kind_crosses_the_wire_to_a_node_agent_unchanged():
                  {"kind": "link_down"}, {"kind": "kill", "signal": "TERM"}, {"kind": "pause"}, {"kind": "slurmd_kill"}):
         fault = parse_fault(data)
         assert fault_from_wire(json.loads(json.dumps(fault.model_dump(mode="json")))) == fault
+
+
+def test_fuse_kinds_parse_and_refuse_with_the_field():
+    assert parse_fault({"kind": "io_error", "errno": "enospc", "every_nth": 3}) == IoError(errno=errno.ENOSPC, every_nth=3)
+    assert parse_fault({"kind": "io_delay", "latency": "50ms", "ops": ["fsync"]}) == IoDelay(latency=0.05, ops=("fsync",))
+    assert IoStall().ops == ("write", "fsync") and parse_fault({"kind": "lose_unsynced"}) == LoseUnsynced()
+    for bad, field in (({"kind": "io_error", "percent": "10%", "every_nth": 2}, "percent and every_nth"),
+                       ({"kind": "io_error", "errno": "EWHAT"}, "io_error.errno"),
+                       ({"kind": "io_error", "ops": ["chmod"]}, "io_error.ops.0"),
+                       ({"kind": "io_delay"}, "io_delay.latency")):
+        with pytest.raises(InvalidFault, match=field):
+            parse_fault(bad)
+
+
+@pytest.mark.parametrize("fault", [IoError(percent="30%", errno="ENOSPC", path="step-*"), IoDelay(latency="5ms"),
+                                   IoStall(ops=("fsync",)), LoseUnsynced(path=".tmp-*")])
+def test_the_daemon_rebuilds_the_fault_the_harness_sent(fault):
+    assert fault_from_json(fault.model_dump_json()) == fault

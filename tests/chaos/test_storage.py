@@ -8,34 +8,15 @@ import os
 
 import pytest
 
-from chaos.api import Host
 from chaos.errors import FaultConflict
 from chaos.faults import DiskFull, ReadOnly, parse_fault
 from chaos.heal import HealReport, heal_run
 from chaos.inject import NetlinkInjector
-from chaos.ledger import Ledger
 from chaos.storage import FILLER, ReadOnlyBind, SizedTmpfs, mounted
 from chaos.undo import UNDOS
-from tests.chaos.conftest import new_run_id
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
 MECHANISMS = {"disk_full": SizedTmpfs(), "read_only": ReadOnlyBind()}
-
-
-@pytest.fixture
-def storage(state_dir, tmp_path):
-    """A checkpoint directory holding one checkpoint, a host naming it, and a ledger; every
-    mount of the test's run healed and checked gone afterwards."""
-    directory = tmp_path / "ckpt"
-    directory.mkdir()
-    (directory / "step-00000010.pt").write_bytes(b"ten" * 1000)
-    run_id = new_run_id("s")
-    host = Host("r000", "10.0.0.1", None, None, None, storage=str(directory))
-    try:
-        yield host, Ledger(run_id), directory
-    finally:
-        heal_run(run_id, HealReport(), UNDOS)
-        assert not mounted(str(directory)), "the test left a mount"
 
 
 def write(path, size: int) -> None:
