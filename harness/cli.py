@@ -17,6 +17,8 @@
     chaos slurm up --nodes N | status | down   a local Slurm cluster (docs/slurm.md)
     chaos tune [SCENARIO.yaml] [--budget 15m] [--repeat N] [--dry-run]
                                              the timeout and retries to use, measured (docs/tune.md)
+    chaos campaign [SCENARIO.yaml] [--mix llama3|FILE] [--mtbf 60s] [--duration 20m] [--policy P]...
+                                             ETTR and goodput under a fault mix (docs/campaign.md)
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -270,6 +272,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return tune_command(args, require_privileges)
 
 
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from harness.run.campaign.cli import campaign_command
+    return campaign_command(args, require_privileges)
+
+
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
     """`chaos export k8s ...`: the target platform is a sub-subcommand (Kubernetes only, today)."""
     def add(parser: argparse.ArgumentParser) -> None:
@@ -336,6 +343,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
               _arguments_of("harness.cluster.slurm.cli", "add_slurm_arguments"), cmd_slurm),
     "tune": ("measure the job without faults, derive timeouts and retries, try them under faults, recommend",
              _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
+    "campaign": ("each policy's effective training time (ETTR) under a realistic fault mix",
+                 _arguments_of("harness.run.campaign.cli", "add_campaign_arguments"), cmd_campaign),
 }
 
 

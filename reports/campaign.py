@@ -1,0 +1,301 @@
+"""A campaign's measures (`chaos campaign`, docs/campaign.md), from its run folders' events.
+
+A policy's campaign is one or more trials (segments: a job the scheduler started again after
+the last one ended) on one monotonic clock, inside a window that starts when the first
+segment's warm-up is done. Every rank's `step` events give the step executions, one per
+(segment, generation, step number), completed when the last rank finished it:
+
+    kept execution    one no later execution rolls back past: no later execution has a step
+                      number at or below its own (the steps the final model went through)
+    step time         the time since the execution before it in the same stretch (same
+                      segment and generation, the step before); the first after a start or a
+                      restore takes its stretch's median (the steps of the job's own pace)
+    ETTR              kept steps' time / wall time (wall: window start to the last segment's end)
+    goodput           kept steps per second of wall time; beside the fault-free reference's
+
+What is not kept is lost, by cause: `recompute` (executions rolled back), and every stall
+between executions (time no step was being made): `hang` (the cap a hung segment waited,
+said as such), `detection` (the stall up to the first rank's detection in it), `restart`
+(the rest of a stall with a detection or a segment's end in it: backoff, rendezvous,
+restore, the next job's start), `other` (stalls with none of these: a slow step).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from matplotlib.figure import Figure
+
+from runfolder.events import (COLLECTIVE_ERROR, EVENTS_FILE, FAULT_APPLIED, HANG_DETECTED, JOB_OUTPUT, STEP,
+                              SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
+from runfolder.layout import trial_dirs
+
+DETECTIONS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
+CAUSES = ("detection", "restart", "recompute", "hang", "other")
+
+
+@dataclass(frozen=True)
+class Execution:
+    segment: int
+    gen: int
+    step: int
+    t: float          # when its last rank finished it
+    seconds: float = 0.0
+    kept: bool = False
+    ranks: int = 0    # how many ranks made it (an elastic job goes on smaller)
+
+
+@dataclass(frozen=True)
+class FaultCost:
+    index: int            # in the campaign's schedule
+    kind: str
+    t: float              # applied, campaign time (s after the window's start)
+    detect_s: float | None   # to the first rank's detection
+    resume_s: float | None   # to the first step completed after it (any segment)
+    hung: bool            # its segment reached the hang cap
+
+
+@dataclass
+class PolicyMeasures:
+    wall_s: float
+    kept_steps: int
+    kept_s: float
+    lost_s: dict[str, float]
+    faults: list[FaultCost] = field(default_factory=list)
+    segments: int = 1
+    hangs: int = 0
+    final_ranks: int = 0   # ranks that made the window's last step
+
+    @property
+    def ettr(self) -> float:
+        return self.kept_s / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def goodput(self) -> float:
+        """Kept steps per second of wall time."""
+        return self.kept_steps / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> list[Execution]:
+    """Step executions completed inside [start, end], in time order, with their step time and
+    whether they were kept. Each event carries `segment` (its trial's place in the campaign)."""
+    done: dict[tuple[int, int, int], float] = {}
+    ranks: dict[tuple[int, int, int], set[int]] = {}
+    for ev in events:
+        if ev["kind"] == STEP and ev.get("rank") is not None and start <= ev["t"] <= end:
+            key = (ev["segment"], ev["gen"], ev["step"])
+            done[key] = max(done.get(key, ev["t"]), ev["t"])
+            ranks.setdefault(key, set()).add(ev["rank"])
+    ordered = sorted(done.items(), key=lambda item: item[1])
+    # kept: no later execution goes back to its step or below it
+    kept, lowest_later = [], None
+    for (segment, gen, step), t in reversed(ordered):
+        kept.append(lowest_later is None or step < lowest_later)
+        lowest_later = step if lowest_later is None else min(lowest_later, step)
+    kept.reverse()
+    gaps: dict[int, float] = {}
+    stretches: dict[tuple[int, int], list[float]] = {}
+    for i, ((segment, gen, step), t) in enumerate(ordered):
+        if i and ordered[i - 1][0] == (segment, gen, step - 1):
+            gaps[i] = t - ordered[i - 1][1]
+            stretches.setdefault((segment, gen), []).append(gaps[i])
+    every = [g for gs in stretches.values() for g in gs]
+    overall = statistics.median(every) if every else 0.0
+    found = []
+    for i, ((segment, gen, step), t) in enumerate(ordered):
+        own = stretches.get((segment, gen))
+        seconds = gaps.get(i, statistics.median(own) if own else overall)
+        if i:  # a step's time never reaches back past the execution before it
+            seconds = min(seconds, t - ordered[i - 1][1])
+        else:
+            seconds = min(seconds, t - start)
+        found.append(Execution(segment, gen, step, t, seconds, kept[i], len(ranks[(segment, gen, step)])))
+    return found
+
+
+def measure(events: list[dict[str, Any]], start: float, end: float,
+            schedule_of: dict[tuple[int, int], int] | None = None) -> PolicyMeasures:
+    """A policy's measures over its window [start, end] (monotonic seconds). `schedule_of`
+    maps (segment, fault index in that segment) to the fault's index in the schedule."""
+    runs = executions(events, start, end)
+    kept = [e for e in runs if e.kept]
+    lost = dict.fromkeys(CAUSES, 0.0)
+    lost["recompute"] = sum(e.seconds for e in runs if not e.kept)
+    detections = sorted(ev["t"] for ev in events if ev["kind"] in DETECTIONS and ev.get("rank") is not None)
+    hangs = [(ev["t"] - ev["cap"], ev["t"]) for ev in events if ev["kind"] == HANG_DETECTED]
+    ends = sorted(ev["t"] for ev in events if ev["kind"] == TRIAL_END)
+    marks = [start, *(e.t for e in runs), end]
+    busy_until = [start, *(e.t - e.seconds for e in runs), end]  # each stall ends where a step's time begins
+    for a, b in zip(marks[:-1], busy_until[1:], strict=True):
+        if b <= a:
+            continue
+        hung = sum(max(0.0, min(b, h1) - max(a, h0)) for h0, h1 in hangs)
+        first = next((d for d in detections if a < d <= b), None)
+        detect = 0.0 if first is None else max(0.0, first - a - _overlap(a, first, hangs))
+        restarting = first is not None or any(a < t <= b for t in ends)
+        rest = max(0.0, (b - a) - hung - detect)
+        lost["hang"] += hung
+        lost["detection"] += detect
+        lost["restart" if restarting else "other"] += rest
+    faults = []
+    applied = sorted(ev["t"] for ev in events if ev["kind"] == FAULT_APPLIED)
+    for ev in events:
+        if ev["kind"] != FAULT_APPLIED or not start <= ev["t"] <= end:
+            continue
+        t = ev["t"]
+        next_fault = next((a for a in applied if a > t), float("inf"))
+        first = next((d for d in detections if t <= d < next_fault), None)
+        resumed = next((e.t for e in runs if e.t > (t if first is None else first)), None)
+        hang_end = next((h1 for _, h1 in sorted(hangs, key=lambda h: h[1]) if h1 >= t), None)
+        hung = hang_end is not None and (resumed is None or hang_end < resumed)
+        index = (schedule_of or {}).get((ev["segment"], ev["index"]), ev["index"])
+        faults.append(FaultCost(index, ev["fault_kind"], t - start, None if first is None else first - t,
+                                None if resumed is None else resumed - t, hung))
+    wall = end - start
+    return PolicyMeasures(wall, len(kept), sum(e.seconds for e in kept), lost, faults,
+                          segments=len({ev["segment"] for ev in events}), hangs=len(hangs),
+                          final_ranks=runs[-1].ranks if runs else 0)
+
+
+def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, s1) - max(a, s0)) for s0, s1 in spans)
+
+
+def window_start(events: list[dict[str, Any]]) -> float | None:
+    """When the campaign's window starts: the first segment's warm-up done."""
+    return next((ev["t"] for ev in events if ev["kind"] == WARMUP_DONE and ev["segment"] == 0), None)
+
+
+def kept_curve(events: list[dict[str, Any]], start: float, end: float) -> tuple[list[float], list[int]]:
+    """Kept steps completed by each time (seconds after `start`): the picture's line. A
+    kept execution counts once a later one has not undone it, so the line never falls."""
+    kept = [e.t - start for e in executions(events, start, end) if e.kept]
+    return [0.0, *kept, end - start], [0, *range(1, len(kept) + 1), len(kept)]
+
+
+# -- the report -----------------------------------------------------------------------------
+
+REPORT_FILE = "campaign.md"
+PICTURE_FILE = "kept-work.png"
+
+
+def policy_events(campaign: dict[str, Any], policy: str) -> list[dict[str, Any]]:
+    """Every event of the policy's segments, each tagged with its segment, in time order."""
+    found = []
+    for k, segment in enumerate(campaign["policies"][policy]["segments"]):
+        for folder in trial_dirs(Path(segment["run_dir"])):
+            path = folder / EVENTS_FILE
+            if path.exists():
+                found += [{**ev, "segment": k} for ev in read_events(path)[0]]
+    return sorted(found, key=lambda ev: ev["t"])
+
+
+def campaign_measures(campaign: dict[str, Any]) -> dict[str, tuple[PolicyMeasures, list[dict[str, Any]], float]]:
+    """policy -> (its measures, its events, its window start) for every policy that began."""
+    duration = campaign["duration_s"]
+    measured = {}
+    for policy, entry in campaign["policies"].items():
+        events = policy_events(campaign, policy)
+        start = window_start(events)
+        if start is None:
+            continue
+        last = max(ev["t"] for ev in events)
+        end = max(last, start + duration) if not campaign.get("partial") else last
+        schedule_of = {(k, i): index for k, segment in enumerate(entry["segments"])
+                       for i, index in enumerate(segment["faults"])}
+        measured[policy] = (measure(events, start, end, schedule_of), events, start)
+    return measured
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def report_text(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasures, list, float]]) -> str:
+    reference = measured.get("reference")
+    ref_goodput = reference[0].goodput if reference else None
+    lines = [f"# Campaign: {Path(campaign['scenario']).name} under the {campaign['mix']['name']} mix"
+             + (" (PARTIAL: stopped early)" if campaign.get("partial") else ""), "",
+             f"`{campaign['command']}`", "",
+             f"Mix source: {campaign['mix']['source']}", "",
+             f"Faults: Poisson, mean {campaign['mtbf_s']:g} s apart, seed {campaign['seed']}, over a "
+             f"{campaign['duration_s']:g} s window per policy ({campaign['ranks']} ranks, "
+             f"{campaign['backend']} backend); the same schedule for every policy.", "",
+             "| policy | ETTR | goodput (kept steps/s) | vs fault-free | kept steps | wall s | jobs | ranks at the end | "
+             "lost: detection | restart | recompute | hang (to the cap) | other | faults applied | hung |",
+             "|" + "---|" * 15]
+    for policy, (m, _, _) in measured.items():
+        ratio = "" if not ref_goodput else f"{m.goodput / ref_goodput:.1%}"
+        lost = " | ".join(f"{m.lost_s[c]:.1f}" for c in CAUSES)
+        lines.append(f"| {policy} | {m.ettr:.1%} | {m.goodput:.2f} | {ratio} | {m.kept_steps} | {m.wall_s:.1f} | "
+                     f"{m.segments} | {m.final_ranks} | {lost} | {len(m.faults)} | {sum(f.hung for f in m.faults)} |")
+    for policy, entry in campaign["policies"].items():
+        if entry.get("error"):
+            lines.append(f"\n{policy} stopped early: {entry['error']}")
+    hung = [p for p, (m, _, _) in measured.items() if m.hangs]
+    if hung:
+        lines.append(f"\nHung (counted to the cap, then started again as a new job): {', '.join(hung)}.")
+    lines += ["", "ETTR: time on kept steps / wall time. Goodput: kept steps per second, beside the fault-free "
+                  "reference's. Lost time in seconds by cause (docs/campaign.md).", "",
+              "## The mapping", "", "| category | share | injected as |", "|---|---|---|"]
+    lines += [f"| {m['category']} | {m['share']:.1%} | {m['injects']} |" for m in campaign["mapping"]]
+    lines += ["", "## Per fault: s to the first detection / to the next step after it", "",
+              "| # | at s | category | fault | " + " | ".join(p for p in measured if p != "reference") + " |",
+              "|" + "---|" * (4 + len([p for p in measured if p != "reference"]))]
+    costs = {p: {f.index: f for f in m.faults} for p, (m, _, _) in measured.items()}
+    for i, fault in enumerate(campaign["schedule"]):
+        what = (f"{fault['fault']['kind']} r{fault['target']}" + (f" {fault['duration']:g} s" if fault['duration'] else "")
+                if fault["fault"] else f"left out ({fault['left_out']})")
+        cells = []
+        for policy in (p for p in measured if p != "reference"):
+            cost = costs[policy].get(i)
+            cells.append("not applied (job down or rank gone)" if cost is None else
+                         f"{_seconds(cost.detect_s)} / {_seconds(cost.resume_s)}" + (" hung to the cap" if cost.hung else ""))
+        lines.append(f"| {i} | {fault['at']:.1f} | {fault['category']} | {what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_text(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasures, list, float]]) -> str:
+    reference = measured.get("reference")
+    lines = [f"{'policy':12} {'ETTR':>6} {'goodput':>8} {'vs ref':>7} {'jobs':>4} {'ranks':>5}  lost s: "
+             + " ".join(f"{c:>9}" for c in CAUSES)]
+    for policy, (m, _, _) in measured.items():
+        ratio = f"{m.goodput / reference[0].goodput:.0%}" if reference and reference[0].goodput else "-"
+        lines.append(f"{policy:12} {m.ettr:6.1%} {m.goodput:8.2f} {ratio:>7} {m.segments:4} {m.final_ranks:5}  "
+                     + " ".join(f"{m.lost_s[c]:9.1f}" for c in CAUSES)
+                     + (f"  ({m.hangs} hung to the cap)" if m.hangs else ""))
+    return "\n".join(lines)
+
+
+def kept_work_figure(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasures, list, float]]) -> Figure:
+    fig = Figure(figsize=(11, 5.5), layout="constrained")
+    ax = fig.subplots()
+    for policy, (m, events, start) in measured.items():
+        times, kept = kept_curve(events, start, start + m.wall_s)
+        style = {"color": "black", "lw": 2, "ls": "--"} if policy == "reference" else {"lw": 1.3}
+        label = "fault-free reference" if policy == "reference" else f"{policy} (ETTR {m.ettr:.0%})"
+        ax.plot(times, kept, drawstyle="steps-post", label=label, **style)
+    top = ax.get_ylim()[1]
+    for fault in campaign["schedule"]:
+        if fault["fault"]:
+            ax.axvline(fault["at"], color="red", alpha=0.25, lw=0.8)
+            ax.text(fault["at"], top, fault["fault"]["kind"], rotation=90, fontsize=7, va="top", color="red")
+    ax.set_xlabel("wall time in the window (s); red: the schedule's faults")
+    ax.set_ylabel("kept steps")
+    ax.set_title(f"kept work over wall time: {campaign['mix']['name']} mix, mean {campaign['mtbf_s']:g} s "
+                 f"between faults" + (" (partial)" if campaign.get("partial") else ""))
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def write_campaign_report(folder: Path) -> str:
+    """Write the campaign's report and picture into its folder; returns the summary to print."""
+    campaign = json.loads((Path(folder) / "campaign.json").read_text())
+    measured = campaign_measures(campaign)
+    (Path(folder) / REPORT_FILE).write_text(report_text(campaign, measured))
+    kept_work_figure(campaign, measured).savefig(Path(folder) / PICTURE_FILE, dpi=110)
+    return (summary_text(campaign, measured) + f"\n\ncampaign folder: {folder}\nreport:  {Path(folder) / REPORT_FILE}"
+            f"\npicture: {Path(folder) / PICTURE_FILE}" + ("\n(partial: stopped early)" if campaign.get("partial") else ""))
