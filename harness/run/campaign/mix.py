@@ -175,7 +175,7 @@ def load_mix(name_or_file: str) -> Mix:
     if abs(total - 1) > SHARES_TOLERANCE:
         raise refuse(("categories",), f"the shares add up to {total:.3f}, not 1; make them add up to 1 "
                                       f"(a category such as other: {{share: {max(0.0, 1 - total):.3f}, "
-                                      "inject: []}} holds what is not mapped)")
+                                      "inject: []} holds what is not mapped)")
     return Mix(str(data.get("name") or path.stem), " ".join(source.split()), path, parsed)
 
 
