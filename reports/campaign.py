@@ -176,6 +176,50 @@ def kept_curve(events: list[dict[str, Any]], start: float, end: float) -> tuple[
     return [0.0, *kept, end - start], [0, *range(1, len(kept) + 1), len(kept)]
 
 
+@dataclass(frozen=True)
+class Projection:
+    """ETTR on `nodes` nodes of per-node MTBF `node_mtbf_s`, from a policy's measured cost per
+    fault (docs/campaign.md): a model, never a measurement."""
+
+    cost_s: float          # c: seconds lost per fault, beyond the fault-free reference's loss
+    job_mtbf_s: float      # M / N
+    ettr: float            # e0 x max(0, 1 - c / (M / N))
+    dominant: str          # the cause that lost the most time in the campaign
+
+
+def project(m: PolicyMeasures, reference_ettr: float, nodes: int, node_mtbf_s: float) -> Projection | None:
+    """None where the policy had no fault applied (nothing to scale)."""
+    if not m.faults or not reference_ettr > 0:
+        return None
+    cost = max(0.0, m.wall_s * (1 - m.ettr / reference_ettr) / len(m.faults))
+    job_mtbf = node_mtbf_s / nodes
+    dominant = max((c for c in CAUSES if c != "other"), key=lambda c: m.lost_s[c])
+    return Projection(cost, job_mtbf, reference_ettr * max(0.0, 1 - cost / job_mtbf), dominant)
+
+
+def projection_text(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasures, list, float]]) -> list[str]:
+    scale = campaign.get("projection")
+    reference = measured.get("reference")
+    if not scale or reference is None:
+        return []
+    nodes, mtbf = scale["nodes"], scale["node_mtbf_s"]
+    e0 = reference[0].ettr
+    lines = ["", f"## Projection to {nodes} nodes of {mtbf / 3600:g} h MTBF each: a MODEL, not a measurement", "",
+             f"ETTR ~= e0 x max(0, 1 - c x N / M), with N = {nodes}, M = {mtbf / 3600:g} h (a fault every "
+             f"{mtbf / nodes:.0f} s), e0 = {e0:.1%} (the reference's ETTR) and c = each policy's measured seconds "
+             "lost per fault, wall x (1 - ETTR / e0) / faults applied. It assumes costs that do not overlap "
+             "and do not grow with the job (docs/campaign.md).", "",
+             "| policy | faults applied | c: s lost per fault | projected ETTR | what dominates (measured) |",
+             "|---|---|---|---|---|"]
+    for policy, (m, _, _) in measured.items():
+        if policy == "reference":
+            continue
+        p = project(m, e0, nodes, mtbf)
+        lines.append(f"| {policy} | {len(m.faults)} | " + ("- | - | - |" if p is None else
+                     f"{p.cost_s:.1f} | {p.ettr:.1%} (projected) | {p.dominant} |"))
+    return lines
+
+
 # -- the report -----------------------------------------------------------------------------
 
 REPORT_FILE = "campaign.md"
@@ -238,6 +282,7 @@ def report_text(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasur
     hung = [p for p, (m, _, _) in measured.items() if m.hangs]
     if hung:
         lines.append(f"\nHung (counted to the cap, then started again as a new job): {', '.join(hung)}.")
+    lines += projection_text(campaign, measured)
     lines += ["", "ETTR: time on kept steps / wall time. Goodput: kept steps per second, beside the fault-free "
                   "reference's. Lost time in seconds by cause (docs/campaign.md).", "",
               "## The mapping", "", "| category | share | injected as |", "|---|---|---|"]
@@ -287,7 +332,8 @@ def kept_work_figure(campaign: dict[str, Any], measured: dict[str, tuple[PolicyM
     ax.set_ylabel("kept steps")
     ax.set_title(f"kept work over wall time: {campaign['mix']['name']} mix, mean {campaign['mtbf_s']:g} s "
                  f"between faults" + (" (partial)" if campaign.get("partial") else ""))
-    ax.legend(loc="upper left", fontsize=8)
+    if measured:
+        ax.legend(loc="upper left", fontsize=8)
     return fig
 
 
@@ -297,5 +343,6 @@ def write_campaign_report(folder: Path) -> str:
     measured = campaign_measures(campaign)
     (Path(folder) / REPORT_FILE).write_text(report_text(campaign, measured))
     kept_work_figure(campaign, measured).savefig(Path(folder) / PICTURE_FILE, dpi=110)
-    return (summary_text(campaign, measured) + f"\n\ncampaign folder: {folder}\nreport:  {Path(folder) / REPORT_FILE}"
+    projected = projection_text(campaign, measured)
+    return (summary_text(campaign, measured) + ("\n" + "\n".join(projected) if projected else "") + f"\n\ncampaign folder: {folder}\nreport:  {Path(folder) / REPORT_FILE}"
             f"\npicture: {Path(folder) / PICTURE_FILE}" + ("\n(partial: stopped early)" if campaign.get("partial") else ""))

@@ -156,3 +156,17 @@ def test_the_dry_run_prints_the_mapping_and_the_same_schedule_for_a_seed(capsys)
     assert "network_switch_cable       8.4%  link_down for 5s..30s (uniform)" in first
     assert "silent_data_corruption     1.4%  left out" in first
     assert "the same for every policy" in first and "policies: retry, elastic" in first
+
+
+def test_the_projection_gives_back_the_measured_ettr_at_the_campaigns_own_fault_rate() -> None:
+    from reports.campaign import FaultCost, PolicyMeasures, project
+    lost = {"detection": 6.0, "restart": 9.0, "recompute": 3.0, "hang": 0.0, "other": 0.5}
+    faults = [FaultCost(i, "kill", 10.0 * i, 1.0, 2.0, False) for i in range(3)]
+    m = PolicyMeasures(wall_s=100.0, kept_steps=300, kept_s=100.0 - sum(lost.values()), lost_s=lost, faults=faults)
+    e0 = 0.99
+    own_rate = project(m, e0, nodes=1, node_mtbf_s=m.wall_s / len(faults))
+    assert math.isclose(own_rate.ettr, m.ettr) and own_rate.dominant == "restart"
+    scaled = project(m, e0, nodes=2000, node_mtbf_s=1000 * 3600.0)
+    assert math.isclose(scaled.job_mtbf_s, 1800.0)
+    assert math.isclose(scaled.ettr, e0 * (1 - own_rate.cost_s / 1800.0))
+    assert project(PolicyMeasures(100.0, 400, 99.0, dict.fromkeys(lost, 0.0)), e0, 2000, 3600.0) is None

@@ -29,6 +29,9 @@ def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=1, help="windows per policy (only 1 is built yet)")
     parser.add_argument("--seed", type=int, help="seed of the schedule (default: the scenario's)")
     parser.add_argument("--out", default="runs", help="folder for the campaign folder (default: ./runs)")
+    parser.add_argument("--nodes", type=int, help="with --node-mtbf: project ETTR to a cluster of this many nodes "
+                                                  "(a model from the measured costs, labelled so)")
+    parser.add_argument("--node-mtbf", help="each node's mean time between failures, e.g. 1000h")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--dry-run", action="store_true", help="print the mapping and the schedule, run nothing")
 
@@ -51,6 +54,11 @@ def campaign_command(args: argparse.Namespace, require_privileges) -> int:  # ty
     if args.repeat != 1:
         raise UsageError(f"--repeat {args.repeat}: only one window per policy is built yet; leave --repeat out "
                          "(or run the campaign again with another --seed)")
+    if (args.nodes is None) != (args.node_mtbf is None):
+        raise UsageError("--nodes and --node-mtbf go together (the projection needs both); give both or neither")
+    if args.nodes is not None and args.nodes < 1:
+        raise UsageError(f"--nodes {args.nodes}: must be at least 1")
+    node_mtbf = None if args.node_mtbf is None else _seconds("--node-mtbf", args.node_mtbf)
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
         raise UsageError(f"--seed {args.seed}: must be 0..{SEED_MAX}")
     scenario = load_scenario(args.scenario, {"seed": args.seed} if args.seed is not None else None)
@@ -81,7 +89,8 @@ def campaign_command(args: argparse.Namespace, require_privileges) -> int:  # ty
     if args.dry_run:
         return 0
     require_privileges("chaos campaign", scenario.cluster.backend)
-    return _run(args, scenario, policies, mix, mapping, schedule, mtbf, duration, lead_in)
+    projection = None if node_mtbf is None else {"nodes": args.nodes, "node_mtbf_s": node_mtbf}
+    return _run(args, scenario, policies, mix, mapping, schedule, mtbf, duration, lead_in, projection)
 
 
 def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedule: tuple[ScheduledFault, ...], policies: list[str],
@@ -101,7 +110,7 @@ def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedule: tuple[ScheduledFa
 
 
 def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, mtbf, duration,  # type: ignore[no-untyped-def]
-         lead_in) -> int:
+         lead_in, projection) -> int:
     from harness.cluster.backends import backend_named
     from harness.cluster.launcher import LauncherPool
     from harness.job.device import PlacementError, choose, visible_gpus
@@ -124,7 +133,7 @@ def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, m
                            "left_out": m.left_out} for m in mapping],
               "seed": scenario.seed, "mtbf_s": mtbf, "duration_s": duration, "lead_in_s": lead_in,
               "backend": scenario.cluster.backend, "ranks": scenario.cluster.ranks, "schedule": list(schedule),
-              "partial": True}
+              "projection": projection, "partial": True}
     progress = Progress(quiet=args.quiet, scope=f"{scenario.name} campaign")
     interrupted = None
     try:
