@@ -31,7 +31,8 @@ from matplotlib.figure import Figure
 
 from runfolder.events import (COLLECTIVE_ERROR, EVENTS_FILE, FAULT_APPLIED, HANG_DETECTED, JOB_OUTPUT, STEP,
                               SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
-from runfolder.layout import trial_dirs
+from runfolder.info import RunFolderError
+from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, trial_dirs
 
 DETECTIONS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 CAUSES = ("detection", "restart", "recompute", "hang", "other")
@@ -339,7 +340,10 @@ def kept_work_figure(campaign: dict[str, Any], measured: dict[str, tuple[PolicyM
 
 def write_campaign_report(folder: Path) -> str:
     """Write the campaign's report and picture into its folder; returns the summary to print."""
-    campaign = json.loads((Path(folder) / "campaign.json").read_text())
+    campaign = json.loads((Path(folder) / CAMPAIGN_FILE).read_text())
+    if campaign.get("format") != CAMPAIGN_FORMAT:
+        raise RunFolderError(f"{Path(folder) / CAMPAIGN_FILE}: campaign format {campaign.get('format')!r}; this "
+                             f"harness reads format {CAMPAIGN_FORMAT}: report it with the harness that made it")
     measured = campaign_measures(campaign)
     (Path(folder) / REPORT_FILE).write_text(report_text(campaign, measured))
     kept_work_figure(campaign, measured).savefig(Path(folder) / PICTURE_FILE, dpi=110)

@@ -170,3 +170,14 @@ def test_the_projection_gives_back_the_measured_ettr_at_the_campaigns_own_fault_
     assert math.isclose(scaled.job_mtbf_s, 1800.0)
     assert math.isclose(scaled.ettr, e0 * (1 - own_rate.cost_s / 1800.0))
     assert project(PolicyMeasures(100.0, 400, 99.0, dict.fromkeys(lost, 0.0)), e0, 2000, 3600.0) is None
+
+
+def test_a_heal_able_kind_without_a_duration_and_another_campaign_format_are_refused(tmp_path: Path) -> None:
+    from reports.campaign import write_campaign_report
+    from runfolder.info import RunFolderError
+    path = _mix(tmp_path, "source: x\ncategories:\n  flaky: {share: 1.0, inject: [{kind: loss, percent: 20%}]}\n")
+    with pytest.raises(UsageError, match=r"mine.yaml:3: categories.flaky.inject.0: a loss needs a duration"):
+        load_mix(str(path))
+    (tmp_path / "campaign.json").write_text('{"format": 0}')
+    with pytest.raises(RunFolderError, match="campaign format 0; this harness reads format 1"):
+        write_campaign_report(tmp_path)

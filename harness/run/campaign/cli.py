@@ -118,6 +118,7 @@ def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, m
     from harness.run.plan import placement_problem
     from harness.run.progress import Progress
     from reports.campaign import write_campaign_report
+    from runfolder.layout import CAMPAIGN_FORMAT
 
     try:
         placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, m
     if problem:
         raise UsageError(problem)
     folder = campaign_folder(Path(args.out), scenario.name)
-    record = {"format": 1, "command": shlex.join(["chaos", *sys.argv[1:]]), "scenario": str(args.scenario),
+    record = {"format": CAMPAIGN_FORMAT, "command": shlex.join(["chaos", *sys.argv[1:]]), "scenario": str(args.scenario),
               "mix": {"name": mix.name, "source": mix.source, "file": str(mix.path)},
               "mapping": [{"category": m.category.name, "share": m.category.share, "injects": m.text(),
                            "left_out": m.left_out} for m in mapping],

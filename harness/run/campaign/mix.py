@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from chaos import units
 from chaos.errors import UsageError
-from harness.run.scenario import FaultEvent, Scenario
+from harness.run.scenario import FAULT_CLASSES, FaultEvent, Scenario
 from harness.run.yaml_errors import duplicate_keys, line_of
 
 MIXES_DIR = Path(__file__).resolve().parent
@@ -225,8 +225,8 @@ def _injection(item: Any, where: tuple[Any, ...], refuse: Any) -> Injection:
         message = str(error["msg"]).removeprefix("Value error, ")
         field = ".".join(str(p) for p in error["loc"] if p not in ("fault", item["kind"]))
         raise refuse(where, f"{field + ': ' if field and field not in message else ''}{message}") from None
-    if duration is None and event.get("kind") in ("link_down", "pause") :
-        raise refuse(where, f"a {item['kind']} needs a duration here (a mix's faults all end); "
+    if duration is None and FAULT_CLASSES[item["kind"]].reversible:
+        raise refuse(where, f"a {item['kind']} needs a duration here (a mix's faults that can end do end); "
                             "add duration: {min: 5s, max: 30s}")
     return Injection(fault, duration)
 

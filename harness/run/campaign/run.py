@@ -39,10 +39,8 @@ from harness.run.progress import Progress
 from harness.run.scenario import Scenario
 from harness.signals import Terminated
 from runfolder.events import EVENTS_FILE, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events
-from runfolder.layout import CHECKPOINT_DIR, trial_dir
+from runfolder.layout import CAMPAIGN_FILE, CHECKPOINT_DIR, trial_dir
 
-CAMPAIGN_FILE = "campaign.json"
-CAMPAIGN_FORMAT = 1
 REFERENCE = "reference"
 # a job started again with less than this left of the window would spend it all starting
 MIN_SEGMENT_S = 5.0
@@ -68,10 +66,11 @@ class PolicyCampaign:
 
 
 def segment_scenario(base: Scenario, policy: str, schedule: tuple[ScheduledFault, ...], offset: float,
-                     remaining: float, name: str) -> tuple[Scenario, list[int]]:
+                     remaining: float, name: str, label: str | None = None) -> tuple[Scenario, list[int]]:
     """The scenario of a job that starts `offset` s into the window with `remaining` s of it
     left: the schedule's injectable faults still ahead, shifted to its own time, each cut at
-    the window's end; and the settle steps that keep it training until then."""
+    the window's end; and the settle steps that keep it training until then. `label` names
+    its one policy where it is not `policy` itself (the reference: `policy` under its name)."""
     chosen = [i for i, f in enumerate(schedule) if f.fault is not None and offset <= f.at < offset + remaining]
     faults, last = [], 0.0
     for i in chosen:
@@ -84,7 +83,10 @@ def segment_scenario(base: Scenario, policy: str, schedule: tuple[ScheduledFault
         last = max(last, start + entry.get("duration", 0.0))
     data = base.model_dump(mode="json", exclude={"faults", "expect", "policies", "name", "settle_steps"})
     period = base.workload.step_period
-    data.update(name=name, faults=faults, expect={}, policies={policy: base.policies.get(policy, {})},
+    overrides = dict(base.policies.get(policy, {}))
+    if label is not None and label != policy:
+        overrides["base"] = base.policy(policy).base
+    data.update(name=name, faults=faults, expect={}, policies={label or policy: overrides},
                 settle_steps=max(1, math.ceil((remaining - last) / period)))
     return Scenario.model_validate(data), chosen
 
@@ -92,7 +94,7 @@ def segment_scenario(base: Scenario, policy: str, schedule: tuple[ScheduledFault
 def run_campaign(base: Scenario, policies: list[str], mix: Mix, mapping: tuple[Mapped, ...],
                  schedule: tuple[ScheduledFault, ...], duration: float, campaign_dir: Path, backend: Backend,
                  placement: Placement, progress: Progress, launchers: LauncherPool,
-                 record: dict[str, Any]) -> dict[str, PolicyCampaign]:
+                  record: dict[str, Any]) -> dict[str, PolicyCampaign]:
     """Run the reference and every policy; `record` (campaign.json's content) is kept
     written as segments finish, so that an interrupted campaign reports what it measured.
     Ctrl-C (KeyboardInterrupt, Terminated) ends it: what finished stays, the record says
@@ -129,22 +131,22 @@ def _policy_campaign(base: Scenario, label: str, policy: str, schedule: tuple[Sc
     while True:
         k = len(campaign.segments)
         scenario, carried = segment_scenario(base, policy, schedule, offset, duration - offset,
-                                             f"{base.name}-{label}-{k}")
+                                             f"{base.name}-{label}-{k}", label)
         folder = campaign_dir / label
         folder.mkdir(parents=True, exist_ok=True)
         scenario_file = folder / f"segment-{k}.yaml"
         scenario_file.write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-        run_dir = start_run(folder, scenario, scenario_file, [policy], backend.name,
+        run_dir = start_run(folder, scenario, scenario_file, [label], backend.name,
                             record["command"], placement, None)
         segment = Segment(str(run_dir), round(offset, 3), carried)
         campaign.segments.append(segment)
         write_record(campaign_dir, record)
-        tdir = trial_dir(run_dir, policy)
+        tdir = trial_dir(run_dir, label)
         if resume_from is not None and resume_from.is_dir():  # the scheduler's new job resumes from it
             shutil.copytree(resume_from, tdir / CHECKPOINT_DIR)
         what = "fault-free reference" if label == REFERENCE else f"segment {k}, {len(carried)} faults"
         progress.phase(label, f"{what}: {duration - offset:.0f} s of the window left")
-        result = Trial(build_plan(scenario, policy), tdir, backend, progress, placement=placement,
+        result = Trial(build_plan(scenario, label), tdir, backend, progress, placement=placement,
                        launchers=launchers).run()
         segment.end = result.end
         events = read_events(tdir / EVENTS_FILE)[0]
