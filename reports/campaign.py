@@ -8,8 +8,9 @@ segment's warm-up is done. Every rank's `step` events give the step executions, 
     kept execution    one no later execution rolls back past: no later execution has a step
                       number at or below its own (the steps the final model went through)
     step time         the time since the execution before it in the same stretch (same
-                      segment and generation, the step before); the first after a start or a
-                      restore takes its stretch's median (the steps of the job's own pace)
+                      segment and generation, the step before), at most the stretch's median
+                      gap (the job's own pace); the first after a start or a restore takes
+                      that median. The rest of a long gap is a stall: nothing moved
     ETTR              kept steps' time / wall time (wall: window start to the last segment's end)
     goodput           kept steps per second of wall time; beside the fault-free reference's
 
@@ -17,7 +18,8 @@ What is not kept is lost, by cause: `recompute` (executions rolled back), and ev
 between executions (time no step was being made): `hang` (the cap a hung segment waited,
 said as such), `detection` (the stall up to the first rank's detection in it), `restart`
 (the rest of a stall with a detection or a segment's end in it: backoff, rendezvous,
-restore, the next job's start), `other` (stalls with none of these: a slow step).
+restore, the next job's start), `other` (stalls with none of these: a step slowed by a
+fault no rank detected, or by the machine).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, trial_dirs
 
 DETECTIONS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 CAUSES = ("detection", "restart", "recompute", "hang", "other")
+MIN_STRETCH = 5  # steps in a row whose median is a stretch's usual step time (fewer: the whole run's)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> li
     ordered = sorted(done.items(), key=lambda item: item[1])
     # kept: no later execution goes back to its step or below it
     kept, lowest_later = [], None
-    for (segment, gen, step), t in reversed(ordered):
+    for (_, _, step), _t in reversed(ordered):
         kept.append(lowest_later is None or step < lowest_later)
         lowest_later = step if lowest_later is None else min(lowest_later, step)
     kept.reverse()
@@ -107,8 +110,11 @@ def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> li
     overall = statistics.median(every) if every else 0.0
     found = []
     for i, ((segment, gen, step), t) in enumerate(ordered):
-        own = stretches.get((segment, gen))
-        seconds = gaps.get(i, statistics.median(own) if own else overall)
+        own = stretches.get((segment, gen), [])
+        # a step's own time is at most its stretch's usual one: the rest of a long gap is a
+        # stall (nothing moved), whatever ended it
+        usual = statistics.median(own) if len(own) >= MIN_STRETCH else overall
+        seconds = min(gaps.get(i, usual), usual)
         if i:  # a step's time never reaches back past the execution before it
             seconds = min(seconds, t - ordered[i - 1][1])
         else:
@@ -127,7 +133,8 @@ def measure(events: list[dict[str, Any]], start: float, end: float,
     lost["recompute"] = sum(e.seconds for e in runs if not e.kept)
     detections = sorted(ev["t"] for ev in events if ev["kind"] in DETECTIONS and ev.get("rank") is not None)
     hangs = [(ev["t"] - ev["cap"], ev["t"]) for ev in events if ev["kind"] == HANG_DETECTED]
-    ends = sorted(ev["t"] for ev in events if ev["kind"] == TRIAL_END)
+    # a job that ended before the window did (a settled one trained to its end: no restart)
+    ends = sorted(ev["t"] for ev in events if ev["kind"] == TRIAL_END and ev.get("reason") != "settled")
     marks = [start, *(e.t for e in runs), end]
     busy_until = [start, *(e.t - e.seconds for e in runs), end]  # each stall ends where a step's time begins
     for a, b in zip(marks[:-1], busy_until[1:], strict=True):
@@ -350,3 +357,37 @@ def write_campaign_report(folder: Path) -> str:
     projected = projection_text(campaign, measured)
     return (summary_text(campaign, measured) + ("\n" + "\n".join(projected) if projected else "") + f"\n\ncampaign folder: {folder}\nreport:  {Path(folder) / REPORT_FILE}"
             f"\npicture: {Path(folder) / PICTURE_FILE}" + ("\n(partial: stopped early)" if campaign.get("partial") else ""))
+
+
+SPREAD_FILE = "spread.md"
+
+
+def spread_text(folders: list[Path], parent: Path) -> str:
+    """Each policy's figures over the windows of a repeated campaign: the median and the
+    range; written to PARENT/spread.md, returned to print."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for folder in folders:
+        measured = campaign_measures(json.loads((Path(folder) / CAMPAIGN_FILE).read_text()))
+        reference = measured.get("reference")
+        for policy, (m, _, _) in measured.items():
+            row = values.setdefault(policy, {})
+            row.setdefault("ETTR", []).append(m.ettr)
+            if reference and reference[0].goodput:
+                row.setdefault("vs fault-free", []).append(m.goodput / reference[0].goodput)
+            for cause in CAUSES:
+                row.setdefault(f"{cause} s", []).append(m.lost_s[cause])
+    names = ["ETTR", "vs fault-free", *(f"{c} s" for c in CAUSES)]
+
+    def cell(name: str, found: list[float]) -> str:
+        if not found:
+            return "-"
+        if name.endswith(" s"):
+            return f"{statistics.median(found):.1f} ({min(found):.1f}-{max(found):.1f})"
+        return f"{statistics.median(found):.1%} ({min(found):.1%}-{max(found):.1%})"
+    lines = [f"Over {len(folders)} windows: median (min-max)", "",
+             "| policy | windows | " + " | ".join(names) + " |", "|" + "---|" * (2 + len(names))]
+    lines += [f"| {policy} | {len(row['ETTR'])} | " + " | ".join(cell(n, row.get(n, [])) for n in names) + " |"
+              for policy, row in values.items()]
+    text = "\n".join(lines) + "\n"
+    (Path(parent) / SPREAD_FILE).write_text(f"# Campaign spread\n\n{text}")
+    return text + f"\nspread: {Path(parent) / SPREAD_FILE}"

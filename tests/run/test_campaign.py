@@ -73,7 +73,7 @@ def test_the_schedule_is_a_function_of_the_seed_and_never_hits_a_killed_rank() -
     local = draw_schedule(load_mix("llama3").mapping("local", 8), 20.0, 1200.0, 3.0, 8, seed=7)
     assert [f.at for f in local] == [f.at for f in first]
     assert all(3.0 < f.at < 1200.0 for f in first)
-    gaps = [b.at - a.at for a, b in zip(first, first[1:])]
+    gaps = [b.at - a.at for a, b in zip(first, first[1:], strict=False)]
     assert 10.0 < sum(gaps) / len(gaps) < 30.0   # exponential gaps of mean 20 s, ~60 of them
     killed: set[int] = set()
     for f in first:
@@ -139,6 +139,8 @@ def test_ettr_and_the_lost_time_add_up_on_a_scripted_history() -> None:
     (["--duration=-5m"], "is negative"),
     (["--mtbf", "60s", "--duration", "40s"], "less than one fault is expected"),
     (["--policy", "nope"], "--policy nope: not in"),
+    (["--repeat", "0"], "--repeat 0: must be at least 1"),
+    (["--nodes", "2000"], "--nodes and --node-mtbf go together"),
     (["--mix", "nowhere"], "--mix nowhere: no such mix"),
 ])
 def test_bad_values_are_refused_before_anything_runs(capsys, args: list[str], wanted: str) -> None:
@@ -181,3 +183,35 @@ def test_a_heal_able_kind_without_a_duration_and_another_campaign_format_are_ref
     (tmp_path / "campaign.json").write_text('{"format": 0}')
     with pytest.raises(RunFolderError, match="campaign format 0; this harness reads format 1"):
         write_campaign_report(tmp_path)
+
+
+def test_the_spread_over_windows_gives_each_policys_median_and_range(tmp_path: Path) -> None:
+    import json
+
+    from reports.campaign import spread_text
+    from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, TRIAL_FILE
+
+    def window(r: int, stall: float) -> Path:
+        """A window where `ranks` step every 0.25 s for 10 s; the policy stalls `stall` s once."""
+        folder = tmp_path / f"window-{r}"
+        policies = {}
+        for policy, gap in (("reference", 0.0), ("retry", stall)):
+            trial = folder / policy / "run" / "trials" / policy
+            trial.mkdir(parents=True)
+            (trial / TRIAL_FILE).write_text("{}")
+            steps = [{**e, "t": e["t"] + (gap if e["step"] > 20 else 0.0)} for e in _steps(0, 0, 1, 40, 0.25, 0.25)]
+            warm = {"t": 0.0, "src": "harness", "rank": None, "kind": "warmup_done", "step": 0}
+            (trial / "events.jsonl").write_text("".join(json.dumps({k: v for k, v in e.items() if k != "segment"}) + "\n"
+                                                        for e in [warm, *steps]))
+            policies[policy] = {"segments": [{"run_dir": str(folder / policy / "run"), "faults": []}]}
+        (folder / CAMPAIGN_FILE).write_text(json.dumps({"format": CAMPAIGN_FORMAT, "duration_s": 10.0,
+                                                        "partial": False, "policies": policies}))
+        return folder
+
+    stalls = [1.0, 3.0, 2.0]
+    text = spread_text([window(r, s) for r, s in enumerate(stalls)], tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| retry |"))
+    wall = [10.0 + s for s in stalls]                       # 40 steps of 0.25 s, and the stall
+    ettrs = sorted(10.0 / w for w in wall)
+    assert row.startswith(f"| retry | 3 | {ettrs[1]:.1%} ({ettrs[0]:.1%}-{ettrs[2]:.1%}) |"), row
+    assert (tmp_path / "spread.md").read_text().count("| retry |") == 1

@@ -1,5 +1,5 @@
 """`chaos campaign SCENARIO.yaml [--mix llama3|FILE] [--mtbf 60s] [--duration 20m] [--policy P]...
-[--seed N] [--out DIR] [--dry-run]`: each policy's effective training time under a fault mix
+[--repeat N] [--seed N] [--nodes N --node-mtbf 1000h] [--out DIR] [--dry-run]`: each policy's effective training time under a fault mix
 (docs/campaign.md). Every value is checked before anything runs (UsageError: exit 2)."""
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", action="append",
                         help="policy to run (repeatable; default: the scenario's); any of the harness's "
                              "policies may be named (elastic)")
-    parser.add_argument("--repeat", type=int, default=1, help="windows per policy (only 1 is built yet)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="windows per policy, each with its own schedule (seeds N, N+1, ...); the report "
+                             "gives each figure's median and spread over them (default 1)")
     parser.add_argument("--seed", type=int, help="seed of the schedule (default: the scenario's)")
     parser.add_argument("--out", default="runs", help="folder for the campaign folder (default: ./runs)")
     parser.add_argument("--nodes", type=int, help="with --node-mtbf: project ETTR to a cluster of this many nodes "
@@ -51,9 +53,8 @@ def campaign_command(args: argparse.Namespace, require_privileges) -> int:  # ty
     from harness.run.scenario import SEED_MAX, load_scenario
 
     mtbf, duration = _seconds("--mtbf", args.mtbf), _seconds("--duration", args.duration)
-    if args.repeat != 1:
-        raise UsageError(f"--repeat {args.repeat}: only one window per policy is built yet; leave --repeat out "
-                         "(or run the campaign again with another --seed)")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: must be at least 1 (windows per policy)")
     if (args.nodes is None) != (args.node_mtbf is None):
         raise UsageError("--nodes and --node-mtbf go together (the projection needs both); give both or neither")
     if args.nodes is not None and args.nodes < 1:
@@ -80,45 +81,47 @@ def campaign_command(args: argparse.Namespace, require_privileges) -> int:  # ty
         raise UsageError(f"--mtbf {args.mtbf} over --duration {args.duration}: less than one fault is expected "
                          f"after the {lead_in:g} s lead-in (the scenario's warm-up); make --duration at least "
                          f"{units.format_duration(mtbf + lead_in)} or --mtbf shorter")
-    schedule = draw_schedule(mapping, mtbf, duration, lead_in, scenario.cluster.ranks, scenario.seed)
-    if not any(f.fault for f in schedule):
-        raise UsageError(f"--seed {scenario.seed}: the schedule holds no fault the {scenario.cluster.backend} "
-                         f"backend can inject ({len(schedule)} drawn); give another --seed or a longer --duration")
-    print(plan_text(mix, mapping, schedule, policies, scenario.seed, mtbf, duration, lead_in, args.scenario,
+    seeds = [scenario.seed + r for r in range(args.repeat)]
+    schedules = [draw_schedule(mapping, mtbf, duration, lead_in, scenario.cluster.ranks, seed) for seed in seeds]
+    for seed, schedule in zip(seeds, schedules, strict=True):
+        if not any(f.fault for f in schedule):
+            raise UsageError(f"--seed {seed}: the schedule holds no fault the {scenario.cluster.backend} backend "
+                             f"can inject ({len(schedule)} drawn); give another --seed or a longer --duration")
+    print(plan_text(mix, mapping, schedules, policies, seeds, mtbf, duration, lead_in, args.scenario,
                     scenario.cluster.backend, bool(scenario.faults)))
     if args.dry_run:
         return 0
     require_privileges("chaos campaign", scenario.cluster.backend)
     projection = None if node_mtbf is None else {"nodes": args.nodes, "node_mtbf_s": node_mtbf}
-    return _run(args, scenario, policies, mix, mapping, schedule, mtbf, duration, lead_in, projection)
+    return _run(args, scenario, policies, mix, mapping, schedules, mtbf, duration, lead_in, projection)
 
 
-def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedule: tuple[ScheduledFault, ...], policies: list[str],
-              seed: int, mtbf: float, duration: float, lead_in: float, scenario_file: str, backend: str,
+def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedules: list[tuple[ScheduledFault, ...]], policies: list[str],
+              seeds: list[int], mtbf: float, duration: float, lead_in: float, scenario_file: str, backend: str,
               own_faults: bool) -> str:
     lines = [f"mix {mix.name} ({mix.path}): {mix.source}", f"mapping on the {backend} backend:"]
     lines += [f"  {m.category.name:24} {m.category.share:6.1%}  {m.text()}" for m in mapping]
-    injected = [f for f in schedule if f.fault]
-    lines.append(f"schedule (seed {seed}): Poisson, mean {units.format_duration(mtbf)} between faults, "
-                 f"from +{lead_in:g} s to +{units.format_duration(duration)}: {len(schedule)} faults, "
-                 f"{len(injected)} injected, the same for every policy")
-    lines += [f"  {i:3}  {f.text()}" for i, f in enumerate(schedule)]
+    for r, (seed, schedule) in enumerate(zip(seeds, schedules, strict=True)):
+        injected = [f for f in schedule if f.fault]
+        lines.append((f"window {r}: " if len(seeds) > 1 else "")
+                     + f"schedule (seed {seed}): Poisson, mean {units.format_duration(mtbf)} between faults, "
+                     f"from +{lead_in:g} s to +{units.format_duration(duration)}: {len(schedule)} faults, "
+                     f"{len(injected)} injected, the same for every policy")
+        lines += [f"  {i:3}  {f.text()}" for i, f in enumerate(schedule)]
     lines.append(f"policies: {', '.join(policies)}; and a fault-free reference of the same window")
     if own_faults:
         lines.append(f"note: {scenario_file}'s own faults are not used; the mix's are")
     return "\n".join(lines)
 
 
-def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, mtbf, duration,  # type: ignore[no-untyped-def]
+def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedules, mtbf, duration,  # type: ignore[no-untyped-def]
          lead_in, projection) -> int:
-    from harness.cluster.backends import backend_named
     from harness.cluster.launcher import LauncherPool
     from harness.job.device import PlacementError, choose, visible_gpus
-    from harness.run.campaign.run import campaign_folder, run_campaign
+    from harness.run.campaign.run import campaign_folder
     from harness.run.plan import placement_problem
     from harness.run.progress import Progress
-    from reports.campaign import write_campaign_report
-    from runfolder.layout import CAMPAIGN_FORMAT
+    from reports.campaign import spread_text
 
     try:
         placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
@@ -127,25 +130,46 @@ def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, m
     problem = placement_problem(scenario, Path(args.scenario), placement.device, placement.reason)
     if problem:
         raise UsageError(problem)
-    folder = campaign_folder(Path(args.out), scenario.name)
-    record = {"format": CAMPAIGN_FORMAT, "command": shlex.join(["chaos", *sys.argv[1:]]), "scenario": str(args.scenario),
+    parent = campaign_folder(Path(args.out), scenario.name)
+    progress = Progress(quiet=args.quiet, scope=f"{scenario.name} campaign")
+    windows = []
+    with LauncherPool() as launchers:  # one for every window: the ranks' torch is imported once
+        launchers.start_ahead()
+        for r, schedule in enumerate(schedules):
+            windows.append(_window(args, scenario, policies, mix, mapping, schedule, r, len(schedules) > 1, mtbf,
+                                   duration, lead_in, projection, parent, placement, progress, launchers))
+    if len(windows) > 1:
+        print("\n" + spread_text(windows, parent))
+    return 0
+
+
+def _window(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, r: int, repeated: bool,  # type: ignore[no-untyped-def]
+            mtbf, duration, lead_in, projection, parent: Path, placement, progress, launchers) -> Path:
+    """Run one window of the campaign and print its report; returns its folder."""
+    from harness.cluster.backends import backend_named
+    from harness.run.campaign.run import run_campaign
+    from reports.campaign import write_campaign_report
+    from runfolder.layout import CAMPAIGN_FORMAT
+
+    folder = parent / f"window-{r}" if repeated else parent
+    folder.mkdir(exist_ok=True)
+    record = {"format": CAMPAIGN_FORMAT, "command": shlex.join(["chaos", *sys.argv[1:]]),
+              "scenario": str(args.scenario), "window": r,
               "mix": {"name": mix.name, "source": mix.source, "file": str(mix.path)},
               "mapping": [{"category": m.category.name, "share": m.category.share, "injects": m.text(),
                            "left_out": m.left_out} for m in mapping],
-              "seed": scenario.seed, "mtbf_s": mtbf, "duration_s": duration, "lead_in_s": lead_in,
+              "seed": scenario.seed + r, "mtbf_s": mtbf, "duration_s": duration, "lead_in_s": lead_in,
               "backend": scenario.cluster.backend, "ranks": scenario.cluster.ranks, "schedule": list(schedule),
               "projection": projection, "partial": True}
-    progress = Progress(quiet=args.quiet, scope=f"{scenario.name} campaign")
     interrupted = None
     try:
-        with LauncherPool() as launchers:
-            launchers.start_ahead()
-            run_campaign(scenario, policies, mix, mapping, schedule, duration, folder,
-                         backend_named(scenario.cluster.backend), placement, progress, launchers, record)
+        run_campaign(scenario, policies, mix, mapping, schedule, duration, folder,
+                     backend_named(scenario.cluster.backend), placement, progress, launchers, record)
     except BaseException as exc:  # Ctrl-C or an error: what was measured is reported, marked partial
         interrupted = exc
     try:
-        print(write_campaign_report(folder))
+        print(("" if not repeated else f"\nwindow {r} (seed {scenario.seed + r}):\n")
+              + write_campaign_report(folder))
     except Exception as exc:
         if interrupted is None:
             raise
@@ -153,4 +177,4 @@ def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, m
     if interrupted is not None:
         print(f"campaign stopped early: the figures above are partial ({folder})", file=sys.stderr)
         raise interrupted
-    return 0
+    return folder
