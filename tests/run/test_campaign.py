@@ -215,3 +215,22 @@ def test_the_spread_over_windows_gives_each_policys_median_and_range(tmp_path: P
     ettrs = sorted(10.0 / w for w in wall)
     assert row.startswith(f"| retry | 3 | {ettrs[1]:.1%} ({ettrs[0]:.1%}-{ettrs[2]:.1%}) |"), row
     assert (tmp_path / "spread.md").read_text().count("| retry |") == 1
+
+
+def test_a_restarted_job_carries_the_faults_still_ahead_shifted_and_trains_to_the_windows_end() -> None:
+    from harness.run.campaign.run import segment_scenario
+    from harness.run.campaign.schedule import ScheduledFault
+    from harness.run.scenario import load_scenario
+    base = load_scenario(SCENARIO)
+    schedule = (ScheduledFault(10.0, "faulty_gpu", {"kind": "kill"}, None, 3),
+                ScheduledFault(50.0, "nic", {"kind": "link_down"}, 40.0, 4),
+                ScheduledFault(70.0, "other", None, None, None, "not mapped"))
+    first, carried = segment_scenario(base, "timeout", schedule, 0.0, 80.0, "w-timeout-0")
+    assert carried == [0, 1] and [f.start for f in first.faults] == [10.0, 50.0]
+    assert first.faults[1].duration == 30.0          # cut at the window's end
+    assert first.settle_steps == 1 and first.expect == {} and list(first.policies) == ["timeout"]
+    later, carried = segment_scenario(base, "timeout", schedule, 20.0, 60.0, "w-timeout-1")
+    assert carried == [1] and later.faults[0].start == 30.0 and later.faults[0].duration == 30.0
+    quiet, carried = segment_scenario(base, "retry", schedule, 55.0, 25.0, "w-reference", label="reference")
+    assert carried == [] and quiet.settle_steps == math.ceil(25.0 / base.workload.step_period)
+    assert quiet.policy("reference").base == "retry" and quiet.policy("reference").timeout == 5.0
