@@ -306,7 +306,9 @@ def report_text(campaign: dict[str, Any], measured: dict[str, tuple[PolicyMeasur
         for policy in (p for p in measured if p != "reference"):
             cost = costs[policy].get(i)
             cells.append("not applied (job down or rank gone)" if cost is None else
-                         f"{_seconds(cost.detect_s)} / {_seconds(cost.resume_s)}" + (" hung to the cap" if cost.hung else ""))
+                         f"{_seconds(cost.detect_s)} / {_seconds(cost.resume_s)}" + (" hung to the cap" if cost.hung else "")
+                         # a restarted job's faults land by its expected start, not exactly at their time
+                         + (f" (applied at {cost.t:.1f})" if abs(cost.t - fault["at"]) > 0.5 else ""))
         lines.append(f"| {i} | {fault['at']:.1f} | {fault['category']} | {what} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
