@@ -11,7 +11,7 @@ segment's warm-up is done. Every rank's `step` events give the step executions, 
                       segment and generation, the step before), at most the stretch's median
                       gap (the job's own pace); the first after a start or a restore takes
                       that median. The rest of a long gap is a stall: nothing moved
-    ETTR              kept steps' time / wall time (wall: window start to the last segment's end)
+    ETTR              kept steps' time / wall time (wall: the window, `duration` from its start)
     goodput           kept steps per second of wall time; beside the fault-free reference's
 
 What is not kept is lost, by cause: `recompute` (executions rolled back), and every stall
@@ -255,7 +255,9 @@ def campaign_measures(campaign: dict[str, Any]) -> dict[str, tuple[PolicyMeasure
         if start is None:
             continue
         last = max(ev["t"] for ev in events)
-        end = max(last, start + duration) if not campaign.get("partial") else last
+        # every policy over the same window: a job still at work when it ends (a retry waiting
+        # on its rendezvous, a settle step late) is measured to its end, not past it
+        end = start + duration if not campaign.get("partial") else min(last, start + duration)
         schedule_of = {(k, i): index for k, segment in enumerate(entry["segments"])
                        for i, index in enumerate(segment["faults"])}
         measured[policy] = (measure(events, start, end, schedule_of), events, start)
