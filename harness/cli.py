@@ -19,6 +19,8 @@
                                              the timeout and retries to use, measured (docs/tune.md)
     chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds K,...] [--max-faults 3]
                                              drawn fault schedules against the policies' contract
+    chaos campaign [SCENARIO.yaml] [--mix llama3|FILE] [--mtbf 60s] [--duration 20m] [--policy P]...
+                                             ETTR and goodput under a fault mix (docs/campaign.md)
 
 Exit codes: 0 success, 1 a run finished but an expectation failed (or the run could not
 complete), 2 bad input (the message names the problem and the fix), 130 interrupted.
@@ -280,6 +282,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
     return explore_command(args)
 
 
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from harness.run.campaign.cli import campaign_command
+    return campaign_command(args, require_privileges)
+
+
 def _k8s_arguments(function: str) -> Callable[[argparse.ArgumentParser], None]:
     """`chaos export k8s ...`: the target platform is a sub-subcommand (Kubernetes only, today)."""
     def add(parser: argparse.ArgumentParser) -> None:
@@ -355,6 +362,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
              _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
     "explore": ("draw fault schedules, run them, judge each trial against its policy's contract (docs/explore.md)",
                 _arguments_of("harness.run.explore_command", "add_explore_arguments"), cmd_explore),
+    "campaign": ("each policy's effective training time (ETTR) under a realistic fault mix",
+                 _arguments_of("harness.run.campaign.cli", "add_campaign_arguments"), cmd_campaign),
 }
 
 

@@ -21,11 +21,16 @@
     RUN_DIR/metrics.csv, report.md, report.html, plots/timeline-<policy>.png
                                               written by `reports` (or into `--out DIR`)
     OUT/compare.md                            `chaos report RUN_DIR... --out OUT`, several runs
+    CAMPAIGN_DIR/campaign.json                `chaos campaign`: the mix, the schedule, each job's
+                                              run folder (docs/campaign.md)
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+# a campaign's folder (harness.run.campaign): its record, one run folder per job of each policy
+CAMPAIGN_FILE = "campaign.json"
+CAMPAIGN_FORMAT = 1  # of campaign.json: its readers refuse another
 RUN_FILE = "run.json"
 SCENARIO_FILE = "scenario.yaml"
 REFERENCE_FILE = "reference.json"

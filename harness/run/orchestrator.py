@@ -384,7 +384,9 @@ class Trial:
         pending = list(plan.actions)
         fired: dict[int, Fired] = {}  # the anchored faults whose event came, by index
         outstanding: dict[int, Injection] = {}  # applied and not yet reverted, by fault index
-        deadline = t_warm + plan.last_action_s + 3 * max(plan.hang_cap, 60.0)
+        # the settle steps' own time on top: a campaign's trial settles for minutes (harness.run.campaign)
+        settling = plan.settle_steps * plan.workload["step_period"] if steps_observed else 0.0
+        deadline = t_warm + plan.last_action_s + settling + 3 * max(plan.hang_cap, 60.0)
         monitor.last_activity = t_warm
         monitor.mark()
         traffic = self._traffic_watch(cluster, monitor)
