@@ -8,8 +8,12 @@ Each area is one figures file, bench/results/figures/<area>.json:
     {"area": "...", "order": 10, "about": "what is measured and how (markdown)",
      "tables": [{"caption": "optional", "columns": [...], "rows": [[...], ...],
                  "machine": "...", "command": "...", "date": "YYYY-MM-DD",
-                 "source": "the bench's own result file(s) under bench/results/"}],
+                 "source": "the bench's own result file(s) under bench/results/",
+                 "computed": {"column": "how its figures come from the others (a ratio, a share)"}}],
      "notes": "what the figures mean (markdown)"}
+
+Every decimal figure of a table, outside its `computed` columns, is in a file its `source`
+names (to the precision shown; in s, ms, us or the like): tests/test_performance_doc.py.
 
 A table without its machine, command or date is refused, naming the file and the field.
 After the areas (by order), the figures files' markdown pages (bench/results/figures/*.md),
