@@ -3,7 +3,11 @@
 No compiler and no libbpf: each program is a few instructions assembled here and loaded
 with the bpf syscall through ctypes; `chaos.netlink.add_bpf_filter` attaches the returned
 fd at a clsact hook. Programs return TC_ACT_UNSPEC for "not mine" so that several faults
-on one hook compose (every filter runs; any of them may drop), and TC_ACT_SHOT to drop.
+on one hook compose (every filter runs; any of them may drop), and TC_ACT_SHOT to drop, or
+TC_ACT_STOLEN at the egress of a host's own interface: there SHOT tells the sending TCP the
+drop was local (NET_XMIT_DROP), and it probes every 0.5 s without backing off and gives the
+connection up after tcp_retries2 probes (~7.7 s), where a packet lost on the wire is
+retransmitted with backoff for minutes; STOLEN reads as sent, then lost.
 
 Loss follows a two-state Markov chain (Gilbert): in the "good" state a packet passes, in
 "bad" it is dropped; each packet first moves good->bad with probability `enter` or
@@ -31,6 +35,7 @@ BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PSEUDO_MAP_FD = 1
 TC_ACT_UNSPEC = -1
 TC_ACT_SHOT = 2
+TC_ACT_STOLEN = 4
 _HELPER_MAP_LOOKUP = 1
 _HELPER_PRANDOM_U32 = 7
 _R0, _R1, _R2, _R6, _R7, _R10 = 0, 1, 2, 6, 7, 10
@@ -84,23 +89,23 @@ _JEQ_IMM, _JA = 0x15, 0x05
 _JLT32_IMM, _JGE32_IMM, _JNE32_IMM = 0xA6, 0x36, 0x56
 
 
-def _verdicts() -> bytes:
+def _verdicts(drop: int) -> bytes:
     """The shared tail: pass (offset 0, two insns), then drop (offset 2, two insns)."""
     return b"".join([_insn(_MOV64_IMM, _R0, imm=TC_ACT_UNSPEC), _insn(_EXIT),
-                     _insn(_MOV64_IMM, _R0, imm=TC_ACT_SHOT), _insn(_EXIT)])
+                     _insn(_MOV64_IMM, _R0, imm=drop), _insn(_EXIT)])
 
 
-def independent_program(loss: float) -> bytes:
-    """Drop each packet with probability `loss` (1.0: every packet)."""
+def independent_program(loss: float, drop: int = TC_ACT_SHOT) -> bytes:
+    """Drop each packet with probability `loss` (1.0: every packet), by the `drop` verdict."""
     if loss >= 1.0:
-        return b"".join([_insn(_MOV64_IMM, _R0, imm=TC_ACT_SHOT), _insn(_EXIT)])
+        return b"".join([_insn(_MOV64_IMM, _R0, imm=drop), _insn(_EXIT)])
     return b"".join([
         _insn(_CALL, imm=_HELPER_PRANDOM_U32),
         _insn(_JLT32_IMM, _R0, off=2, imm=_threshold(loss)),   # rand < loss: to drop
-    ]) + _verdicts()
+    ]) + _verdicts(drop)
 
 
-def chain_program(chain: DropChain, map_fd: int) -> bytes:
+def chain_program(chain: DropChain, map_fd: int, drop: int = TC_ACT_SHOT) -> bytes:
     """The Gilbert chain over a one-entry array map holding the state (0 good, 1 bad)."""
     body = [
         _insn(_ST_W, _R10, off=-4, imm=0),                     # key = 0 on the stack
@@ -119,7 +124,7 @@ def chain_program(chain: DropChain, map_fd: int) -> bytes:
         _insn(_JGE32_IMM, _R0, off=3, imm=_threshold(chain.leave)),  # bad, stays: drop
         _insn(_ST_W, _R6, imm=0),                              # bad -> good: pass
     ]
-    return b"".join(body) + _verdicts()
+    return b"".join(body) + _verdicts(drop)
 
 
 def _syscall(cmd: int, attr: bytes, what: str, log: ctypes.Array | None = None) -> int:
@@ -147,13 +152,14 @@ def _load(code: bytes, name: str) -> int:
     return _syscall(BPF_PROG_LOAD, attr, f"load bpf program {name}", log)
 
 
-def load_drop_program(chain: DropChain, name: str) -> int:
-    """Load the program for `chain`; returns its fd (the caller closes it once attached)."""
+def load_drop_program(chain: DropChain, name: str, drop: int = TC_ACT_SHOT) -> int:
+    """Load the program for `chain` dropping by `drop`; returns its fd (the caller closes it
+    once attached)."""
     if chain.independent:
-        return _load(independent_program(chain.loss), name)
+        return _load(independent_program(chain.loss, drop), name)
     map_fd = _syscall(BPF_MAP_CREATE, struct.pack("<IIII", BPF_MAP_TYPE_ARRAY, 4, 4, 1),
                       f"create state map for {name}")
     try:
-        return _load(chain_program(chain, map_fd), name)
+        return _load(chain_program(chain, map_fd, drop), name)
     finally:
         os.close(map_fd)  # the loaded program holds its own reference

@@ -83,6 +83,24 @@ class Pause(FaultBase):
     freezes: ClassVar[bool] = True
 
 
+class Slow(FaultBase):
+    """The rank runs slow: its process tree gets `cpu_percent` of the CPU time it would have,
+    by a SIGSTOP/SIGCONT duty cycle of `period` (as cpulimit does: stopped for the rest of
+    each period), so every collective it joins waits for it (fail-slow, a straggler)."""
+
+    kind: Literal["slow"] = "slow"
+    cpu_percent: Fraction
+    period: Annotated[Seconds, Field(gt=0, le=1)] = 0.1
+    acts_on: ClassVar[str] = "process"
+
+    @model_validator(mode="after")
+    def _a_share(self) -> "Slow":
+        if not 0.01 <= self.cpu_percent <= 0.99:
+            raise ValueError(f"cpu_percent: expected 1% to 99% (got {self.cpu_percent:.0%}); "
+                             "0% is a pause (kind: pause), 100% no fault")
+        return self
+
+
 class GpuHang(FaultBase):
     """A kernel spins on the rank's GPU for `duration` (the scenario's timing field, required
     and finite: a kernel cannot be stopped once queued), queued on the stream the training
@@ -397,10 +415,10 @@ class SlurmdKill(SchedulerFault):
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown, Drain,
+    Slow, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown, Drain,
     SlurmdKill)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced,
+                        Partition, Kill, Pause, Slow, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced,
                         Preempt, Requeue, NodeDown, Drain, SlurmdKill],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)

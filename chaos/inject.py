@@ -16,10 +16,10 @@ import signal
 import time
 from typing import Sequence
 
-from chaos import cmdfile, fusefs, netlink, probe, proc
+from chaos import cmdfile, dutycycle, fusefs, netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, UnsupportedFault
-from chaos.faults import FAULT_KINDS, FaultBase, Kill
+from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
 from chaos.nfq import NfqueueDelay
@@ -82,6 +82,33 @@ class SignalStop(Mechanism):
         return entry
 
 
+class DutyCycle(Mechanism):
+    """`slow`: a helper (chaos.dutycycle) stops and continues the rank's process tree, as
+    cpulimit does: no privilege beyond signalling the rank, on every backend that can. The
+    rank's `sigcont` is recorded first, so a heal continues it even if the helper is killed."""
+
+    name = "SIGSTOP/SIGCONT duty cycle of the rank's process tree (as cpulimit)"
+    ready_timeout_s = 10.0
+
+    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+        assert isinstance(fault, Slow)
+        pid = _require_pid(fault, host)
+        started = proc.start_time(pid)
+        if started is None:
+            raise UnsupportedFault(f"slow on {host.name}: its process {pid} is gone")
+        entries = []
+        for member, member_started in [(pid, started), *proc.descendants(pid)]:
+            entry = ledger.record("sigcont", pid=member, started=member_started)
+            ledger.mark(entry, "done")
+            entries.append(entry)
+        helper = proc.spawn_helper("chaos.dutycycle", "--pid", str(pid), "--started", str(started),
+                                   "--share", repr(fault.cpu_percent), "--period", repr(fault.period),
+                                   "--run-id", ledger.run_id)
+        proc.wait_ready(helper, dutycycle.READY, self.ready_timeout_s)
+        entries.append(record_process(ledger, helper.pid, "stop_process"))
+        return entries
+
+
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
     """Per kind, the most faithful mechanism `caps` allow: netem first, then the fallbacks,
     else a refusal that says what is missing."""
@@ -105,6 +132,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "partition": NftPartition() if caps.nft_bridge else Unavailable(caps.why_not("nft_bridge")),
         "kill": SignalKill(),
         "pause": SignalStop(),
+        "slow": DutyCycle(),
         # the trial gives the run folder it writes to (harness.run.orchestrator)
         "gpu_hang": cmdfile.CommandFile(None),
         "disk_full": SizedTmpfs(),

@@ -139,7 +139,7 @@ def stop(pid: int, started: int | None, grace_s: float) -> None:
     reap(pid, KILLED_WITHIN_S)
 
 
-HELPER_MODULES = ("chaos.nfq", "chaos.deadman", "chaos.fusefs")
+HELPER_MODULES = ("chaos.nfq", "chaos.deadman", "chaos.fusefs", "chaos.dutycycle")
 
 
 def python_module(module: str, *args: str) -> list[str]:

@@ -147,9 +147,15 @@ UNDOS = UndoTable({"root_qdisc": _undo_root_qdisc, "clsact": _undo_clsact, "bpf_
 
 
 class BpfDrop(Mechanism):
-    """A cls_bpf program at the switch port's clsact hooks that drops with the fault's chain."""
+    """A cls_bpf program at the switch port's clsact hooks that drops with the fault's chain.
+    `own_interface`: the hooks are on the host's own interface (a Slurm node's agent), whose
+    outgoing packets are dropped as lost on the wire, not as refused by its own qdisc
+    (chaos.bpf: TC_ACT_STOLEN)."""
 
-    name = "tc clsact + cls_bpf drop program (switch port)"
+    def __init__(self, own_interface: bool = False) -> None:
+        self.own_interface = own_interface
+        self.name = ("tc clsact + cls_bpf drop program (" + ("the node's own interface" if own_interface
+                                                            else "switch port") + ")")
 
     def chain(self, fault: FaultBase) -> DropChain:
         if isinstance(fault, Loss):
@@ -166,7 +172,8 @@ class BpfDrop(Mechanism):
             netlink.add_clsact(ns, ifname)
             ledger.mark(clsact, "done")
             prio = 1 + max(netlink.filter_prios(ns, ifname, hook), default=0)
-            fd = bpf.load_drop_program(chain, FILTER_NAME)
+            outgoing = self.own_interface and hook == "egress"
+            fd = bpf.load_drop_program(chain, FILTER_NAME, bpf.TC_ACT_STOLEN if outgoing else bpf.TC_ACT_SHOT)
             try:
                 entry = ledger.record("bpf_filter", ns=ns, ifname=ifname, hook=hook, prio=prio)
                 entries.append(entry)

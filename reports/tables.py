@@ -108,7 +108,10 @@ def _outcome_text(row: Mapping[str, Any]) -> str:
     if outcome == "continued":
         return f"survivors go on as a world of {row.get('final_world')} at {_s(_num(row, 'ttr_s'))}"
     if outcome == "absorbed":
-        return f"training goes on (longest stall {_s(_num(row, 'max_stall_s'))})"
+        before, during = _num(row, "steps_per_s_before"), _num(row, "steps_per_s_during")
+        pace = (f"; {during:.2f} steps/s during the fault, {before:.2f} before: {during / before:.2f}x"
+                if before > 0 and not math.isnan(during) else "")
+        return f"training goes on (longest stall {_s(_num(row, 'max_stall_s'))}{pace})"
     return f"{outcome}: {row.get('outcome_reason', '')}"
 
 

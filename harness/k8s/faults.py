@@ -21,7 +21,7 @@ from typing import Any
 
 from chaos.errors import UsageError
 from chaos.faults import (Bandwidth, Blackhole, Corrupt, Delay, Duplicate, FaultBase, FuseStorageFault, Kill, LinkDown,
-                          LinkFault, Loss, Partition, Pause, Reorder, StorageFault)
+                          LinkFault, Loss, Partition, Pause, Reorder, Slow, StorageFault)
 from chaos.tc import tbf_sizes
 from chaos.topology import host_index, host_name
 from harness.k8s.env import duration_text
@@ -175,6 +175,9 @@ def map_fault(planned: PlannedFault, fault: FaultBase, pods: Pods, world: int, r
         raise refuse(where, fault, "it has no way to freeze a process (SIGSTOP ... SIGCONT): pod-failure swaps "
                                    "the container's image for a pause image, so the rank restarts from "
                                    "scratch, and container-kill kills it")
+    if isinstance(fault, Slow):
+        raise refuse(where, fault, "Chaos Mesh's StressChaos adds CPU load beside the rank; it cannot cap the "
+                                   "rank's own CPU share (the harness's SIGSTOP/SIGCONT duty cycle)")
     if isinstance(fault, Kill):
         if fault.signal != signal.SIGKILL:
             raise refuse(where, fault, f"container-kill sends SIGKILL only and pod-kill deletes the pod; "

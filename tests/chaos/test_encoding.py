@@ -123,3 +123,14 @@ def test_calibration_measures_each_loss_as_precisely_as_5000_independent_datagra
         losses.append(lost / count)
     independent = (fault.percent * (1 - fault.percent) / 5000) ** 0.5
     assert 0.75 * independent <= statistics.pstdev(losses) <= 1.25 * independent
+
+
+def test_a_drop_on_a_hosts_own_egress_is_a_packet_lost_on_the_wire():
+    """At the egress of a host's own interface (a Slurm node's agent), SHOT would tell the
+    sender's TCP the drop was its own (no backoff: it gives up in ~7.7 s); STOLEN reads as
+    sent and lost. The verdict is the program's last but one instruction."""
+    import struct
+    for program in (bpf.independent_program(1.0, bpf.TC_ACT_STOLEN), bpf.independent_program(0.3, bpf.TC_ACT_STOLEN),
+                    bpf.chain_program(bpf.DropChain.from_loss(0.2, mean_burst=4), map_fd=3, drop=bpf.TC_ACT_STOLEN)):
+        assert struct.unpack("<i", program[-12:-8])[0] == bpf.TC_ACT_STOLEN
+    assert struct.unpack("<i", bpf.independent_program(1.0)[-12:-8])[0] == bpf.TC_ACT_SHOT

@@ -16,5 +16,5 @@ def test_an_ordinary_user_without_capabilities_may_signal_its_ranks_only():
 
 def test_bpf_kinds_need_bpf_besides_net_admin():
     kinds = allowed(1 << CAP_NET_ADMIN, 1000)
-    assert kinds["link_down"] == "yes" and "CAP_BPF" in kinds["loss"]
-    assert allowed(1 << CAP_NET_ADMIN | 1 << CAP_BPF, 1000)["loss"] == "yes"
+    assert kinds["link_down"] == "yes" and "CAP_BPF" in kinds["blackhole"] and "CAP_BPF" in kinds["loss"]
+    assert allowed(1 << CAP_NET_ADMIN | 1 << CAP_BPF, 1000)["blackhole"] == "yes"

@@ -332,3 +332,13 @@ def test_a_hang_outranks_the_crashes_that_came_before_it():
 ])
 def test_rank_lists_shorten_runs_of_three_or_more_to_a_range(ranks, text):
     assert ranks_text(ranks) == text
+
+
+def test_an_absorbed_fault_says_the_pace_during_it_against_before():
+    """A fault training absorbs (a slow rank) is read by its pace: steps/s during the fault
+    against before, the ratio of the two."""
+    from reports.tables import what_happened
+    row = metrics_of(fakes.absorbed())
+    text = what_happened(row)
+    before, during = row["steps_per_s_before"], row["steps_per_s_during"]
+    assert f"{during:.2f} steps/s during the fault, {before:.2f} before: {during / before:.2f}x" in text, text

@@ -115,7 +115,7 @@ def test_bad_input_is_refused_before_anything_runs(slurm_env, tmp_path):
                       "faults: [{kind: delay, latency: 50ms, target: {rank: 1}, start: 1s}]\n"
                       "policies: {timeout: {timeout: 5s}}\n")
     done = chaos_cli("run", str(delay), "--backend", "slurm", "--dry-run", env=slurm_env)
-    assert done.returncode == 2 and "its link faults are link_down, loss" in done.stderr, done.stderr
+    assert done.returncode == 2 and "its link faults are link_down, blackhole, loss" in done.stderr, done.stderr
     done = chaos_cli("run", str(uneven), "--dry-run", env=slurm_env)  # netns: a host per rank
     assert done.returncode == 2 and "ranks_per_node" in done.stderr, done.stderr
     nowhere = {**slurm_env, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf")}

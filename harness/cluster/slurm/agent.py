@@ -40,7 +40,7 @@ from typing import Any
 from chaos import netlink, proc
 from chaos.api import AppliedFault, Host, Injection
 from chaos.faults import FaultBase, fault_from_wire, parse_fault
-from chaos.inject import LedgerInjection, LinkStateDown, NetlinkInjector, SignalKill, SignalStop
+from chaos.inject import DutyCycle, LedgerInjection, LinkStateDown, NetlinkInjector, SignalKill, SignalStop
 from chaos.ledger import Ledger
 from chaos.mechanism import UndoTable
 from chaos.tc import BpfDrop
@@ -54,11 +54,7 @@ OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man swi
 NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the folder is shared
 # The link kinds a node's own interface takes; the others need the switch side of a link
 # (a delay line, a partition between hosts) or a second qdisc on one device.
-# blackhole is left out: measured on the local cluster, a blackhole of the node's interface
-# (10 s and 20 s) ends with the node's own srun step aborted as it is reverted (srun: "io
-# error with slurmstepd", connection reset), taking the agent and the node's ranks with it,
-# which would read as the job crashing; a link_down of the same length does not (docs/slurm.md).
-LINK_KINDS = ("link_down", "loss")
+LINK_KINDS = ("link_down", "blackhole", "loss")
 LINK_APPLY_LEAD_S = 0.1  # a link fault goes on this long after its answer left (srun's traffic crosses the link)
 TICK_S = 0.02            # the launcher's loop turns at least this often
 
@@ -84,8 +80,9 @@ class Agent(zygote.NodeOps):
                          ns_path=OWN_NAMESPACE, ifname=self.ifname)
         self.ledger = Ledger(f"{run_id}.{node}")
         record_owner(self.ledger)
-        mechanisms = {"link_down": LinkStateDown(), "loss": BpfDrop(),
-                      "kill": SignalKill(), "pause": SignalStop()}
+        mechanisms = {"link_down": LinkStateDown(), "blackhole": BpfDrop(own_interface=True),
+                      "loss": BpfDrop(own_interface=True),
+                      "kill": SignalKill(), "pause": SignalStop(), "slow": DutyCycle()}
         self.injector = NetlinkInjector(self.ledger, mechanisms, hosts=(self.link,), undos=UNDOS)
         self.faults: dict[int, Injection] = {}
         self.scheduled: list[tuple[float, int, FaultBase, float | None, float | None]] = []  # link faults announced

@@ -3,7 +3,7 @@ slurm` runs this on every node with srun (one task per node) and prints one JSON
 node. Kept light (no torch): it answers in well under a second.
 
     link_down            CAP_NET_ADMIN (root has it): the node's interface down
-    loss                 CAP_BPF or CAP_SYS_ADMIN besides, for the BPF drop program
+    blackhole, loss      CAP_BPF or CAP_SYS_ADMIN besides, for the BPF drop program
     slurmd_kill          root: slurmd runs as root
     kill, pause          nothing: the agent's own children
 """
@@ -16,7 +16,7 @@ import sys
 
 CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
 LINK_DOWN = ("link_down",)
-BPF_KINDS = ("loss",)
+BPF_KINDS = ("blackhole", "loss")
 
 
 def effective_caps() -> int:
