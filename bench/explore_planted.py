@@ -4,13 +4,14 @@ defects")? Runs it on one of tests/run/planted/'s scenarios, then the schedule i
 how often the written scenario fails the same way.
 
     sudo .venv/bin/python bench/explore_planted.py DEFECT [--budget 5m] [--seed N]
-        [--reproduce 5] [--out FILE.json] [-- EXPLORE OPTIONS...]
+        [--reproduce 5] [--control 2] [--out FILE.json] [-- EXPLORE OPTIONS...]
 
 DEFECT: restore_while_saving, retries_never_reset or save_in_place (the scenario of that
 name). Options after `--` go to `chaos explore` as they are (--kinds, --max-faults,
 --weights, --repeats). Time to find is the seconds of the trials up to the first that
 broke its contract (bring-up included, `tried.jsonl`); the reproduction counts runs whose
-trial the oracle judges broken with the found signature. Writes the figures, the machine
+trial the oracle judges broken with the found signature; the control (--control N) runs the
+same schedule with the policy's planted_defect taken out, which should keep the contract. Writes the figures, the machine
 and both commands as JSON (--out).
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -48,6 +51,8 @@ def main() -> int:
     parser.add_argument("--budget", default="5m")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--reproduce", type=int, default=5, help="runs of the written scenario")
+    parser.add_argument("--control", type=int, default=0, help="runs of the found schedule with the policy's "
+                                                               "planted_defect taken out (it should pass)")
     parser.add_argument("--out", help="write the figures here as JSON")
     parser.add_argument("explore", nargs="*", help="after --: more `chaos explore` options")
     args = parser.parse_args()
@@ -74,7 +79,6 @@ def main() -> int:
         return 1
     first = tried[broken[0]]
     header = found[0].read_text()
-    import yaml
     again = shlex.split(next(line.split("# run it again: ", 1)[1] for line in header.splitlines()
                              if line.startswith("# run it again: ")))
     figures.update({
@@ -83,19 +87,37 @@ def main() -> int:
         "drawn_faults": first["faults"], "shrunk_faults": yaml.safe_load(header)["faults"],
         "shrinking": next(line[2:] for line in header.splitlines() if line.startswith("# schedule ")),
         "shrink_runs": sum("-s" in t["schedule"] for t in tried), "reproduce_command": shlex.join(again)})
-    failed, outcomes = 0, []
-    for attempt in range(args.reproduce):
-        out = work / f"again-{attempt}"
-        subprocess.run([*CHAOS, *again[1:], "--quiet", "--out", str(out)], env=env, capture_output=True, text=True)
-        [run_dir] = [p for p in out.iterdir() if p.is_dir()]
-        signatures = _signatures(run_dir)
-        outcomes.append(signatures)
-        failed += first["signature"] in signatures
-    figures.update({"reproduced": failed, "reproduce_runs": args.reproduce, "reproduce_signatures": outcomes,
-                    "folder": str(work)})
+    failed, outcomes = _reproduce(again, work / "again", env, first["signature"], args.reproduce)
+    figures.update({"reproduced": failed, "reproduce_runs": args.reproduce, "reproduce_signatures": outcomes})
+    # the control: the same schedule under the same policy without its planted defect
+    data = yaml.safe_load(header)
+    planted = {name: spec.pop("planted_defect") for name, spec in (data.get("policies") or {}).items()
+               if "planted_defect" in spec}
+    if planted and args.control:
+        control = work / "control.yaml"
+        control.write_text(yaml.safe_dump(data, sort_keys=False))
+        failed, outcomes = _reproduce([again[0], again[1], str(control), *again[3:]], work / "control", env,
+                                      first["signature"], args.control)
+        figures.update({"control_failed": failed, "control_runs": args.control, "control_signatures": outcomes})
+    figures["folder"] = str(work)
     print(json.dumps(figures, indent=1))
     _write(args.out, figures)
     return 0
+
+
+def _reproduce(command: list[str], out: Path, env: dict[str, str], signature: str,
+               runs: int) -> tuple[int, list[list[str]]]:
+    """Run `command` (a `chaos run` line) `runs` times: how many failed with `signature`, and
+    each run's signatures."""
+    failed, outcomes = 0, []
+    for attempt in range(runs):
+        folder = out / str(attempt)
+        subprocess.run([*CHAOS, *command[1:], "--quiet", "--out", str(folder)], env=env, capture_output=True,
+                       text=True)
+        [run_dir] = [p for p in folder.iterdir() if p.is_dir()]
+        outcomes.append(_signatures(run_dir))
+        failed += signature in outcomes[-1]
+    return failed, outcomes
 
 
 def _write(out: str | None, figures: dict) -> None:
