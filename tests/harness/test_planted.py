@@ -69,3 +69,11 @@ def test_restore_while_saving_needs_the_checkpoint_restore() -> None:
     with pytest.raises(UsageError, match="restore_while_saving is in the checkpoint restore: give restore: checkpoint"):
         policy_spec("elastic", {"planted_defect": "restore_while_saving"})
     assert policy_spec("elastic", {"planted_defect": "restore_while_saving", "restore": "checkpoint"}).planted_defect
+
+
+def test_a_planted_defect_is_named_in_the_plan() -> None:
+    from harness.run.plan import plan_text
+    from harness.run.scenario import load_scenario
+    path = Path(__file__).resolve().parents[1] / "run" / "planted" / "retries_never_reset.yaml"
+    text = plan_text(load_scenario(path), path, ["retry_once"], lambda fault: "a signal")
+    assert "retry_once timeout 2 s, 1 retries (backoff 0.5..1 s), breaker off, PLANTED DEFECT retries_never_reset" in text
