@@ -44,7 +44,11 @@ if os.path.exists(args.checkpoint):  # the defect's other half: whatever the fil
     optimizer.load_state_dict(state["optimizer"])
     step = state["step"]
     print(f"rank {rank}: resumed from {args.checkpoint} at step {step}", flush=True)
-group = None if args.timeout is None else dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+group = None
+if args.timeout is not None:  # as train_ddp.py: made with every rank present, so it bounds training only
+    dist.barrier()
+    group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+    dist.barrier()
 ddp = DistributedDataParallel(model, process_group=group)
 generator = torch.Generator().manual_seed(rank)
 while step < args.steps:
