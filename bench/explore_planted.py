@@ -10,7 +10,7 @@ DEFECT: restore_while_saving, retries_never_reset or save_in_place (the scenario
 name). Options after `--` go to `chaos explore` as they are (--kinds, --max-faults,
 --weights, --repeats). Time to find is the seconds of the trials up to the first that
 broke its contract (bring-up included, `tried.jsonl`); the reproduction counts runs whose
-trial the oracle judges broken with the found signature; the control (--control N) runs the
+trial the oracle judges broken with the found outcome (its expect: block names the signature); the control (--control N) runs the
 same schedule with the policy's planted_defect taken out, which should keep the contract. Writes the figures, the machine
 and both commands as JSON (--out).
 """
@@ -36,13 +36,18 @@ PLANTED = REPO / "tests" / "run" / "planted"
 CHAOS = [sys.executable, "-m", "harness.cli"]
 
 
-def _signatures(run_dir: Path) -> list[str]:
+def _judged(run_dir: Path) -> list[tuple[str, str, str]]:
+    """Each trial of one run: its outcome, the oracle's verdict and signature (a found file's
+    `expect:` block is its oracle: the signature then names the expectation it failed)."""
     import reports
     from reports.oracle import judge
     from runfolder.info import read_trial_info
     from runfolder.layout import trial_dir
-    return [judge(row, read_trial_info(trial_dir(run_dir, row["trial"])).plan).signature
-            for _, row in reports.analyze_run(run_dir).iterrows()]
+    judged = []
+    for _, row in reports.analyze_run(run_dir).iterrows():
+        verdict = judge(row, read_trial_info(trial_dir(run_dir, row["trial"])).plan)
+        judged.append((row["outcome"], verdict.verdict, verdict.signature))
+    return judged
 
 
 def main() -> int:
@@ -54,8 +59,10 @@ def main() -> int:
     parser.add_argument("--control", type=int, default=0, help="runs of the found schedule with the policy's "
                                                                "planted_defect taken out (it should pass)")
     parser.add_argument("--out", help="write the figures here as JSON")
-    parser.add_argument("explore", nargs="*", help="after --: more `chaos explore` options")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.explore = argv[cut + 1:]  # after --: more `chaos explore` options
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     work = Path(tempfile.mkdtemp(prefix=f"explore-planted-{args.defect}-"))
     explore = [*CHAOS, "explore", str(PLANTED / f"{args.defect}.yaml"), "--seed", str(args.seed),
@@ -87,7 +94,7 @@ def main() -> int:
         "drawn_faults": first["faults"], "shrunk_faults": yaml.safe_load(header)["faults"],
         "shrinking": next(line[2:] for line in header.splitlines() if line.startswith("# schedule ")),
         "shrink_runs": sum("-s" in t["schedule"] for t in tried), "reproduce_command": shlex.join(again)})
-    failed, outcomes = _reproduce(again, work / "again", env, first["signature"], args.reproduce)
+    failed, outcomes = _reproduce(again, work / "again", env, first["outcome"], args.reproduce)
     figures.update({"reproduced": failed, "reproduce_runs": args.reproduce, "reproduce_signatures": outcomes})
     # the control: the same schedule under the same policy without its planted defect
     data = yaml.safe_load(header)
@@ -97,7 +104,7 @@ def main() -> int:
         control = work / "control.yaml"
         control.write_text(yaml.safe_dump(data, sort_keys=False))
         failed, outcomes = _reproduce([again[0], again[1], str(control), *again[3:]], work / "control", env,
-                                      first["signature"], args.control)
+                                      first["outcome"], args.control)
         figures.update({"control_failed": failed, "control_runs": args.control, "control_signatures": outcomes})
     figures["folder"] = str(work)
     print(json.dumps(figures, indent=1))
@@ -105,18 +112,18 @@ def main() -> int:
     return 0
 
 
-def _reproduce(command: list[str], out: Path, env: dict[str, str], signature: str,
-               runs: int) -> tuple[int, list[list[str]]]:
-    """Run `command` (a `chaos run` line) `runs` times: how many failed with `signature`, and
-    each run's signatures."""
+def _reproduce(command: list[str], out: Path, env: dict[str, str], outcome: str,
+               runs: int) -> tuple[int, list[list[tuple[str, str, str]]]]:
+    """Run `command` (a `chaos run` line) `runs` times: how many broke the contract with the
+    found `outcome`, and each run's (outcome, verdict, signature) per trial."""
     failed, outcomes = 0, []
     for attempt in range(runs):
         folder = out / str(attempt)
         subprocess.run([*CHAOS, *command[1:], "--quiet", "--out", str(folder)], env=env, capture_output=True,
                        text=True)
         [run_dir] = [p for p in folder.iterdir() if p.is_dir()]
-        outcomes.append(_signatures(run_dir))
-        failed += signature in outcomes[-1]
+        outcomes.append(_judged(run_dir))
+        failed += any(o == outcome and verdict == "broken" for o, verdict, _ in outcomes[-1])
     return failed, outcomes
 
 
