@@ -36,6 +36,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 REQUIRE = "CHAOS_REQUIRE"
 HIDE = "CHAOS_TEST_HIDE"
+# the planted defects' scenarios are for `chaos explore` (tests/run/test_explore_planted.py,
+# bench/explore_planted.py), not scenario tests: fault-free, they would only cost CI time
+collect_ignore_glob = ["run/planted/*.yaml"]
 # kernel mechanisms the capability probe tries (chaos.probe, `chaos doctor`)
 PROBED = ("netem", "clsact_bpf", "nft_bridge", "tbf", "nfqueue_delay")
 

@@ -38,6 +38,8 @@ from chaos.faults import Seconds, describe_validation_error
 
 PolicyName = Literal["baseline", "timeout", "retry", "isolation", "elastic"]
 POLICY_NAMES: tuple[str, ...] = ("baseline", "timeout", "retry", "isolation", "elastic")
+# bugs on purpose, for proving that `chaos explore` finds them (harness.job.planted)
+PlantedDefect = Literal["restore_while_saving", "retries_never_reset"]
 LABEL = r"^[a-z][a-z0-9_-]{0,39}$"
 
 _DOCUMENT = {"timeout": "30s", "max_retries": 3, "backoff_base": "2s", "backoff_cap": "60s",
@@ -115,6 +117,9 @@ class PolicySpec(BaseModel):
     restore: Literal["checkpoint", "peer"] = Field(
         default="checkpoint", description="after a new group forms: the newest checkpoint all "
                                           "ranks have, or the newest in-memory state of a peer")
+    planted_defect: PlantedDefect | None = Field(
+        default=None, description="a bug planted on purpose, to test `chaos explore` "
+                                  "(harness.job.planted, docs/explore.md): never for a real job")
 
     @field_validator("detector", mode="before")
     @classmethod
@@ -135,6 +140,9 @@ class PolicySpec(BaseModel):
             raise ValueError("elastic needs a detector and a breaker (detector: {}, breaker: true)")
         if self.rejoin and not self.elastic:
             raise ValueError("rejoin needs an elastic policy (base: elastic)")
+        if self.planted_defect == "restore_while_saving" and self.restore != "checkpoint":
+            raise ValueError("planted_defect restore_while_saving is in the checkpoint restore: "
+                             "give restore: checkpoint")
         return self
 
     @property

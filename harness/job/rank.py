@@ -24,7 +24,6 @@ def main(config: dict[str, Any]) -> int:
     import torch
     import torch.distributed as dist
 
-    from harness.job.checkpoint import Checkpointer
     from harness.job.control import heartbeat_port
     from harness.job.detector import FailureDetector, HeartbeatClient, floor_for, not_ahead
     from harness.job import flight
@@ -32,7 +31,7 @@ def main(config: dict[str, Any]) -> int:
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
     from harness.job.group import GlooGroup, gloo_environment
-    from harness.job.runner import FaultTolerantRunner
+    from harness.job.planted import planted
     from harness.signals import Terminated
     from harness.job.workload import Workload
 
@@ -74,8 +73,9 @@ def main(config: dict[str, Any]) -> int:
             stream = torch.cuda.current_stream(workload.device)  # the one the training queues on
             HangWatcher(command_file(Path(cfg.events_path).parent, cfg.rank),
                         spin_kernel(stream, torch.cuda)).start(threading.Event())
-        runner = FaultTolerantRunner(
-            cfg.policy, group, workload, Checkpointer(cfg.checkpoint_dir), recorder,
+        runner_class, checkpointer_class = planted(cfg.policy.planted_defect)  # shipped ones unless planted
+        runner = runner_class(
+            cfg.policy, group, workload, checkpointer_class(cfg.checkpoint_dir), recorder,
             random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
         outcome = runner.run(cfg.max_steps)
     except Terminated:

@@ -145,7 +145,9 @@ def _policy_text(plan: TrialPlan) -> str:
             f"breaker {'on' if spec['breaker'] else 'off'}"
             + (", failure detector" if spec["detector"] is not None else "")
             + (", elastic" if spec["elastic"] else "")
-            + (f", rejoin within {spec['rejoin_within']:g} s" if spec["rejoin"] else ""))
+            + (f", rejoin within {spec['rejoin_within']:g} s" if spec["rejoin"] else "")
+            + (f", PLANTED DEFECT {spec['planted_defect']} (harness.job.planted)"
+               if spec.get("planted_defect") else ""))
 
 
 def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
