@@ -158,26 +158,29 @@ def _link_action(fault: LinkFault, where: str) -> tuple[str, dict[str, Any], tup
     raise refuse(where, fault, "no mapping is defined for this kind")
 
 
+# Kinds Chaos Mesh has nothing faithful for, each with why (the first that matches: a FUSE
+# storage fault is a storage fault too).
+NO_EQUIVALENT: tuple[tuple[type[FaultBase], str], ...] = (
+    (FuseStorageFault, "the export maps no volume for the rank's checkpoint folder yet (IOChaos's fault and "
+                       "latency actions on that volume would be the equivalent of io_error and io_delay; "
+                       "io_stall and lose_unsynced have none)"),
+    (StorageFault, "it mounts over the rank's checkpoint folder (a full or read-only disk); Chaos Mesh's IOChaos "
+                   "injects errors and latency into a volume's calls, neither a size cap nor a read-only mount"),
+    (Pause, "it has no way to freeze a process (SIGSTOP ... SIGCONT): pod-failure swaps the container's image for "
+            "a pause image, so the rank restarts from scratch, and container-kill kills it"),
+    (Slow, "Chaos Mesh's StressChaos adds CPU load beside the rank; it cannot cap the rank's own CPU share (the "
+           "harness's SIGSTOP/SIGCONT duty cycle)"),
+)
+
+
 def map_fault(planned: PlannedFault, fault: FaultBase, pods: Pods, world: int, rank_container: str,
               where: str) -> FaultMapping:
     """The chaos objects of one on-phase of `planned` (whose value is `fault`), and the notes
     on the mapping. Raises UsageError for a fault Chaos Mesh cannot inject as the harness does."""
     ranks = planned.targets
-    if isinstance(fault, FuseStorageFault):
-        raise refuse(where, fault, "the export maps no volume for the rank's checkpoint folder yet (IOChaos's fault "
-                                   "and latency actions on that volume would be the equivalent of io_error and "
-                                   "io_delay; io_stall and lose_unsynced have none)")
-    if isinstance(fault, StorageFault):
-        raise refuse(where, fault, "it mounts over the rank's checkpoint folder (a full or read-only disk); "
-                                   "Chaos Mesh's IOChaos injects errors and latency into a volume's calls, "
-                                   "neither a size cap nor a read-only mount")
-    if isinstance(fault, Pause):
-        raise refuse(where, fault, "it has no way to freeze a process (SIGSTOP ... SIGCONT): pod-failure swaps "
-                                   "the container's image for a pause image, so the rank restarts from "
-                                   "scratch, and container-kill kills it")
-    if isinstance(fault, Slow):
-        raise refuse(where, fault, "Chaos Mesh's StressChaos adds CPU load beside the rank; it cannot cap the "
-                                   "rank's own CPU share (the harness's SIGSTOP/SIGCONT duty cycle)")
+    for kind, why in NO_EQUIVALENT:
+        if isinstance(fault, kind):
+            raise refuse(where, fault, why)
     if isinstance(fault, Kill):
         if fault.signal != signal.SIGKILL:
             raise refuse(where, fault, f"container-kill sends SIGKILL only and pod-kill deletes the pod; "
