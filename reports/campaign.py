@@ -10,7 +10,8 @@ segment's warm-up is done. Every rank's `step` events give the step executions, 
     step time         the time since the execution before it in the same stretch (same
                       segment and generation, the step before), at most the stretch's median
                       gap (the job's own pace); the first after a start or a restore takes
-                      that median. The rest of a long gap is a stall: nothing moved
+                      that median, at most the time since that start or restore. The rest
+                      of a long gap is a stall: nothing moved
     ETTR              kept steps' time / wall time (wall: the window, `duration` from its start)
     goodput           kept steps per second of wall time; beside the fault-free reference's
 
@@ -31,8 +32,8 @@ from typing import Any, Iterable
 
 from matplotlib.figure import Figure
 
-from runfolder.events import (COLLECTIVE_ERROR, EVENTS_FILE, FAULT_APPLIED, HANG_DETECTED, JOB_OUTPUT, STEP,
-                              SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
+from runfolder.events import (COLLECTIVE_ERROR, EVENTS_FILE, FAULT_APPLIED, HANG_DETECTED, JOB_OUTPUT, RESTORED,
+                              STEP, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events)
 from runfolder.info import RunFolderError
 from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, trial_dirs
 
@@ -88,7 +89,12 @@ def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> li
     whether they were kept. Each event carries `segment` (its trial's place in the campaign)."""
     done: dict[tuple[int, int, int], float] = {}
     ranks: dict[tuple[int, int, int], set[int]] = {}
+    began: dict[tuple[int, int | None], float] = {}  # a stretch's start: its last restore, else its trial's
     for ev in events:
+        if ev["kind"] == TRIAL_START:
+            began[(ev["segment"], None)] = ev["t"]
+        elif ev["kind"] == RESTORED:
+            began[(ev["segment"], ev["gen"])] = max(began.get((ev["segment"], ev["gen"]), ev["t"]), ev["t"])
         if ev["kind"] == STEP and ev.get("rank") is not None and start <= ev["t"] <= end:
             key = (ev["segment"], ev["gen"], ev["step"])
             done[key] = max(done.get(key, ev["t"]), ev["t"])
@@ -115,10 +121,14 @@ def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> li
         # stall (nothing moved), whatever ended it
         usual = statistics.median(own) if len(own) >= MIN_STRETCH else overall
         seconds = min(gaps.get(i, usual), usual)
-        if i:  # a step's time never reaches back past the execution before it
-            seconds = min(seconds, t - ordered[i - 1][1])
-        else:
-            seconds = min(seconds, t - start)
+        # a step's time never reaches back past the execution before it, nor, the first of a
+        # stretch, past its stretch's start (a restarted job can make its first step sooner
+        # after its start than a step takes)
+        seconds = min(seconds, t - (ordered[i - 1][1] if i else start))
+        if i not in gaps:
+            begin = began.get((segment, gen), began.get((segment, None)))
+            if begin is not None and begin < t:
+                seconds = min(seconds, t - begin)
         found.append(Execution(segment, gen, step, t, seconds, kept[i], len(ranks[(segment, gen, step)])))
     return found
 

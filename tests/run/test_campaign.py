@@ -132,6 +132,30 @@ def test_ettr_and_the_lost_time_add_up_on_a_scripted_history() -> None:
     assert not fault.hung and m.hangs == 1 and m.segments == 2 and m.final_ranks == 2
 
 
+def test_a_job_restarted_faster_than_a_step_still_loses_its_restart() -> None:
+    """A kill ends the job at E (a detection just before); the new job starts 0.1 s later and
+    makes its first step 0.1 s after its restore, sooner than a step of P takes: that step's
+    time is the 0.1 s, so the stall from the old job's last step to the restore is lost to
+    detection and restart, not hidden in the new job's first step (CI caught it so)."""
+    P, E = 0.25, 5.0
+    events = _steps(0, 0, 1, 19, P, P)                                 # steps 1..19, the last at 4.75
+    events.append({"t": E - 0.1, "src": "rank", "rank": 0, "kind": "collective_error", "segment": 0})
+    events.append({"t": E, "src": "harness", "rank": None, "kind": "trial_end", "segment": 0,
+                   "reason": "all-exited"})
+    events.append({"t": E + 0.1, "src": "harness", "rank": None, "kind": "trial_start", "segment": 1})
+    restore = E + 0.2
+    events += [{"t": restore, "src": "rank", "rank": r, "kind": "restored", "segment": 1, "gen": 0, "step": 16}
+               for r in range(2)]
+    events += _steps(1, 0, 17, 8, restore + 0.1, P)                    # steps 17..24
+    end = restore + 0.1 + 7 * P + 0.001
+    m = measure(sorted(events, key=lambda e: e["t"]), 0.0, end)
+    [first] = [e for e in executions(events, 0.0, end) if e.segment == 1 and e.step == 17]
+    assert math.isclose(first.seconds, 0.1 + 0.001, abs_tol=1e-6)
+    assert math.isclose(m.lost_s["detection"], (E - 0.1) - 19 * P, abs_tol=0.01)
+    assert math.isclose(m.lost_s["restart"], restore - (E - 0.1), abs_tol=0.01)
+    assert math.isclose(sum(m.lost_s.values()) + m.kept_s, end, abs_tol=1e-6)
+
+
 # -- the command -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, wanted", [

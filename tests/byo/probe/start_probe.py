@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -46,9 +47,12 @@ def probe() -> None:
             loader = DataLoader(list(range(4)), batch_size=2, num_workers=1,
                                 multiprocessing_context=torch.multiprocessing.get_context(method))
             facts[f"loader_{method}"] = [batch.tolist() for batch in loader]
-    with open(f"{sys.argv[1]}.{os.getpid()}", "w") as f:  # whole, where two ranks write it
+    # whole, where two ranks write it; mkstemp's name, not the pid, since ranks in two
+    # containers have their own pid namespaces and can share a pid
+    fd, partial = tempfile.mkstemp(dir=os.path.dirname(sys.argv[1]) or ".", prefix="facts-")
+    with os.fdopen(fd, "w") as f:
         json.dump(facts, f)
-    os.replace(f"{sys.argv[1]}.{os.getpid()}", sys.argv[1])
+    os.replace(partial, sys.argv[1])
 
     atexit.register(lambda: open(sys.argv[1] + ".atexit", "w").write("ran"))
     threading.Thread(target=later).start()  # not a daemon: Python waits for it before atexit
