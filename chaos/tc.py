@@ -18,7 +18,7 @@ from typing import Any
 from chaos import bpf, netem, netlink
 from chaos.api import Host
 from chaos.bpf import DropChain
-from chaos.faults import Bandwidth, Blackhole, FaultBase, LinkFault, Loss
+from chaos.faults import Bandwidth, Blackhole, FaultBase, LinkDown, LinkFault, Loss
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, UndoTable
 
@@ -160,7 +160,7 @@ class BpfDrop(Mechanism):
     def chain(self, fault: FaultBase) -> DropChain:
         if isinstance(fault, Loss):
             return DropChain.from_loss(fault.percent, fault.correlation, fault.burst)
-        assert isinstance(fault, Blackhole)
+        assert isinstance(fault, (Blackhole, LinkDown))  # a link down from the node's side: its carrier lost
         return DropChain.from_loss(1.0)
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:

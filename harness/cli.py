@@ -136,7 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report(run_dir: Path, partial: bool) -> pd.DataFrame | None:
     """Write the run's reports and print its table (the trials that did not finish marked
     so); returns the table. A run ended early (`partial`) may have no trial begun: said,
-    and None."""
+    and None; where none finished, the table is written, not printed: what ended the run
+    (a controller that does not answer, a fault a host refused) is the whole story."""
     from reports.analysis import incomplete_text, run_frame
     from reports.history import load_run
     from reports.tables import format_table
@@ -151,6 +152,9 @@ def _report(run_dir: Path, partial: bool) -> pd.DataFrame | None:
         return None
     table = run_frame(run)
     written = write_run_reports(run, table, run.path)
+    if partial and (table["outcome"] == "incomplete").all():
+        print(f"\nrun folder: {run_dir} (no trial finished)", file=sys.stderr)
+        return table
     print(incomplete_text(run, table) + format_table(table))
     print(f"\nrun folder: {run_dir}\nreport:     {written['report.md']}")
     return table

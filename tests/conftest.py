@@ -317,10 +317,11 @@ def user_dir():
 
 def as_nobody(folder: Path, *args: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
     """`chaos ARGS` (with python=True: `python ARGS`) as uid 65534, with its state folder
-    (ledgers) in `folder`."""
+    (ledgers) in `folder`; env=: the environment to start from (default this process's)."""
     program = str(Path(sys.executable).parent / "python") if kwargs.pop("python", False) else CHAOS
     argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", program, *args]
-    env = {**os.environ, "HOME": str(folder), "USER": "nobody", "CHAOS_STATE_DIR": str(folder / "state")}
+    env = {**kwargs.pop("env", os.environ), "HOME": str(folder), "USER": "nobody",
+           "CHAOS_STATE_DIR": str(folder / "state")}
     if kwargs.pop("background", False):
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)

@@ -141,6 +141,12 @@ class Cluster(abc.ABC):
         its hosts take ranks. Asked at every turn of the trial's loop until not "pending"."""
         return None
 
+    def refuses(self, kind: str, rank: int) -> str | None:
+        """Why the host of `rank` cannot take a fault of `kind`, learnt once the hosts are up
+        (a scheduler's node whose agent lacks a capability); None: it can. Asked of every
+        planned fault before a rank starts."""
+        return None
+
     def mechanisms(self) -> dict[str, Mechanism]:
         """Fault mechanisms this backend does its own way (e.g. kill through the engine),
         by fault kind; they replace the defaults of `chaos.inject` for its hosts."""

@@ -61,8 +61,10 @@ class FakeRank:
 
 
 class FakeCluster(Cluster):
-    def __init__(self, spec: ClusterSpec, ledger: Ledger, clock: FakeClock, journal: list[tuple[Any, ...]]) -> None:
+    def __init__(self, spec: ClusterSpec, ledger: Ledger, clock: FakeClock, journal: list[tuple[Any, ...]],
+                 refused: dict[tuple[str, int], str]) -> None:
         self.spec = spec
+        self.refused = refused
         self.hosts = tuple(Host(name=f"r{r:03d}", address=f"10.99.0.{10 + r}", switch_ns="fake-switch",
                                 port=f"fake-p{r}", ns_path=f"/fake/netns/r{r:03d}") for r in range(spec.ranks))
         self.store_address = "10.99.0.1"
@@ -76,6 +78,9 @@ class FakeCluster(Cluster):
         self.carried: dict[int, int] = {}  # bytes through each rank's link
         self._ended: list[RankExit] = []  # not reaped yet
         self._next_pid = FIRST_PID
+
+    def refuses(self, kind: str, rank: int) -> str | None:
+        return self.refused.get((kind, rank))
 
     def start_rank(self, rank: int, config: dict) -> int:
         cfg = RankConfig.model_validate(config)  # as the rank itself reads it
@@ -198,15 +203,17 @@ class FakeBackend(Backend):
                     needs_root=False, user_namespace=False, network_faults=True,
                     link_counters=True, host_sysctls=True)
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, refused: dict[tuple[str, int], str] | None = None) -> None:
+        """`refused`: (fault kind, rank) -> why that rank's host does not allow the kind."""
         self.clock = clock
+        self.refused = refused or {}
         self.journal: list[tuple[Any, ...]] = []
         self.clusters: list[FakeCluster] = []
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> FakeCluster:
         """The fake cluster runs no process: `launchers` is not used."""
         self.journal.append(("up", spec.ranks))
-        cluster = FakeCluster(spec, ledger, self.clock, self.journal)
+        cluster = FakeCluster(spec, ledger, self.clock, self.journal, self.refused)
         self.clusters.append(cluster)
         return cluster
 

@@ -268,6 +268,7 @@ class Trial:
             teardown.callback(self._count_steal, recorder, machine_speed.steal_s(), up)
             self._say(f"cluster up: {len(cluster.hosts)} {self.backend.name} hosts in {up - started:.2f} s"
                       + (" (rank launcher kept from the last trial)" if launcher == "kept" else ""))
+            self._refuse_what_hosts_cannot_take(cluster)
             if any(fault.acts_on == "storage" for fault in self.faults):
                 self.storage_dir.mkdir(parents=True, exist_ok=True)  # a job's own code may expect it
             for rank in range(plan.ranks):
@@ -282,6 +283,14 @@ class Trial:
         seconds = self.clock() - started
         self._say(f"done: {end[0]} after {seconds:.1f} s")
         return TrialResult(plan.policy, self.trial_dir, end[0], seconds)
+
+    def _refuse_what_hosts_cannot_take(self, cluster: Cluster) -> None:
+        for index, planned in enumerate(self.plan.faults):
+            for rank in planned.targets:
+                if why := cluster.refuses(planned.kind, rank):
+                    raise UsageError(f"faults[{index}] ({planned.description} on r{rank}): {why}; see what "
+                                     f"each host allows with `chaos doctor --backend {self.backend.name}`, and "
+                                     "leave this fault out or run where it is allowed")
 
     def _count_drops(self, cluster: Cluster, recorder: EventRecorder, at_up: int | None, up: float) -> None:
         """What the kernel dropped with a receive backlog full while the ranks ran, said

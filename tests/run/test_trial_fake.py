@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import reports
+from chaos.errors import UsageError
 from chaos.faults import parse_fault
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.run.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good, start_run
@@ -140,6 +141,24 @@ def test_teardown_reverts_last_in_first_out_then_stops_ranks_then_closes_the_clu
                     ("trial_end", None)]
     assert events[-1] == {**events[-1], "kind": "trial_end", "reason": "hung"}
     assert not (tmp_path / "state").exists() or list((tmp_path / "state").iterdir()) == []  # the ledger closed clean
+
+
+def test_a_fault_a_host_does_not_allow_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    # a Slurm node whose agent lacks CAP_NET_ADMIN: learnt once the hosts are up
+    path = tmp_path / "scenario.yaml"
+    path.write_text(STUCK)
+    scenario, clock = load_scenario(path), FakeClock()
+    backend = FakeBackend(clock, refused={("link_down", 2): "node n2 does not allow it: no CAP_NET_ADMIN"})
+    run_dir = start_run(tmp_path / "runs", scenario, path, ["timeout"], backend.name, "chaos run scenario.yaml")
+    trial = Trial(build_plan(scenario, "timeout"), trial_dir(run_dir, "timeout"), backend, Progress(quiet=True),
+                  make_injector=backend.injector, clock=clock, sleep=clock.sleep, state_dir=tmp_path / "state")
+    with pytest.raises(UsageError) as refused:
+        trial.run()
+    assert str(refused.value).startswith("faults[1] (link_down") and "on r2): node n2 does not allow it: no " \
+        "CAP_NET_ADMIN; see what each host allows with `chaos doctor --backend fake`" in str(refused.value)
+    assert backend.journal == [("up", 4), ("stop_ranks", ()), ("close",)]  # no rank started; the cluster taken back
+    events, _ = read_events(trial_dir(run_dir, "timeout") / EVENTS_FILE)
+    assert events[-1]["kind"] == "trial_end" and "does not allow it" in events[-1]["error"]
 
 
 def test_a_relative_out_gives_an_absolute_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

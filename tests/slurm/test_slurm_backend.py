@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import CHAOS, REPO, chaos_cli
+from tests.conftest import CHAOS, REPO, as_nobody, chaos_cli
 
 
 def _scenario(folder: Path, name: str, body: str) -> Path:
@@ -124,6 +124,26 @@ def test_bad_input_is_refused_before_anything_runs(slurm_env, tmp_path):
     done = chaos_cli("run", str(kill), "--backend", "slurm", "--out", str(tmp_path / "runs"), env=nowhere,
                      timeout=120)
     assert done.returncode == 2 and "no-such-slurm.conf: no such file" in done.stderr, done.stderr
+
+
+def test_a_link_fault_an_ordinary_users_node_does_not_allow_is_refused_before_a_rank_starts(slurm_env, user_dir):
+    """The job of an ordinary user: its node agents run as that user, without CAP_NET_ADMIN;
+    each node's facts say so at bring-up, and the link fault is refused before any rank
+    starts, naming the node and the reason (exit 2), with nothing left in squeue."""
+    folder = user_dir
+    path = _scenario(folder, "link", "cluster: {ranks: 4}\nhang_cap: 20s\n"
+                     "faults: [{kind: link_down, target: {rank: 2}, start: 2s, duration: 2s}]\n"
+                     "policies: {timeout: {timeout: 5s}}\n")
+    done = as_nobody(folder, "run", str(path), "--backend", "slurm", "--out", str(folder / "runs"), env=slurm_env,
+                     timeout=180)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "faults[0] (link_down(direction=both) on r2): node " in done.stderr and \
+        "does not allow it: the agent lacks CAP_NET_ADMIN" in done.stderr, done.stderr
+    assert "(no trial finished)" in done.stderr and "| timeout |" not in done.stdout
+    [run_dir] = (folder / "runs").iterdir()
+    assert not [e for e in _events(run_dir, "timeout") if e["kind"] == "rank_spawned"]
+    _nothing_left(slurm_env)
+    assert list((folder / "state").glob("*.jsonl")) == []
 
 
 def test_a_killed_harness_is_healed(slurm_env, tmp_path):

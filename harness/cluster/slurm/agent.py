@@ -40,7 +40,7 @@ from typing import Any
 from chaos import netlink, proc
 from chaos.api import AppliedFault, Host, Injection
 from chaos.faults import FaultBase, fault_from_wire, parse_fault
-from chaos.inject import DutyCycle, LedgerInjection, LinkStateDown, NetlinkInjector, SignalKill, SignalStop
+from chaos.inject import DutyCycle, LedgerInjection, NetlinkInjector, SignalKill, SignalStop
 from chaos.ledger import Ledger
 from chaos.mechanism import UndoTable
 from chaos.tc import BpfDrop
@@ -80,7 +80,11 @@ class Agent(zygote.NodeOps):
                          ns_path=OWN_NAMESPACE, ifname=self.ifname)
         self.ledger = Ledger(f"{run_id}.{node}")
         record_owner(self.ledger)
-        mechanisms = {"link_down": LinkStateDown(), "blackhole": BpfDrop(own_interface=True),
+        # A link down seen from the node is a lost carrier: its interface stays up with its
+        # routes and nothing passes either way (the netns backend's switch-side port down does
+        # that to a host). Setting the node's own interface down instead removes its routes:
+        # its sends fail at once, and a 20 s outage recovered 3 s sooner than on netns.
+        mechanisms = {"link_down": BpfDrop(own_interface=True), "blackhole": BpfDrop(own_interface=True),
                       "loss": BpfDrop(own_interface=True),
                       "kill": SignalKill(), "pause": SignalStop(), "slow": DutyCycle()}
         self.injector = NetlinkInjector(self.ledger, mechanisms, hosts=(self.link,), undos=UNDOS)

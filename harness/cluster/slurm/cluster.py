@@ -178,6 +178,11 @@ class SlurmCluster(Cluster):
     def node_of(self, rank: int) -> int:
         return rank // self.spec.ranks_per_host
 
+    def refuses(self, kind: str, rank: int) -> str | None:
+        node = self.node_of(rank)
+        why = self.agents[node].hello.get("kinds", {}).get(kind, "yes")  # kinds no node check covers: any node
+        return None if why == "yes" else f"node {self.nodes[node]} does not allow it: {why}"
+
     def ranks_of(self, node: int) -> list[int]:
         per = self.spec.ranks_per_host
         return list(range(node * per, (node + 1) * per))

@@ -42,7 +42,8 @@ def run(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool =
                               stdin=subprocess.DEVNULL, env={**os.environ, "SLURM_CONF": conf} if conf else None)
     except subprocess.TimeoutExpired:
         raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s: is the controller "
-                         f"up ({conf_note()})? `scontrol ping` says") from None
+                         f"up ({conf_note()})? `chaos slurm up --nodes 4` runs a local cluster and prints the "
+                         "SLURM_CONF to export; or point SLURM_CONF at your cluster's") from None
     if check and done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise SlurmError(f"`{' '.join(argv)}` failed (exit {done.returncode}): "

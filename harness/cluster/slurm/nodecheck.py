@@ -2,8 +2,9 @@
 slurm` runs this on every node with srun (one task per node) and prints one JSON line per
 node. Kept light (no torch): it answers in well under a second.
 
-    link_down            CAP_NET_ADMIN (root has it): the node's interface down
-    blackhole, loss      CAP_BPF or CAP_SYS_ADMIN besides, for the BPF drop program
+    link_down, blackhole, loss
+                         CAP_NET_ADMIN (root has it) and CAP_BPF or CAP_SYS_ADMIN, for the BPF
+                         drop program on the node's interface
     slurmd_kill          root: slurmd runs as root
     kill, pause          nothing: the agent's own children
 """
@@ -15,8 +16,7 @@ import socket
 import sys
 
 CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
-LINK_DOWN = ("link_down",)
-BPF_KINDS = ("blackhole", "loss")
+BPF_KINDS = ("link_down", "blackhole", "loss")
 
 
 def effective_caps() -> int:
@@ -33,7 +33,6 @@ def allowed(caps: int, euid: int) -> dict[str, str]:
     bpf = bool(caps >> CAP_BPF & 1 or caps >> CAP_SYS_ADMIN & 1)
     no_net = "the agent lacks CAP_NET_ADMIN on this node (run the job as root, or grant the capability)"
     verdict = {"kill": "yes", "pause": "yes"}
-    verdict.update(dict.fromkeys(LINK_DOWN, "yes" if net_admin else no_net))
     verdict.update(dict.fromkeys(BPF_KINDS, "yes" if net_admin and bpf else
                                  no_net if not net_admin else "the agent lacks CAP_BPF (or CAP_SYS_ADMIN)"))
     verdict["slurmd_kill"] = "yes" if euid == 0 else f"the agent runs as uid {euid}; slurmd runs as root"
