@@ -75,6 +75,18 @@ def test_a_user_s_job_is_anchored_only_on_events_it_records(tmp_path: Path) -> N
     assert {"checkpoint_save", "restore"} <= events and not events & {"retry", "breaker"}
 
 
+def test_the_runner_is_anchored_only_on_events_a_policy_explored_can_record(tmp_path: Path) -> None:
+    # RUNNER's policies have no breaker: baseline and timeout no retries either
+    scenario = load(tmp_path, RUNNER.replace("}}", "}, isolating: {base: isolation, timeout: 4s}}") % "")
+    def anchors(*policies: str) -> set[str]:
+        return {f["start"]["on"] for s in drawn(scenario, policies=policies) for f in s.faults
+                if isinstance(f["start"], dict)}
+    assert {"step", "checkpoint_save", "detect"} <= anchors("baseline", "timeout")
+    assert not anchors("baseline", "timeout") & {"breaker", "retry", "new_generation", "restore"}
+    assert {"retry", "new_generation", "restore"} <= anchors("retry") and "breaker" not in anchors("retry")
+    assert "breaker" in anchors("isolating") and "breaker" in anchors("retry", "isolating")
+
+
 def _plan(tmp_path: Path, policy: str, faults: str = "{kind: kill, target: {rank: 1}, start: 1s}", expect: str = ""):
     return build_plan(load(tmp_path, RUNNER % "" + f"faults: [{faults}]\n" + expect), policy).trial
 
