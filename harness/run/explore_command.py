@@ -245,6 +245,7 @@ def _write_found(folder: Path, number: int, scenario: Scenario, schedule: Schedu
         failed, runs = shrunk.reproduced
         how = (f"shrunk from {len(schedule.faults)} to {len(faults)} fault(s) over {len(shrunk.tried)} candidates"
                + (" (the budget ended it)" if shrunk.out_of_time else "")
+               + (f", {len(shrunk.skipped)} more skipped unrun ({shrunk.skipped[0][1]})" if shrunk.skipped else "")
                + f"; it failed alike in {failed} of {runs} runs")
     header = (f"# chaos explore found: {verdict.signature}\n# schedule {schedule.number:03d}, {how}\n"
               f"# run it again: {reproduce_command(path, policy, scenario.seed)}\n")

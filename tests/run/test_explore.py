@@ -197,6 +197,27 @@ def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_ti
     assert cut.out_of_time and cut.faults == (kill,) and len(cut.tried) == 2
 
 
+def test_shrinking_skips_unrun_a_candidate_whose_faults_wait_for_a_failure_none_is_left_to_cause() -> None:
+    from harness.run.shrink import shrink
+    pause = {"kind": "pause", "target": {"rank": 1}, "start": "3s", "duration": "3s"}
+    on_restore = {"kind": "pause", "target": {"rank": 0}, "start": {"on": "restore", "nth": 1, "delay": "0s"},
+                  "duration": "3s"}
+    on_detect = {"kind": "kill", "target": {"rank": 2}, "start": {"on": "detect", "nth": 1, "delay": "0s"}}
+    runs: list[tuple] = []
+
+    def fails(faults) -> bool:  # only both pauses together fail (a retry count never reset)
+        runs.append(faults)
+        return [f["kind"] for f in faults] == ["pause", "pause"]
+    shrunk = shrink((pause, on_restore, on_detect), (1, 1), fails, repeats=1, time_left=lambda: True)
+    assert [f["start"] for f in shrunk.faults] == ["0s", {"on": "restore", "nth": 1, "delay": "0s"}]
+    # without the pause at 3 s nothing fails first: no restore, no detection; never run
+    assert (on_restore, on_detect) not in runs and (on_restore,) not in runs
+    assert [faults for faults, _ in shrunk.skipped][:2] == [(on_restore, on_detect), (on_restore,)]
+    assert all(len(faults) == 1 or faults[1] is on_detect for faults, _ in shrunk.skipped)  # the pause left out
+    assert "wait for restore, detect, which only a failure brings" in shrunk.skipped[0][1]
+    assert len(runs) == len(shrunk.tried)
+
+
 def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line(tmp_path: Path, capsys) -> None:
     from harness.cli import main
     (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
