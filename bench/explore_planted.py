@@ -76,7 +76,8 @@ def main() -> int:
     figures: dict = {"defect": args.defect, "command": shlex.join(["chaos", *explore[3:]]),
                      "date": datetime.date.today().isoformat(), "machine": f"{os.cpu_count()} CPUs, {platform.node()}",
                      "explore_exit": done.returncode, "explore_wall_s": round(wall, 1),
-                     "schedules": len({t["schedule"].split("-s")[0] for t in tried}), "runs": len(tried)}
+                     "schedules": len({t["schedule"].split("-s")[0] for t in tried if not t["schedule"].startswith("found-")}),
+                     "runs": len(tried)}  # the found files' own reruns (found-NN) included
     broken = [i for i, t in enumerate(tried) if t["verdict"] == "broken"]
     found = sorted(folder.glob("found-*.yaml"))
     if not broken or not found:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from chaos.errors import UsageError
 from chaos.faults import Seconds, describe_validation_error
+from runfolder import events
 
 PolicyName = Literal["baseline", "timeout", "retry", "isolation", "elastic"]
 POLICY_NAMES: tuple[str, ...] = ("baseline", "timeout", "retry", "isolation", "elastic")
@@ -144,6 +145,19 @@ class PolicySpec(BaseModel):
             raise ValueError("planted_defect restore_while_saving is in the checkpoint restore: "
                              "give restore: checkpoint")
         return self
+
+    @property
+    def never_records(self) -> frozenset[str]:
+        """The event kinds the runner never records under this policy once its first group
+        formed (`chaos explore` anchors no fault on them): no breaker opens without one; no
+        retry is made without retries; no group forms again and nothing is restored without
+        retries or rejoin (a rank let back in joins a new generation)."""
+        never = set() if self.breaker else {events.BREAKER_OPEN}
+        if self.max_retries == 0:
+            never.add(events.RETRY)
+            if not self.rejoin:
+                never |= {events.GROUP_READY, events.RESTORED}
+        return frozenset(never)
 
     @property
     def rendezvous_s(self) -> float:

@@ -12,7 +12,9 @@ a file can give its own):
             fault must load), `--kinds` narrowing them
   target    one rank (3 in 4) or two
   start     an event (3 in 5: the recovery windows) or seconds after warm-up, uniform in
-            [0, 2 T); an event's delay is one of 0, 0.1, 0.5 or 1 s, its nth 1 (3 in 4) or 2
+            [0, 2 T); an event's delay is one of 0, 0.1, 0.5 or 1 s, its nth 1 (3 in 4) or 2;
+            only events the job records and one of the policies explored can (no `breaker`
+            where none has a breaker: PolicySpec.never_records)
   duration  0.5 T, 1.5 T, 3 T or none (permanent), T being the shortest timeout of the
             policies explored (a user's job: a quarter of the hang cap); a kill has none
 A drawn schedule the scenario loader refuses (two faults of one kind on a rank at once, a
@@ -28,7 +30,7 @@ from typing import Any, Iterator, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chaos.faults import FAULT_KINDS
-from harness.run.anchor import ANCHOR_NAMES
+from harness.run.anchor import ANCHOR_EVENTS, ANCHOR_NAMES
 from harness.run.scenario import Scenario
 
 DRAWS_PER_SCHEDULE = 20
@@ -100,9 +102,17 @@ def explorable_kinds(scenario: Scenario, options: ExploreOptions) -> tuple[str, 
 
 
 def explorable_events(scenario: Scenario, options: ExploreOptions) -> tuple[str, ...]:
-    """The anchors with a weight that this scenario's job can record (a kill anchored on it loads)."""
-    return tuple(event for event in ANCHOR_NAMES if options.weights.events.get(event, 0) > 0 and _probe(
-        scenario, [{"kind": "kill", "target": {"rank": 0}, "start": {"on": event}}]) is not None)
+    """The anchors with a weight that this scenario's job can record (a kill anchored on it
+    loads) and, on the harness's runner, that one of the policies explored can record (its
+    `never_records`: no `breaker` without a breaker, no `retry` without retries)."""
+    def recorded(event: str) -> bool:
+        if scenario.job is not None:
+            return True
+        kinds = set(ANCHOR_EVENTS[event].runner)
+        policies = options.policies or scenario.trial_names()
+        return any(kinds - scenario.policy(name).never_records for name in policies)
+    return tuple(event for event in ANCHOR_NAMES if options.weights.events.get(event, 0) > 0 and recorded(event)
+                 and _probe(scenario, [{"kind": "kill", "target": {"rank": 0}, "start": {"on": event}}]) is not None)
 
 
 def _pick(draw: random.Random, weights: Mapping[Any, float]) -> Any:

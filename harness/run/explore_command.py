@@ -8,10 +8,13 @@ policy, judge every trial against its policy's contract (reports.oracle), until 
 Writes OUT/explore-<scenario>-<time>/: schedules/NNN.yaml (each drawn schedule as a
 scenario; NNN-sK.yaml each candidate of its shrinking), runs/ (their run folders),
 tried.jsonl (one line per trial: schedule, policy, outcome, verdict, violations, signature,
-seconds), and per new failure signature found-NN.yaml: the schedule that broke the contract,
-shrunk (harness.run.shrink, each candidate run --repeats times) while the budget lasts, with
-an `expect:` block it fails today, and in comments the signature, its reproduction rate and
-the command that runs it again. Not yet: resume, a report page.
+a crash's cause, seconds), and per new failure signature found-NN.yaml: the schedule that
+broke the contract, shrunk (harness.run.shrink, each candidate run --repeats times) while
+the budget lasts, with an `expect:` block it fails today, and in comments the signature, a
+crash's cause (harness.run.last_error), how far it shrank, its reproduction count (the file
+itself run --repeats times as `chaos run` runs it, while the budget lasts: the runs that
+broke its expect: with the found outcome) and the command that runs it again. Not yet:
+resume, a report page.
 Exit status 1 when a trial broke its contract, 0 when none did within the budget.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import yaml
 from pydantic import ValidationError
@@ -160,22 +163,25 @@ def explore_command(args: argparse.Namespace) -> int:
     from runfolder.info import read_trial_info
     from runfolder.layout import trial_dir
 
-    def run(path: Path, policies: list[str]) -> list[tuple[str, str, Any]]:
-        """Run one schedule's scenario file: per policy, its outcome and verdict."""
+    def run(path: Path, policies: list[str]) -> list[Judged]:
+        """Run one schedule's scenario file: per policy, its outcome, verdict and, where it
+        crashed, the cause (harness.run.last_error)."""
         began = time.monotonic()
         run_dir, _ = run_scenario(load_scenario(path), path, policies, folder / "runs", backend,
                                   Progress(quiet=args.quiet, scope=path.stem))
         took.append(time.monotonic() - began)
         judged = []
         for _, row in reports.analyze_run(run_dir).iterrows():
-            verdict = judge(row, read_trial_info(trial_dir(run_dir, row["trial"])).plan)
-            judged.append((row["trial"], row["outcome"], verdict))
+            trial = trial_dir(run_dir, row["trial"])
+            verdict = judge(row, read_trial_info(trial).plan)
+            cause = _crash_cause(trial) if row["outcome"] == "crashed" else ""
+            judged.append(Judged(row["trial"], row["outcome"], verdict, cause))
             with (folder / "tried.jsonl").open("a") as tried:
                 tried.write(json.dumps({"schedule": path.stem, "faults": yaml.safe_load(path.read_text())["faults"],
                                         "policy": row["trial"], "outcome": row["outcome"],
                                         "verdict": verdict.verdict, "violations": verdict.violations,
-                                        "signature": verdict.signature, "seconds": round(took[-1], 1),
-                                        "run": str(run_dir)}) + "\n")
+                                        "signature": verdict.signature, "cause": cause,
+                                        "seconds": round(took[-1], 1), "run": str(run_dir)}) + "\n")
         return judged
 
     def time_left() -> bool:
@@ -198,56 +204,123 @@ def explore_command(args: argparse.Namespace) -> int:
         path = folder / "schedules" / f"{schedule.number:03d}.yaml"
         path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
         ran += 1
-        for policy, outcome, verdict in run(path, list(options.policies)):
+        for drawn_run in run(path, list(options.policies)):
+            policy, outcome, verdict, cause = drawn_run
             print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
-                  + (f": {verdict.signature}" if verdict.signature else ""), flush=True)
+                  + (f": {verdict.signature}" if verdict.signature else "") + (f"; why: {cause}" if cause else ""),
+                  flush=True)
             if verdict.verdict != BROKEN or verdict.signature in found:
                 continue
             fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
             shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats, time_left)
-            found[verdict.signature] = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, policy,
-                                                    verdict, TOLERANT_ENDS)
-            print(f"  found: {found[verdict.signature]}", flush=True)
+            written = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS)
+            # the written file run as a user runs it (judged by its expect: block), while the budget lasts
+            reruns = _reproduce(run, written, policy, args.repeats, time_left)
+            _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS, reruns)
+            found[verdict.signature] = written
+            print(f"  found: {written}\n  {_shrink_text(schedule, shrunk)}\n  {_reproduced_text(drawn_run, reruns)}",
+                  flush=True)
         schedule = next(drawn)
-    print(f"{ran} schedules ({len(took)} runs with shrinking) in {time.monotonic() - started:.0f} s of {budget:g} s; "
-          f"{len(found)} failure signature(s); {folder}")
+    print(f"{ran} schedules ({len(took)} runs with shrinking and reruns) in {time.monotonic() - started:.0f} s of "
+          f"{budget:g} s; {len(found)} failure signature(s); {folder}")
     for signature, written in found.items():
         print(f"found: {signature}\n  {written}", file=sys.stderr)
     return 1 if found else 0
 
 
-def _fails_alike(run: Callable[[Path, list[str]], list[tuple[str, str, Any]]], folder: Path, scenario: Scenario,
+class Judged(NamedTuple):
+    """One trial of a run that explore made: its policy, outcome, the oracle's verdict and,
+    where it crashed, the cause from the rank logs' last error lines ("" otherwise)."""
+
+    policy: str
+    outcome: str
+    verdict: Any                     # reports.oracle.Verdict
+    cause: str
+
+
+def _crash_cause(trial: Path) -> str:
+    """A crashed trial's cause: the last error lines of the log of the rank that died first."""
+    from harness.run.last_error import crash_cause
+    from reports.history import load_trial
+    from reports.metrics import trial_facts
+    record = load_trial(trial)
+    crashes = sorted(trial_facts(record.events, record.info).crashes, key=lambda d: (d.t, d.rank))
+    return crash_cause(trial, [d.rank for d in crashes])
+
+
+def reproduces(judged: list[Judged], found: Judged) -> bool:
+    """Whether one run showed the found failure again: `found.policy`'s trial broke its
+    contract with the same outcome. By outcome, not signature: a found file is judged by the
+    expect: block written into it, whose failures read otherwise than the contract's
+    violations ("outcome: expected absorbed or ..., measured crashed" for "outcome crashed: ...")."""
+    from reports.oracle import BROKEN
+    return any(j.policy == found.policy and j.outcome == found.outcome and j.verdict.verdict == BROKEN
+               for j in judged)
+
+
+def _fails_alike(run: Callable[[Path, list[str]], list[Judged]], folder: Path, scenario: Scenario,
                  number: int, policy: str, signature: str) -> Callable[[tuple[dict[str, Any], ...]], bool]:
     """What runs one shrinking candidate of schedule `number`: written as NNN-sK.yaml, run
-    under `policy`, true when it broke the contract with the same signature."""
+    under `policy`, true when it broke the contract with the same signature (the candidate is
+    judged as the drawn schedule was: shrinking keeps the failure's words, not only its outcome)."""
     numbers = itertools.count(1)
 
     def fails(faults: tuple[dict[str, Any], ...]) -> bool:
         candidate = folder / "schedules" / f"{number:03d}-s{next(numbers)}.yaml"
         candidate.write_text(yaml.safe_dump(schedule_scenario(scenario, Schedule(number, faults)), sort_keys=False))
-        return any(p == policy and v.signature == signature for p, _, v in run(candidate, [policy]))
+        return any(j.policy == policy and j.verdict.signature == signature for j in run(candidate, [policy]))
     return fails
 
 
-def _write_found(folder: Path, number: int, scenario: Scenario, schedule: Schedule, shrunk: Any, policy: str,
-                 verdict: Any, tolerant: tuple[str, ...]) -> Path:
-    """The schedule that broke `policy`'s contract (shrunk, where it was) as a scenario, with
-    an expect: block that it fails today (the contract, or the scenario's own expectation)."""
+def _reproduce(run: Callable[[Path, list[str]], list[Judged]], written: Path, policy: str, repeats: int,
+               time_left: Callable[[], bool]) -> list[Judged]:
+    """The found file run `repeats` times under `policy` as `chaos run` runs it (judged by its
+    expect: block), fewer where the budget ends first: `policy`'s trial of each run."""
+    reruns: list[Judged] = []
+    while len(reruns) < repeats and time_left():
+        reruns += [j for j in run(written, [policy]) if j.policy == policy]
+    return reruns
+
+
+def _shrink_text(schedule: Schedule, shrunk: Any) -> str:
+    """How far shrinking went, in words (harness.run.shrink.Shrunk; None: not shrunk)."""
+    if shrunk is None:
+        return "as drawn (not shrunk)"
+    failed, runs = shrunk.reproduced
+    return (f"shrunk from {len(schedule.faults)} to {len(shrunk.faults)} fault(s) over {len(shrunk.tried)} candidates"
+            + (" (the budget ended it)" if shrunk.out_of_time else "")
+            + (f", {len(shrunk.skipped)} more skipped unrun ({shrunk.skipped[0][1]})" if shrunk.skipped else "")
+            + f"; its last runs while shrinking failed with the same signature in {failed} of {runs}")
+
+
+def _reproduced_text(found: Judged, reruns: list[Judged] | None) -> str:
+    """The reproduction count of a found file, in words, with what defines it."""
+    if reruns is None:
+        return "reproduced: not yet rerun"
+    if not reruns:
+        return "reproduced: not rerun, the budget ended first"
+    again = sum(reproduces([j], found) for j in reruns)
+    return (f"reproduced: this file broke {found.policy}'s expect: with outcome {found.outcome} in {again} of "
+            f"{len(reruns)} runs of it (outcomes {', '.join(j.outcome for j in reruns)})")
+
+
+def _write_found(folder: Path, number: int, scenario: Scenario, schedule: Schedule, shrunk: Any, found: Judged,
+                 tolerant: tuple[str, ...], reruns: list[Judged] | None = None) -> Path:
+    """The schedule that broke `found.policy`'s contract (shrunk, where it was) as a scenario,
+    with an expect: block that it fails today (the contract, or the scenario's own
+    expectation), and in comments the failure, its cause, shrinking and reproduction."""
     faults = schedule.faults if shrunk is None else shrunk.faults
     data = schedule_scenario(scenario, Schedule(schedule.number, faults))
     data["name"] = f"{scenario.name}-found-{number:02d}"
-    data.setdefault("expect", {})[policy] = data.get("expect", {}).get(policy) or {
+    data.setdefault("expect", {})[found.policy] = data.get("expect", {}).get(found.policy) or {
         "outcome": list(tolerant), "state": "consistent"}
     path = folder / f"found-{number:02d}.yaml"
-    if shrunk is None:
-        how = "as drawn (not shrunk)"
-    else:
-        failed, runs = shrunk.reproduced
-        how = (f"shrunk from {len(schedule.faults)} to {len(faults)} fault(s) over {len(shrunk.tried)} candidates"
-               + (" (the budget ended it)" if shrunk.out_of_time else "")
-               + f"; it failed alike in {failed} of {runs} runs")
-    header = (f"# chaos explore found: {verdict.signature}\n# schedule {schedule.number:03d}, {how}\n"
-              f"# run it again: {reproduce_command(path, policy, scenario.seed)}\n")
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    why = [f"# why (schedule {schedule.number:03d} as drawn; the last error lines of the rank that died first): "
+           f"{found.cause}\n"] if found.cause else []
+    header = (f"# chaos explore found: {found.verdict.signature}\n", *why,
+              f"# schedule {schedule.number:03d}, {_shrink_text(schedule, shrunk)}\n",
+              f"# {_reproduced_text(found, reruns)}\n",
+              f"# run it again: {reproduce_command(path, found.policy, scenario.seed)}\n")
+    path.write_text("".join(header) + yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -75,6 +75,18 @@ def test_a_user_s_job_is_anchored_only_on_events_it_records(tmp_path: Path) -> N
     assert {"checkpoint_save", "restore"} <= events and not events & {"retry", "breaker"}
 
 
+def test_the_runner_is_anchored_only_on_events_a_policy_explored_can_record(tmp_path: Path) -> None:
+    # RUNNER's policies have no breaker: baseline and timeout no retries either
+    scenario = load(tmp_path, RUNNER.replace("}}", "}, isolating: {base: isolation, timeout: 4s}}") % "")
+    def anchors(*policies: str) -> set[str]:
+        return {f["start"]["on"] for s in drawn(scenario, policies=policies) for f in s.faults
+                if isinstance(f["start"], dict)}
+    assert {"step", "checkpoint_save", "detect"} <= anchors("baseline", "timeout")
+    assert not anchors("baseline", "timeout") & {"breaker", "retry", "new_generation", "restore"}
+    assert {"retry", "new_generation", "restore"} <= anchors("retry") and "breaker" not in anchors("retry")
+    assert "breaker" in anchors("isolating") and "breaker" in anchors("retry", "isolating")
+
+
 def _plan(tmp_path: Path, policy: str, faults: str = "{kind: kill, target: {rank: 1}, start: 1s}", expect: str = ""):
     return build_plan(load(tmp_path, RUNNER % "" + f"faults: [{faults}]\n" + expect), policy).trial
 
@@ -185,6 +197,27 @@ def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_ti
     assert cut.out_of_time and cut.faults == (kill,) and len(cut.tried) == 2
 
 
+def test_shrinking_skips_unrun_a_candidate_whose_faults_wait_for_a_failure_none_is_left_to_cause() -> None:
+    from harness.run.shrink import shrink
+    pause = {"kind": "pause", "target": {"rank": 1}, "start": "3s", "duration": "3s"}
+    on_restore = {"kind": "pause", "target": {"rank": 0}, "start": {"on": "restore", "nth": 1, "delay": "0s"},
+                  "duration": "3s"}
+    on_detect = {"kind": "kill", "target": {"rank": 2}, "start": {"on": "detect", "nth": 1, "delay": "0s"}}
+    runs: list[tuple] = []
+
+    def fails(faults) -> bool:  # only both pauses together fail (a retry count never reset)
+        runs.append(faults)
+        return [f["kind"] for f in faults] == ["pause", "pause"]
+    shrunk = shrink((pause, on_restore, on_detect), (1, 1), fails, repeats=1, time_left=lambda: True)
+    assert [f["start"] for f in shrunk.faults] == ["0s", {"on": "restore", "nth": 1, "delay": "0s"}]
+    # without the pause at 3 s nothing fails first: no restore, no detection; never run
+    assert (on_restore, on_detect) not in runs and (on_restore,) not in runs
+    assert [faults for faults, _ in shrunk.skipped][:2] == [(on_restore, on_detect), (on_restore,)]
+    assert all(len(faults) == 1 or faults[1] is on_detect for faults, _ in shrunk.skipped)  # the pause left out
+    assert "wait for restore, detect, which only a failure brings" in shrunk.skipped[0][1]
+    assert len(runs) == len(shrunk.tried)
+
+
 def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line(tmp_path: Path, capsys) -> None:
     from harness.cli import main
     (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
@@ -198,3 +231,73 @@ def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line
     (tmp_path / "w.yaml").write_text("kinds: {kil: 1}\n")
     assert main(["explore", str(tmp_path / "s.yaml"), "--weights", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
     assert "kil: neither a fault kind nor an event" in capsys.readouterr().err
+
+
+def test_a_found_file_counts_its_reruns_by_outcome_not_by_the_signature_its_expect_block_changes(
+        tmp_path: Path) -> None:
+    from harness.run.explore import Schedule
+    from harness.run.explore_command import Judged, _reproduce, _write_found, reproduces
+    from reports.expect import check_expectations
+    from reports.oracle import TOLERANT_ENDS
+    scenario = load(tmp_path, RUNNER % "")
+    row = {"outcome": "crashed", "outcome_reason": "r1-r3 crashed (first r2, exit code 1)", "state": "consistent"}
+    drawn = Judged("retry", "crashed", judge(row, _plan(tmp_path, "retry")), "r2: OSError: [Errno 22] Invalid argument")
+    schedule = Schedule(1, ({"kind": "kill", "target": {"rank": 1}, "start": "1s"},))
+    written = _write_found(tmp_path, 1, scenario, schedule, None, drawn, TOLERANT_ENDS)
+    assert "# reproduced: not yet rerun" in written.read_text()
+    found_plan = build_plan(load_scenario(written), "retry").trial  # judged by the expect: block written in it
+    outcomes = iter(["crashed", "hung", "crashed", "crashed"])
+
+    def run(path: Path, policies: list[str]) -> list[Judged]:  # a `chaos run` of the found file
+        assert path == written and policies == ["retry"]
+        again = {**row, "outcome": next(outcomes)}
+        failures = check_expectations(again, found_plan.expect)
+        again.update(expect_ok=not failures, expect_failures="; ".join(failures))
+        return [Judged("retry", again["outcome"], judge(again, found_plan), "")]
+    reruns = _reproduce(run, written, "retry", 3, lambda: True)
+    assert [(j.outcome, j.verdict.verdict) for j in reruns] == [("crashed", BROKEN), ("hung", BROKEN),
+                                                                ("crashed", BROKEN)]
+    assert reruns[0].verdict.signature != drawn.verdict.signature  # the same failure, in the expect: block's words
+    assert [reproduces([j], drawn) for j in reruns] == [True, False, True]
+    _write_found(tmp_path, 1, scenario, schedule, None, drawn, TOLERANT_ENDS, reruns)
+    header = written.read_text()
+    assert ("# reproduced: this file broke retry's expect: with outcome crashed in 2 of 3 runs of it "
+            "(outcomes crashed, hung, crashed)") in header
+    assert "# why (schedule 001 as drawn; the last error lines of the rank that died first): r2: OSError" in header
+    assert _reproduce(run, written, "retry", 3, lambda: False) == []  # the budget ended: not rerun, and it says so
+
+
+TORCHRUN_LOG = """\
+[rank3]: RuntimeError: [/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:553] Connection closed by peer \
+[127.0.0.1]:16308. This is typically caused by a remote worker crashing.
+Traceback (most recent call last):
+  File "/x/save_in_place.py", line 40, in <module>
+    state = torch.load(path)
+[rank2]: RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory. This is \
+an internal miniz error.
+W1206 06:35:58.1 torch/distributed/elastic/agent/server/api.py:719] [default] Worker group failed
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+Root Cause (first observed failure):
+  exitcode  : 1 (pid: 1749)
+"""
+
+
+def test_a_crash_s_cause_is_the_last_error_lines_of_the_log_of_the_rank_that_died_first(tmp_path: Path) -> None:
+    from harness.run.last_error import crash_cause, last_errors
+    assert last_errors(TORCHRUN_LOG.splitlines()) == [
+        "[rank2] RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+        "ChildFailedError"]
+    runner = ["Traceback (most recent call last):", '  File "torch/serialization.py", line 807, in __init__',
+              "OSError: [Errno 22] Invalid argument"]
+    assert last_errors(runner) == ["OSError: [Errno 22] Invalid argument"]
+    assert last_errors(["step 3 loss 0.5", "Root Cause (first observed failure):"]) == []
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "r001.log").write_text("\n".join(runner))
+    (tmp_path / "logs" / "r003.log").write_text(TORCHRUN_LOG)
+    (tmp_path / "logs" / "r000.log").write_text("step 1\n")
+    assert crash_cause(tmp_path, [3, 1]) == ("r3: [rank2] RuntimeError: PytorchStreamReader failed reading zip "
+                                             "archive: failed finding central directory; then ChildFailedError")
+    assert crash_cause(tmp_path, [0, 2, 1]).startswith("r1: OSError")  # r0's log has no error line, r2 none
+    assert crash_cause(tmp_path, [0]) == ""
