@@ -364,12 +364,14 @@ class SchedulerFault(FaultBase):
 class Preempt(SchedulerFault):
     """The scheduler preempts the job, as Slurm does: with `signal`, that signal to every task
     `lead` before (sbatch --signal's warning); then SIGCONT and SIGTERM to every task, and
-    SIGKILL after the cluster's KillWait. With `requeue`, the job is then queued again and
-    starts from the top (a spot instance taken back)."""
+    SIGKILL `grace` later (default: the cluster's KillWait, what Slurm itself waits). With
+    `requeue`, the job is then queued again and starts from the top (a spot instance taken
+    back)."""
 
     kind: Literal["preempt"] = "preempt"
     signal: Annotated[int, BeforeValidator(_signal_number)] | None = None
     lead: Seconds = 0.0
+    grace: Seconds | None = None
     requeue: bool = False
     reversible: ClassVar[bool] = False
 

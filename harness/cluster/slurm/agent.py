@@ -92,6 +92,8 @@ class Agent(zygote.NodeOps):
         self.scheduled: list[tuple[float, int, FaultBase, float | None, float | None]] = []  # link faults announced
         self.due: dict[int, float] = {}  # fault id -> when the agent reverts it itself
         self.reverted: dict[int, float] = {}
+        self.kill_at: float | None = None   # a preemption's grace ends: every rank's tree SIGKILLed
+        self.ranks: dict[int, str] = {}     # the launcher's live children (pid -> name), as it keeps them
 
     def _pid(self, target: str, names: dict[int, str]) -> int | None:
         return next((pid for pid, name in names.items() if name == target), None)
@@ -131,6 +133,11 @@ class Agent(zygote.NodeOps):
             at = now + LINK_APPLY_LEAD_S
             self.scheduled.append((at, cmd["id"], fault, cmd.get("heals_after"), cmd.get("revert_after")))
             return {"t": at, "t_requested": now, "mechanism": self.injector.mechanism(fault)}
+        if op == "kill_after":
+            # Slurm's own SIGKILL after a preemption comes KillWait after its SIGTERM, and
+            # `scancel --signal=KILL` too is a cancel with KillWait: a shorter grace is the agent's
+            self.kill_at, self.ranks = time.monotonic() + cmd["seconds"], names
+            return {"t": time.monotonic()}
         if op == "revert":
             self.tick()  # one announced and not yet due is put on and taken off, as planned
             self.due.pop(cmd["id"], None)
@@ -162,6 +169,11 @@ class Agent(zygote.NodeOps):
         return injection
 
     def tick(self) -> None:
+        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self.kill_at = None
+            for pid, name in list(self.ranks.items()):
+                if not name.startswith("tap-"):
+                    proc.signal_tree(pid, signal.SIGKILL, proc.start_time(pid), gone_ok=True)
         for at, index, fault, heals_after, revert_after in list(self.scheduled):
             if (left := at - time.monotonic()) > TICK_S:
                 continue

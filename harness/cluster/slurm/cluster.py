@@ -381,15 +381,18 @@ class AgentInjector(Injector):
         if isinstance(fault, Preempt):
             if fault.signal is not None:  # sbatch --signal's warning, to every task of every step
                 commands.run(["scancel", f"--signal={fault.signal}", job])
-            grace = commands.config_seconds("KillWait", 30.0)
+            grace = fault.grace if fault.grace is not None else commands.config_seconds("KillWait", 30.0)
             end = ["scontrol", "requeue", job] if fault.requeue else ["scancel", job]
             cluster.requeue_expected = fault.requeue
 
             def preempt_now() -> None:  # as Slurm preempts: SIGCONT and SIGTERM to every task at once
                 for name in ("CONT", "TERM"):
                     commands.run(["scancel", f"--signal={name}", job])
+                _after(cluster, grace, lambda: commands.run(end))
+            # at the grace's end each node's agent SIGKILLs its ranks' trees, then Slurm ends the job
+            for agent in cluster.agents:
+                agent.request({"op": "kill_after", "seconds": fault.lead + grace}, REQUEST_TIMEOUT_S)
             _after(cluster, fault.lead, preempt_now)
-            _after(cluster, fault.lead + grace, lambda: commands.run(end))
         elif isinstance(fault, Requeue):
             cluster.requeue_expected = True
             commands.run(["scontrol", "requeue", job])
@@ -441,7 +444,8 @@ class SlurmBackend(Backend):
         if kind in LINK_KINDS:
             return "the node's agent, on the node's own interface (every rank of the node)"
         if kind == "preempt":
-            return "Slurm: scancel --signal (warning, SIGCONT, SIGTERM), then scancel or scontrol requeue after KillWait"
+            return ("Slurm: scancel --signal (warning, SIGCONT, SIGTERM), SIGKILL after the grace (KillWait), "
+                    "then scancel or scontrol requeue")
         if kind == "requeue":
             return "Slurm: scontrol requeue"
         if kind == "slurmd_kill":
