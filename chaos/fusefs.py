@@ -266,8 +266,8 @@ class Passthrough:
 
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
-        return {"st_mode": st.st_mode, "st_nlink": st.st_nlink, "st_uid": st.st_uid, "st_gid": st.st_gid,
-                "st_size": st.st_size, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
+        return {"st_ino": st.st_ino, "st_mode": st.st_mode, "st_nlink": st.st_nlink, "st_uid": st.st_uid,
+                "st_gid": st.st_gid, "st_size": st.st_size, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
                 "st_ctime": st.st_ctime_ns, "st_blocks": st.st_blocks, "st_blksize": st.st_blksize}
 
     def readdir(self, path: str, fh: int) -> list[str]:
@@ -407,7 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     below = os.open(args.path, os.O_RDONLY | os.O_DIRECTORY)  # the directory below, once covered
     filesystem = Passthrough(below, fault, args.seed)
     _serve_control(filesystem, args.control)
-    options: dict[str, Any] = {"allow_other": True} if os.geteuid() == 0 else {}
+    # use_ino: a file keeps the inode number it has below, so what a rank records of it
+    # inside the mount (a checkpoint's identity: reports.checkpoints) is what it has after
+    options: dict[str, Any] = {"use_ino": True, **({"allow_other": True} if os.geteuid() == 0 else {})}
     mfusepy.FUSE(filesystem, args.path, foreground=True, fsname=f"chaos-{args.run_id}", **options)
     return 0
 

@@ -5,10 +5,16 @@
 
 Everything comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT). CUDA and NCCL when there are GPUs, CPU and gloo otherwise. The model, its
-optimizer and the step are saved every `--checkpoint-every` steps (rank 0, atomically) and
-loaded at start, so a restarted job resumes; with `--save-on-sigterm` a SIGTERM (a Slurm
-preemption, a time limit, scancel) also saves at the end of the step every rank is in, then
-exits 0, so the requeued job loses no step. `--timeout` bounds the training collectives
+optimizer and the step are saved every `--checkpoint-every` steps (rank 0) and loaded at
+start, so a restarted job resumes. `--save` says how, from the way most scripts do it to
+the way that survives a crash of the node's storage (scenarios/lose_unsynced.yaml):
+`direct` (torch.save straight to the final path: a kill mid-save tears it), `rename` (the
+default, "atomic" as Lightning's: a temporary file renamed into place, nothing fsynced, so
+a crash that loses unsynced writes leaves the renamed file empty) and `durable` (the
+temporary file fsynced, renamed, and the folder fsynced: the rename and its data survive
+the crash). With `--save-on-sigterm` a SIGTERM (a Slurm preemption, a time limit,
+scancel) also saves at the end of the step every rank is in, then exits 0, so the requeued
+job loses no step. `--timeout` bounds the training collectives
 and `--init-timeout` the start-up, each PyTorch's default (30 min for gloo) unless given:
 interpreters importing torch on a busy host reach `init_process_group` tens of seconds
 apart, so a timeout fit for training would end a slow start. The harness measures it from
@@ -39,6 +45,8 @@ def parse_args() -> argparse.Namespace:
                         help="seconds for every rank to reach init_process_group")
     parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
     parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--save", choices=SAVES, default="rename",
+                        help="how a checkpoint is written: " + "; ".join(f"{k}: {v}" for k, v in SAVES.items()))
     parser.add_argument("--save-on-sigterm", action="store_true",
                         help="on SIGTERM, save a checkpoint at the end of the current step and exit 0")
     return parser.parse_args()
@@ -48,11 +56,33 @@ def seconds(value: float | None) -> datetime.timedelta | None:
     return None if value is None else datetime.timedelta(seconds=value)
 
 
-def save(path: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Atomically: a kill during the save leaves the previous checkpoint whole."""
+SAVES = {"direct": "torch.save to the final path",
+         "rename": "to a temporary file, then renamed into place (no fsync)",
+         "durable": "to a temporary file, fsynced, renamed, the folder fsynced"}
+
+
+def save(how: str, path: str, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+    if how == "direct":
+        torch.save(state, path)
+        return
     partial = path + ".tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
+    torch.save(state, partial)
+    if how == "durable":
+        fsync(partial)
     os.replace(partial, path)
+    if how == "durable":  # the rename itself is durable only once the folder is
+        fsync(os.path.dirname(os.path.abspath(path)))
+
+
+def fsync(path: str) -> None:
+    """Make what was written to a file (or a folder's entries) durable: Linux flushes the
+    file's data on an fsync through any descriptor of it."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def main() -> None:
@@ -107,7 +137,7 @@ def main() -> None:
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
             if step % args.checkpoint_every == 0 or stop:
-                save(args.checkpoint, model, optimizer, step)
+                save(args.save, args.checkpoint, model, optimizer, step)
         if stop:
             print(f"rank {rank}: SIGTERM at step {step}: saved, exiting", flush=True)
             break

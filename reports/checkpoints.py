@@ -35,7 +35,8 @@ Identity = tuple[int, int, int]  # inode, mtime in ns, size
 ALLOW = "job.shared_checkpoint"
 
 
-def _identity(file: Any) -> Identity | None:
+def file_identity(file: Any) -> Identity | None:
+    """A checkpoint event's file as (inode, mtime, size); None where it names no file."""
     if not isinstance(file, dict):
         return None
     try:
@@ -58,7 +59,7 @@ class Saved:
 
 def saved(events: pd.DataFrame) -> Saved:
     saves = _of_kind(events, CHECKPOINT_SAVE)
-    return Saved(frozenset(ident for e in saves if (ident := _identity(e.get("file")))),
+    return Saved(frozenset(ident for e in saves if (ident := file_identity(e.get("file")))),
                  frozenset(os.path.dirname(str(e["path"])) for e in saves))
 
 
@@ -66,9 +67,9 @@ def loaded_steps(events: pd.DataFrame, after: float) -> set[int]:
     """The steps at which this trial saved the files its job loaded after `after` (a
     restart's restore, as the job's own counting of steps saw it when it saved)."""
     steps = {ident: int(e["step"]) for e in _of_kind(events, CHECKPOINT_SAVE)
-             if (ident := _identity(e.get("file"))) is not None and e.get("step") is not None}
+             if (ident := file_identity(e.get("file"))) is not None and e.get("step") is not None}
     return {steps[ident] for load in _of_kind(events, CHECKPOINT_LOAD)
-            if float(load["t"]) > after and (ident := _identity(load.get("file"))) in steps}
+            if float(load["t"]) > after and (ident := file_identity(load.get("file"))) in steps}
 
 
 def foreign_loads(events: pd.DataFrame, info: TrialInfo, others: Sequence[tuple[str, Saved]]) -> list[str]:
@@ -79,7 +80,7 @@ def foreign_loads(events: pd.DataFrame, info: TrialInfo, others: Sequence[tuple[
     folders = own.folders.union(*(other.folders for _, other in others))
     found: dict[tuple[str, str], set[int]] = {}  # (path, where it came from) -> ranks
     for load in _of_kind(events, CHECKPOINT_LOAD):
-        ident, path = _identity(load.get("file")), str(load["path"])
+        ident, path = file_identity(load.get("file")), str(load["path"])
         if ident is None or ident in own.identities:
             continue
         writer = next((name for name, other in others if ident in other.identities), None)

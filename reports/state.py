@@ -13,7 +13,12 @@ against named invariants, apart from whatever injected the faults (as Jepsen's c
                        or foreign checkpoint, and the optimizer's state with the weights;
                        nor a save that failed (`checkpoint_failed`), nor the initial state
                        once a checkpoint was written (a resume that silently starts from
-                       scratch, as when a full disk left the newest file torn)
+                       scratch, as when a full disk left the newest file torn); nor (a user's
+                       job) a load of a file that holds what none of its saves left there:
+                       the newest save lost, as a crash of the storage loses what was not
+                       fsynced (lose_unsynced) or a kill mid-save tears it. Named with the
+                       file, its size, the step of the save lost and the step the loaders
+                       resumed at (the steps lost), or that none of them stepped after it
     progress is honest a rank's steps only go forward between resumes; steps rolled back
                        (thrown away by a resume) and repeated (run again) are counted per rank
 
@@ -35,10 +40,12 @@ are the training steps themselves.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from runfolder.events import CHECKPOINT, CHECKPOINT_FAILED, CHECKPOINT_SAVE
+from reports.checkpoints import Identity, file_identity
+from runfolder.events import CHECKPOINT, CHECKPOINT_FAILED, CHECKPOINT_LOAD, CHECKPOINT_SAVE
 from runfolder.plan import STATE_VERDICTS
 
 CONSISTENT, DIVERGED, NOT_OBSERVED = STATE_VERDICTS  # the names a scenario may expect
@@ -272,6 +279,8 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
         absolute.append((s, step))
         recorded.add(s, step)
 
+    violations += _lost_saves(events, states, offsets, labels)
+
     # progress is honest: forward between resumes; rolled back and repeated per replica
     rolled_back: dict[str, int] = {}
     repeated: dict[str, int] = {}
@@ -321,6 +330,51 @@ def _lost_checkpoint(s: State, step: int, saves: list[tuple[float, str, int]],
         return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,),
                          f"rank {label} resumed at {_where(s, user_job)}, whose save failed: a torn checkpoint")
     return None
+
+
+def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: Mapping[int, int | None],
+                labels: Mapping[tuple[int, int], str]) -> list[Violation]:
+    """Loads of a file one of the job's saves left (the same inode in the same folder: a
+    rename keeps it) that read what none of them left there (its modification time or size
+    changed since); one violation per file as read, unless every loader resumed at the step
+    of the newest save (the same bytes written again)."""
+    saves = sorted(((float(e["t"]), os.path.dirname(str(e["path"])), ident, e) for e in events
+                    if e.get("kind") == CHECKPOINT_SAVE and (ident := file_identity(e.get("file"))) is not None),
+                   key=lambda save: save[0])
+    lost: dict[tuple[str, Identity], tuple[tuple[float, Identity, Mapping[str, Any]], list[Mapping[str, Any]]]] = {}
+    for load in sorted((e for e in events if e.get("kind") == CHECKPOINT_LOAD), key=lambda e: float(e["t"])):
+        read, folder = file_identity(load.get("file")), os.path.dirname(str(load.get("path")))
+        if read is None:
+            continue
+        left = [(t, ident, e) for t, where, ident, e in saves
+                if t < float(load["t"]) and where == folder and ident[0] == read[0]]
+        if left and read not in {ident for _, ident, _ in left}:
+            lost.setdefault((str(load["path"]), read), (left[-1], []))[1].append(load)
+    found = []
+    for (path, read), ((saved_t, saved_file, save), loads) in lost.items():
+        saved = (offsets.get(_int(save.get("pid"))) or 0) + _int(save.get("step"))
+        resumed = sorted({step for load in loads for s in states
+                          if s.pid == _int(load.get("pid")) and s.at == "start" and s.t >= float(load["t"])
+                          and (step := offsets.get(s.pid)) is not None})
+        if resumed and resumed[0] >= saved:
+            continue
+        loaders = sorted({labels.get((_int(e.get("rank")), _int(e.get("local_rank"))), str(_int(e.get("rank"))))
+                          for e in loads})
+        first = loads[0]
+        size = "empty (0 bytes)" if read[2] == 0 else f"{read[2]} bytes"
+        detail = (f"{'rank' if len(loaders) == 1 else 'ranks'} {','.join(loaders)} loaded {_short_path(path)}, "
+                  f"{size}, not what rank {_int(save.get('rank'))}'s save of step {saved} left there "
+                  f"({saved_file[2]} bytes, {float(first['t']) - saved_t:.2f} s before): that save was lost; "
+                  + (f"the job resumed at step {resumed[0]} ({saved - resumed[0]} steps lost)" if resumed else
+                     f"no process that loaded it stepped after ({len(loads)} loads): it could not be loaded"))
+        gen = max((s.gen for s in states if s.pid == _int(first.get("pid"))), default=0)
+        found.append(Violation(RESTORE_IS_REAL, float(first["t"]), gen, saved, tuple(loaders), detail))
+    return found
+
+
+def _short_path(path: str) -> str:
+    """A checkpoint's file with its folder: the part of the path a reader recognises."""
+    return os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
 
 
 def _comparable(earlier: State, resumed: State) -> bool:

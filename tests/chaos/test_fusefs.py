@@ -85,6 +85,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_renamed_and_loses_the_rest(sto
     injection = NetlinkInjector(ledger, MECHANISMS).apply(LoseUnsynced(), [host])
     save(directory / ".tmp-step-00000020.pt", 20_000)  # the atomic way: written, fsynced, renamed
     os.replace(directory / ".tmp-step-00000020.pt", directory / "step-00000020.pt")
+    # what a rank records of a file in the mount is its identity below (reports.checkpoints)
+    seen = (directory / "step-00000020.pt").stat()
     (directory / "step-00000030.pt").write_bytes(b"y" * 30_000)  # torch.save's way: no fsync
     (directory / ".partial").write_bytes(b"z" * 40_000)  # renamed without an fsync (examples/train_ddp.py)
     os.replace(directory / ".partial", directory / "checkpoint.pt")
@@ -98,6 +100,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_renamed_and_loses_the_rest(sto
     injection.revert()  # the fault's end: the crash
     assert not mounted(str(directory))
     assert (directory / "step-00000020.pt").read_bytes() == b"x" * 20_000
+    below = (directory / "step-00000020.pt").stat()
+    assert (seen.st_ino, seen.st_mtime_ns, seen.st_size) == (below.st_ino, below.st_mtime_ns, below.st_size)
     assert (directory / "step-00000030.pt").exists() and (directory / "step-00000030.pt").stat().st_size == 0
     assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
     assert (directory / "grown.pt").read_bytes() == b"a" * 1000

@@ -260,3 +260,50 @@ def test_a_user_job_that_starts_over_though_it_saved_a_checkpoint_is_named():
     verdict = check_state(h.events)
     assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
     assert "from scratch" in verdict.first.detail and "a checkpoint was written" in verdict.first.detail
+
+
+def file_of(identity: tuple[int, int, int]) -> dict[str, int]:
+    ino, mtime_ns, size = identity
+    return {"ino": ino, "mtime_ns": mtime_ns, "size": size}
+
+
+def with_checkpoint_files(h: History, saved: dict[int, tuple[int, int, int]], read: tuple[int, int, int]) -> History:
+    """`h` (a user_job) with rank 0's saves (step -> inode, mtime, size of the file it left)
+    before the restart, and each restarted worker's load of checkpoint.pt as `read`."""
+    restart = next(i for i, e in enumerate(h.events) if e["kind"] == "rank_start")
+    t = h.events[restart - 1]["t"]
+    h.events[restart:restart] = [
+        {"t": t - 0.001 * (len(saved) - i), "src": "rank", "rank": 0, "pid": 1000, "kind": "checkpoint_save",
+         "step": step, "path": "/trial/ckpt/checkpoint.pt.tmp", "file": file_of(f)}
+        for i, (step, f) in enumerate(sorted(saved.items()))]
+    for rank in range(4):
+        start = next(i for i, e in enumerate(h.events) if e["kind"] == "state" and e["at"] == "start"
+                     and e["rank"] == rank and e["pid"] >= 1100)
+        h.events.insert(start, {"t": h.events[start]["t"] - 0.0001, "src": "rank", "rank": rank,
+                                "pid": h.events[start]["pid"], "kind": "checkpoint_load",
+                                "path": "/trial/ckpt/checkpoint.pt", "file": file_of(read)})
+    return h
+
+
+def test_a_load_of_what_no_save_left_names_the_save_lost_and_the_step_resumed_at():
+    saves = {4: (7, 40, 900), 8: (7, 80, 900), 12: (7, 120, 900)}  # torch.save to the final path
+    # the crash put back the file of step 4 (a new mtime, the same inode and size): resumed there
+    verdict = check_state(with_checkpoint_files(user_job(resume_at=4), saves, (7, 999, 900)).events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert verdict.first.ranks == ("0", "1", "2", "3") and verdict.first.step == 12
+    assert ("loaded ckpt/checkpoint.pt, 900 bytes, not what rank 0's save of step 12 left there" in verdict.first.detail
+            and "resumed at step 4 (8 steps lost)" in verdict.first.detail)
+    # the file the last save left, read whole: a real restore
+    assert check_state(with_checkpoint_files(user_job(resume_at=12), saves, (7, 120, 900)).events).verdict == CONSISTENT
+
+
+def test_an_empty_file_that_no_restarted_worker_could_load_is_named():
+    h = with_checkpoint_files(user_job(resume_at=8), {4: (5, 40, 900), 8: (6, 80, 900)}, (6, 999, 0))
+    h.events = [e for e in h.events if not (e["kind"] == "state" and e["pid"] >= 1100)]  # torch.load raised
+    verdict = check_state(h.events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert "checkpoint.pt, empty (0 bytes), not what rank 0's save of step 8 left there (900 bytes" in verdict.first.detail
+    assert "no process that loaded it stepped after (4 loads): it could not be loaded" in verdict.first.detail
+    # a file of another inode (not one the job saved: pretrained weights) is not judged here
+    other = with_checkpoint_files(user_job(resume_at=8), {8: (6, 80, 900)}, (3, 999, 0))
+    assert check_state(other.events).verdict == CONSISTENT
