@@ -166,6 +166,7 @@ def test_a_job_restarted_faster_than_a_step_still_loses_its_restart() -> None:
     (["--repeat", "0"], "--repeat 0: must be at least 1"),
     (["--nodes", "2000"], "--nodes and --node-mtbf go together"),
     (["--mix", "nowhere"], "--mix nowhere: no such mix"),
+    (["--ranks", "1"], "cluster.ranks"),
 ])
 def test_bad_values_are_refused_before_anything_runs(capsys, args: list[str], wanted: str) -> None:
     assert main(["campaign", str(SCENARIO), "--dry-run", *args]) == 2
@@ -182,6 +183,16 @@ def test_the_dry_run_prints_the_mapping_and_the_same_schedule_for_a_seed(capsys)
     assert "network_switch_cable       8.4%  link_down for 5s..30s (uniform)" in first
     assert "silent_data_corruption     1.4%  left out" in first
     assert "the same for every policy" in first and "policies: retry, elastic" in first
+
+
+def test_ranks_and_backend_override_the_scenarios_as_chaos_run_s_do(capsys) -> None:
+    assert main(["campaign", str(SCENARIO), "--dry-run", "--mtbf", "45s", "--duration", "10m", "--seed", "5",
+                 "--ranks", "8", "--backend", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "mapping on the local backend:" in out and "network_switch_cable       8.4%  left out" in out
+    # the schedule's targets are among the 8 ranks (the scenario's 16 would draw some above)
+    targets = [int(word[1:]) for line in out.splitlines() for word in line.split() if word[:1] == "r" and word[1:].isdigit()]
+    assert len(targets) > 5 and max(targets) < 8
 
 
 def test_the_projection_gives_back_the_measured_ettr_at_the_campaigns_own_fault_rate() -> None:

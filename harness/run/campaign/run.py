@@ -20,10 +20,11 @@ import json
 import math
 import secrets
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import ValidationError
@@ -33,6 +34,7 @@ from harness.cluster.api import Backend
 from harness.cluster.launcher import LauncherPool
 from harness.job.device import Placement
 from harness.run.campaign.mix import Mapped, Mix
+from harness.run.campaign.prepare import CampaignPlan
 from harness.run.campaign.schedule import ScheduledFault
 from harness.run.orchestrator import Trial, start_run
 from harness.run.plan import build_plan
@@ -40,7 +42,7 @@ from harness.run.progress import Progress
 from harness.run.scenario import Scenario
 from harness.signals import Terminated
 from runfolder.events import EVENTS_FILE, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events
-from runfolder.layout import CAMPAIGN_FILE, CHECKPOINT_DIR, trial_dir
+from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, CHECKPOINT_DIR, trial_dir
 
 REFERENCE = "reference"
 # a job started again with less than this left of the window would spend it all starting
@@ -174,6 +176,57 @@ def _policy_campaign(base: Scenario, label: str, policy: str, schedule: tuple[Sc
         progress.phase(label, f"the job ended ({result.end}) at +{ended - window_start:.0f} s: "
                               f"started again as a new job, resuming from its newest checkpoint")
         resume_from = tdir / CHECKPOINT_DIR
+
+
+def run_windows(plan: CampaignPlan, parent: Path, progress: Progress, launchers: LauncherPool,
+                say: Callable[[str], None]) -> list[Path]:
+    """Run every window of `plan` into `parent` (one window: `parent` itself, else
+    `parent/window-<r>`), write each window's report and `say` its summary; returns the
+    windows' folders. Ctrl-C or an error: what was measured is reported, marked partial,
+    and the exception goes on."""
+    from harness.cluster.backends import backend_named
+    from harness.job.device import PlacementError, choose, visible_gpus
+    from harness.run.plan import placement_problem
+    from reports.campaign import write_campaign_report
+
+    scenario = plan.scenario
+    try:
+        placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
+    except PlacementError as exc:
+        raise UsageError(f"{plan.scenario_file}: {exc}") from None
+    problem = placement_problem(scenario, plan.scenario_file, placement.device, placement.reason)
+    if problem:
+        raise UsageError(problem)
+    launchers.start_ahead()
+    repeated = len(plan.schedules) > 1
+    folders = []
+    for r, (seed, schedule) in enumerate(zip(plan.seeds, plan.schedules, strict=True)):
+        folder = parent / f"window-{r}" if repeated else parent
+        folder.mkdir(exist_ok=True)
+        record = {"format": CAMPAIGN_FORMAT, "command": plan.command, "scenario": str(plan.scenario_file),
+                  "window": r, "mix": {"name": plan.mix.name, "source": plan.mix.source, "file": str(plan.mix.path)},
+                  "mapping": [{"category": m.category.name, "share": m.category.share, "injects": m.text(),
+                               "left_out": m.left_out} for m in plan.mapping],
+                  "seed": seed, "mtbf_s": plan.mtbf_s, "duration_s": plan.duration_s, "lead_in_s": plan.lead_in_s,
+                  "backend": scenario.cluster.backend, "ranks": scenario.cluster.ranks, "schedule": list(schedule),
+                  "projection": plan.projection, "partial": True}
+        interrupted = None
+        try:
+            run_campaign(scenario, list(plan.policies), plan.mix, plan.mapping, schedule, plan.duration_s, folder,
+                         backend_named(scenario.cluster.backend), placement, progress, launchers, record)
+        except BaseException as exc:  # Ctrl-C or an error: what was measured is reported, marked partial
+            interrupted = exc
+        try:
+            say(("" if not repeated else f"\nwindow {r} (seed {seed}):\n") + write_campaign_report(folder))
+        except Exception as exc:
+            if interrupted is None:
+                raise
+            print(f"chaos: the campaign's report could not be written ({exc})", file=sys.stderr)
+        if interrupted is not None:
+            print(f"campaign stopped early: the figures above are partial ({folder})", file=sys.stderr)
+            raise interrupted
+        folders.append(folder)
+    return folders
 
 
 def write_record(campaign_dir: Path, record: dict[str, Any]) -> None:
