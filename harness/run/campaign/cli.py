@@ -27,7 +27,7 @@ def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default="20m", help="the window each policy trains in (default 20m)")
     parser.add_argument("--policy", action="append",
                         help="policy to run (repeatable; default: the scenario's); any of the harness's "
-                             "policies may be named (elastic)")
+                             "policies may be named (elastic); a user's job (job:): its variants")
     parser.add_argument("--repeat", type=int, default=1,
                         help="windows per policy, each with its own schedule (seeds N, N+1, ...); the report "
                              "gives each figure's median and spread over them (default 1)")

@@ -78,13 +78,13 @@ def plan_campaign(scenario: Scenario, scenario_file: Path, policies: list[str] |
     mtbf_s, duration_s = seconds_of("mtbf", mtbf, names), seconds_of("duration", duration, names)
     if repeat < 1:
         raise CampaignInputError("repeat", f"{names['repeat']} {repeat}: must be at least 1 (windows per policy)")
-    if scenario.job is not None:
-        raise CampaignInputError("scenario", f"{scenario_file}: job: a campaign runs the harness's own runner; "
-                                             "a user's job is not built yet (its checkpoint resume differs); use a "
-                                             "scenario with policies:")
-    chosen = list(policies or scenario.policies)
+    chosen = list(policies or scenario.trial_names())
     for policy in chosen:
-        if policy not in scenario.policies and policy not in POLICY_NAMES:
+        if scenario.job is not None and policy not in scenario.trial_names():  # a user's job compares its variants
+            raise CampaignInputError("policies", f"{names['policies']} {policy}: not a variant of the job in "
+                                                 f"{scenario_file} ({', '.join(scenario.trial_names())}); "
+                                                 "name one of those")
+        if scenario.job is None and policy not in scenario.policies and policy not in POLICY_NAMES:
             raise CampaignInputError("policies", f"{names['policies']} {policy}: not in {scenario_file}'s policies "
                                                  f"nor a harness policy "
                                                  f"({', '.join(dict.fromkeys([*scenario.policies, *POLICY_NAMES]))})")
