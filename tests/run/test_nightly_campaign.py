@@ -177,3 +177,10 @@ def test_a_campaigns_rows_are_no_row_of_the_documents_table(tmp_path: Path) -> N
         [_campaign_row("timeout", 0.9, None)]))]))
     report = night_report(read_history(db), info(0).night, np.random.default_rng(1))
     assert all(check.scenario == "" for check in report.claims)  # "not run": a campaign is no single-fault trial
+
+
+def test_a_campaign_of_a_users_job_runs_its_variants(tmp_path: Path) -> None:
+    byo = Path(__file__).resolve().parents[2] / "scenarios" / "byo_kill.yaml"
+    path = plan_file(tmp_path, f"campaigns:\n  - {{scenario: {byo}, ranks: 4, seed: 2, duration: 60s, mtbf: 15s}}\n")
+    [cell] = expand(load_night_plan(path), path)
+    assert cell.policies == ("default", "timeout_5s") and "--policy default --policy timeout_5s" in cell.command

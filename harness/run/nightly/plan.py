@@ -253,7 +253,7 @@ def _campaign_cell(plan: NightPlan, plan_file: Path, index: int, entry: Campaign
     overrides: dict[str, Any] = {"seed": entry.seed, "cluster.backend": plan.backend, "cluster.ranks": entry.ranks}
     scenario, _ = load_campaign_scenario(path, {k: v for k, v in overrides.items() if v is not None})
     policies = list(entry.policies) if entry.policies else None
-    chosen = tuple(policies or scenario.policies)
+    chosen = tuple(policies or scenario.trial_names())
     command = campaign_command_line(path, chosen, entry.mix, entry.mtbf, entry.duration, scenario.seed,
                                     entry.ranks, plan.backend)
     try:
