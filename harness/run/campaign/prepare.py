@@ -16,11 +16,11 @@ from harness.run.campaign.schedule import ScheduledFault, draw_schedule, expecte
 from harness.run.scenario import Scenario
 
 CLI_NAMES = {"mtbf": "--mtbf", "duration": "--duration", "seed": "--seed", "policies": "--policy",
-             "repeat": "--repeat", "scenario": ""}
+             "repeat": "--repeat"}
 
 
 class CampaignInputError(UsageError):
-    """A refused campaign input; `field` is which (mtbf, duration, seed, policies, scenario)."""
+    """A refused campaign input; `field` is which (mtbf, duration, seed, policies, repeat)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)

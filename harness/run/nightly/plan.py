@@ -242,7 +242,7 @@ def expand(plan: NightPlan, plan_file: Path) -> tuple[Cell | CampaignCell, ...]:
 
 
 # how a campaign's refusal names its field in a plan file (prepare.CLI_NAMES: as options)
-CAMPAIGN_FIELDS = {name: name for name in ("mtbf", "duration", "seed", "policies", "repeat", "scenario")}
+CAMPAIGN_FIELDS = {name: name for name in ("mtbf", "duration", "seed", "policies", "repeat")}
 
 
 def _campaign_cell(plan: NightPlan, plan_file: Path, index: int, entry: CampaignEntry) -> CampaignCell:
