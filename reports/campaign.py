@@ -33,7 +33,7 @@ from typing import Any, Iterable
 from matplotlib.figure import Figure
 
 from runfolder.events import (COLLECTIVE_ERROR, EVENTS_FILE, FAULT_APPLIED, HANG_DETECTED, JOB_OUTPUT, RESTORED,
-                              STEP, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events)
+                              STATE, STEP, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events)
 from runfolder.info import RunFolderError
 from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, trial_dirs
 
@@ -245,14 +245,49 @@ PICTURE_FILE = "kept-work.png"
 
 
 def policy_events(campaign: dict[str, Any], policy: str) -> list[dict[str, Any]]:
-    """Every event of the policy's segments, each tagged with its segment, in time order."""
+    """Every event of the policy's segments, each tagged with its segment, in time order;
+    a user's job's steps counted as training steps (resumed_steps)."""
     found = []
     for k, segment in enumerate(campaign["policies"][policy]["segments"]):
         for folder in trial_dirs(Path(segment["run_dir"])):
             path = folder / EVENTS_FILE
             if path.exists():
                 found += [{**ev, "segment": k} for ev in read_events(path)[0]]
-    return sorted(found, key=lambda ev: ev["t"])
+    return resumed_steps(sorted(found, key=lambda ev: ev["t"]))
+
+
+def resumed_steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A user's job's `step` events count its process's steps since it began (the hook's
+    count), so a job that resumed from a checkpoint numbers from 1 again: here each stretch
+    (segment, generation) that began from a restored state gets the step it resumed at
+    added to its counts. That step is found as reports.state finds it: the recorded state
+    (weights and optimizer) that its state before its first step (`state` at `start`)
+    equals, at that state's own training step; a stretch whose start equals no recorded
+    state began from scratch (everything before it rolled back). The built-in runner's
+    steps are training steps already: it records no `start` state, and its events pass
+    unchanged. Events in time order."""
+    starts: dict[tuple[int, int], tuple[Any, Any]] = {}
+    for ev in events:
+        if ev["kind"] == STATE and ev.get("at") == "start":
+            starts.setdefault((ev["segment"], ev["gen"]), (ev["fingerprint"], ev.get("optim")))
+    if not starts:
+        return events
+    offsets: dict[tuple[int, int], int] = {}
+    recorded: dict[tuple[str, str], int] = {}  # a state's (fingerprint, optim) -> its training step
+    out = []
+    for ev in events:
+        if ev["kind"] not in (STEP, STATE):
+            out.append(ev)
+            continue
+        key = (ev["segment"], ev["gen"])
+        if key not in offsets:  # the stretch's first step or state: the states before it are earlier stretches'
+            start = starts.get(key)
+            offsets[key] = recorded.get((json.dumps(start[0]), json.dumps(start[1])), 0) if start else 0
+        step = ev["step"] + offsets[key]
+        if ev["kind"] == STATE and ev.get("at") == "step":
+            recorded.setdefault((json.dumps(ev["fingerprint"]), json.dumps(ev.get("optim"))), step)
+        out.append({**ev, "step": step})
+    return out
 
 
 def campaign_measures(campaign: dict[str, Any]) -> dict[str, tuple[PolicyMeasures, list[dict[str, Any]], float]]:

@@ -521,6 +521,13 @@ class Scenario(Frozen):
         return policy_spec(name, self.policies.get(name, {}))
 
 
+def trial_dir_paths(job: JobSpec) -> list[str]:
+    """Every path under `{trial_dir}` the job's command or environment names, as written
+    after it ("/checkpoint.pt"), in order."""
+    return [(word.split(TRIAL_DIR_FIELD, 1)[1].split() or [""])[0]
+            for word in (*job.command, *job.env.values()) if TRIAL_DIR_FIELD in word]
+
+
 def job_checkpoint_dir(job: JobSpec) -> str:
     """The folder, relative to the trial's, where a user's job keeps its checkpoint: the
     first path under `{trial_dir}` its command or environment names (a file's folder, a
@@ -528,8 +535,7 @@ def job_checkpoint_dir(job: JobSpec) -> str:
     there is none, or it is the trial's folder itself (its events and logs are there) or
     outside it."""
     fix = f'pass the checkpoint as a path in a folder of its own, such as "{TRIAL_DIR_FIELD}/ckpt/checkpoint.pt"'
-    named = [(word.split(TRIAL_DIR_FIELD, 1)[1].split() or [""])[0]
-             for word in (*job.command, *job.env.values()) if TRIAL_DIR_FIELD in word]
+    named = trial_dir_paths(job)
     if not named:
         raise ValueError(f"job.command names no path under {TRIAL_DIR_FIELD}; {fix}")
     path = PurePosixPath(named[0].lstrip("/"))

@@ -16,6 +16,7 @@ from typing import Callable
 
 import pandas as pd
 
+from reports.nightly.campaign import is_campaign
 from reports.nightly.history import History, trial_rows
 from reports.nightly.stats import counts
 from reports.nightly.summary import PolicyNight
@@ -68,6 +69,8 @@ def _claim_checks(key: str, claim: Claim, rows: pd.DataFrame,
 def document_checks(history: History, night: str, summaries: tuple[PolicyNight, ...]) -> tuple[ClaimCheck, ...]:
     """The document's rows in its order; `summaries` is summarize_night's for the same night."""
     rows = trial_rows(history, night)
+    # a campaign's rows are a window of many faults, not one of the document's trials
+    rows = rows[~rows["scenario"].map(is_campaign).astype(bool)]
     by_series = {(s.scenario, s.policy): s for s in summaries}
     return tuple(check for key, claim in DOCUMENT_CLAIMS.items()
                  for check in _claim_checks(key, claim, rows, by_series))

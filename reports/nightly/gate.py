@@ -21,6 +21,10 @@ scenario x policy (fewer: the series is listed as not judged, never passed silen
             Both, because with many repeats a shift far below the noise floor is
             significant yet harmless, and with few a shift above it can be chance.
 
+  bar       a campaign cell's policy (reports.nightly.campaign) whose ETTR missed the plan's
+            bar tonight (stored as the trial's failed expectation): judged on tonight alone,
+            from the first night, since the bar is the plan's, not the history's.
+
 Each regression names the metric, tonight's and the window's figures, the window's nights
 and the command that reproduces the worst trial tonight (its stored command with --seed).
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from reports.nightly.campaign import is_campaign
 from reports.nightly.history import HIGHER, MACHINE_FIGURES, NIGHTLY_METRICS, History, Metric, reproduce_command
 from reports.nightly.stats import counts, figure_text, number_text, quartiles, rank_sum_greater, smallest_rank_sum_p
 
@@ -47,6 +52,7 @@ OUTCOME_SEVERITY: dict[str, int] = {
     "crashed": 2, "running-at-cap": 3, "inconclusive": 3, "incomplete": 3, "bypassed": 3, "hung": 4,  # bypassed: the fault tested nothing
 }
 SERIES_KEY = ["scenario", "policy"]
+ETTR = next(m for m in NIGHTLY_METRICS if m.column == "ettr_pct")
 MACHINE_DIFFERS = 1.25  # tonight's machine figure against the window's median, either way
 
 
@@ -82,6 +88,9 @@ class Regression:
     command: str               # reproduces the worst trial tonight
 
     def text(self) -> str:
+        if not self.nights:  # the bar rule: the plan's bar, not earlier nights
+            return (f"{self.scenario} / {self.policy}: {self.label} below the plan's bar on night {self.night}: "
+                    f"tonight {self.tonight}; the bar: {self.before}; {self.why}. Reproduce: {self.command}")
         return (f"{self.scenario} / {self.policy}: {self.label} got worse on night {self.night}: "
                 f"tonight {self.tonight}; before {self.before} over {len(self.nights)} nights "
                 f"({self.nights[0]} .. {self.nights[-1]}); {self.why}. Reproduce: {self.command}")
@@ -152,6 +161,18 @@ def _metric_rule(night: str, metric: Metric, tonight: pd.DataFrame, before: pd.D
              f"{number_text(floor)} {metric.unit}; {test}"), command=reproduce_command(trial))
 
 
+def _bar_rule(night: str, tonight: pd.DataFrame, metrics: pd.DataFrame) -> Regression | None:
+    missed = tonight[tonight["expect_failures"] != ""]
+    if not len(missed):
+        return None
+    first = missed.iloc[0]
+    values = metrics[(metrics["repeat"] == first["repeat"]) & (metrics["metric"] == ETTR.column)]["value"]
+    return Regression(
+        night=night, scenario=str(first["scenario"]), policy=str(first["policy"]), metric=ETTR.column, label=ETTR.label,
+        tonight=f"{values.iloc[0]:.1f} {ETTR.unit}" if len(values) else "not measured", before=str(first["expect"]),
+        nights=(), why=str(first["expect_failures"]), command=reproduce_command(first))
+
+
 def _nights_short(subject: str, verb: str, nights: tuple[str, ...], window: tuple[str, ...],
                   rules: GateRules) -> str | None:
     """Why a comparison is not made; None when there are enough nights to make it."""
@@ -193,6 +214,8 @@ def check_gate(history: History, night: str, rules: GateRules = DEFAULT_RULES) -
     found: list[Regression | None] = []
     unjudged: list[str] = []
     for key, tonight in trials[trials["night"] == night].groupby(SERIES_KEY, sort=False):
+        if is_campaign(key[0]) and (tonight["expect"] != "").any():
+            found.append(_bar_rule(night, tonight, tonight_metrics.get((*key, ETTR.column), metrics.iloc[:0])))
         before = past_trials.get(key, trials.iloc[:0])
         ran = _nights_in(window, before)
         short = _nights_short(f"{key[0]} / {key[1]}", "run on", ran, window, rules)

@@ -80,6 +80,8 @@ NIGHTLY_METRICS: tuple[Metric, ...] = (
     Metric("suspect_events", "failure-detector suspicions", "events", LOWER, 1.0, "chaos_nightly_suspect_events"),
     Metric("cuda_reserved_after", "accelerator memory reserved after release", "bytes", LOWER, 64 * MIB,
            "chaos_nightly_accelerator_reserved_after_bytes"),
+    # a campaign cell's (reports.nightly.campaign): time on kept steps / wall time, in percent
+    Metric("ettr_pct", "effective training time ratio (campaign)", "%", HIGHER, 2.0, "chaos_nightly_ettr_percent"),
 )
 
 

@@ -28,7 +28,8 @@ from reports.tables import markdown_table
 
 # (column, heading) of the per-policy table of the summary
 SUMMARY_FIGURES = (("ttd_s", "time to detect"), ("ttr_s", "time to recover"),
-                   ("breaker_open_s", "breaker open"), ("wasted_rank_s", "wasted rank-seconds"))
+                   ("breaker_open_s", "breaker open"), ("wasted_rank_s", "wasted rank-seconds"),
+                   ("ettr_pct", "ETTR (campaign)"))
 QUANTILES = (("0.25", "q1"), ("0.5", "median"), ("0.75", "q3"))
 
 

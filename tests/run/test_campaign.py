@@ -166,6 +166,7 @@ def test_a_job_restarted_faster_than_a_step_still_loses_its_restart() -> None:
     (["--repeat", "0"], "--repeat 0: must be at least 1"),
     (["--nodes", "2000"], "--nodes and --node-mtbf go together"),
     (["--mix", "nowhere"], "--mix nowhere: no such mix"),
+    (["--ranks", "1"], "cluster.ranks"),
 ])
 def test_bad_values_are_refused_before_anything_runs(capsys, args: list[str], wanted: str) -> None:
     assert main(["campaign", str(SCENARIO), "--dry-run", *args]) == 2
@@ -182,6 +183,16 @@ def test_the_dry_run_prints_the_mapping_and_the_same_schedule_for_a_seed(capsys)
     assert "network_switch_cable       8.4%  link_down for 5s..30s (uniform)" in first
     assert "silent_data_corruption     1.4%  left out" in first
     assert "the same for every policy" in first and "policies: retry, elastic" in first
+
+
+def test_ranks_and_backend_override_the_scenarios_as_chaos_run_s_do(capsys) -> None:
+    assert main(["campaign", str(SCENARIO), "--dry-run", "--mtbf", "45s", "--duration", "10m", "--seed", "5",
+                 "--ranks", "8", "--backend", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "mapping on the local backend:" in out and "network_switch_cable       8.4%  left out" in out
+    # the schedule's targets are among the 8 ranks (the scenario's 16 would draw some above)
+    targets = [int(word[1:]) for line in out.splitlines() for word in line.split() if word[:1] == "r" and word[1:].isdigit()]
+    assert len(targets) > 5 and max(targets) < 8
 
 
 def test_the_projection_gives_back_the_measured_ettr_at_the_campaigns_own_fault_rate() -> None:
@@ -258,3 +269,63 @@ def test_a_restarted_job_carries_the_faults_still_ahead_shifted_and_trains_to_th
     quiet, carried = segment_scenario(base, "retry", schedule, 55.0, 25.0, "w-reference", label="reference")
     assert carried == [] and quiet.settle_steps == math.ceil(25.0 / base.workload.step_period)
     assert quiet.policy("reference").base == "retry" and quiet.policy("reference").timeout == 5.0
+
+
+def test_a_users_job_campaigns_its_variants_and_a_new_job_resumes_from_the_checkpoint_it_names(
+        tmp_path: Path) -> None:
+    from harness.run.campaign.prepare import load_campaign_scenario, plan_campaign
+    from harness.run.campaign.run import _carry_checkpoint, segment_scenario
+    byo = REPO / "scenarios" / "byo_kill.yaml"
+    base, own_faults = load_campaign_scenario(byo, {"cluster.ranks": 4, "seed": 2})
+    assert own_faults and base.faults == () and base.expect == {}
+    plan = plan_campaign(base, byo, None, "llama3", "15s", "60s")
+    assert plan.policies == ("default", "timeout_5s")  # the job's variants
+    with pytest.raises(UsageError, match="--policy elastic: not a variant of the job in .* \\(default, timeout_5s\\)"):
+        plan_campaign(base, byo, ["elastic"], "llama3", "15s", "60s")
+    # one variant per job, under its label: the reference is the first variant's job as it is
+    job, _ = segment_scenario(base, "timeout_5s", plan.schedules[0], 0.0, 60.0, "w-timeout_5s-0")
+    assert job.trial_names() == ["timeout_5s"] and job.variants["timeout_5s"].args == ("--timeout", "5")
+    reference, _ = segment_scenario(base, "default", (), 0.0, 60.0, "w-reference", label="reference")
+    assert reference.trial_names() == ["reference"] and reference.job == base.job
+    # the job keeps its checkpoint at {trial_dir}/checkpoint.pt: the next job finds it there
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    (old / "checkpoint.pt").write_bytes(b"step 40")
+    (old / "events.jsonl").write_text("{}\n")
+    _carry_checkpoint(job, "timeout_5s", old, new)
+    assert sorted(p.name for p in new.iterdir()) == ["checkpoint.pt"] and (new / "checkpoint.pt").read_bytes() == b"step 40"
+
+
+def _states(segment: int, first_step: int, count: int, t0: float, period: float, fingerprint_at) -> list[dict]:
+    """A user's job's rank 0 `state` events: its start state, then one per step (hook counts)."""
+    start = {"t": t0 - 0.01, "src": "rank", "rank": 0, "kind": "state", "segment": segment, "gen": 0, "step": 0,
+             "at": "start", "fingerprint": fingerprint_at(segment, 0), "optim": "o"}
+    return [start] + [{"t": t0 + i * period + 0.0005, "src": "rank", "rank": 0, "kind": "state", "segment": segment,
+                       "gen": 0, "step": first_step + i, "at": "step", "fingerprint": fingerprint_at(segment, first_step + i),
+                       "optim": "o"} for i in range(count)]
+
+
+def test_a_users_job_that_resumed_counts_its_steps_from_the_step_its_checkpoint_held() -> None:
+    """The hook counts a process's steps from 1: job 1 resumed from job 0's step 30 (its
+    start state equals the state job 0 recorded there) and counts 1..20, which are 31..50;
+    only 31..34 of job 0 were rolled back. A job whose start state matches nothing began
+    from scratch: all before it is rolled back."""
+    from reports.campaign import resumed_steps
+    P = 0.25
+
+    def resumed_from_30(segment: int, step: int) -> str:
+        return "s30" if (segment, step) in ((0, 30), (1, 0)) else f"{segment}/{step}"
+
+    events = sorted(_steps(0, 0, 1, 34, P, P) + _states(0, 1, 34, P, P, resumed_from_30)
+                    + _steps(1, 0, 1, 20, 10.0, P) + _states(1, 1, 20, 10.0, P, resumed_from_30), key=lambda e: e["t"])
+    renumbered = resumed_steps(events)
+    assert sorted({e["step"] for e in renumbered if e["kind"] == "step" and e["segment"] == 1}) == list(range(31, 51))
+    m = measure(renumbered, P, 10.0 + 20 * P)
+    assert m.kept_steps == 50 and math.isclose(m.lost_s["recompute"], 4 * P, abs_tol=1e-6)
+    scratch = resumed_steps(sorted(_steps(0, 0, 1, 34, P, P) + _states(0, 1, 34, P, P, lambda s, n: f"{s}/{n}")
+                                   + _steps(1, 0, 1, 20, 10.0, P) + _states(1, 1, 20, 10.0, P, lambda s, n: f"{s}/{n}"),
+                                   key=lambda e: e["t"]))
+    assert measure(scratch, P, 10.0 + 20 * P).kept_steps == 20
+    # the built-in runner records no start state: its steps are training steps, left as they are
+    builtin = _steps(0, 0, 1, 10, P, P)
+    assert resumed_steps(builtin) == builtin

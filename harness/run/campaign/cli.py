@@ -1,5 +1,5 @@
 """`chaos campaign SCENARIO.yaml [--mix llama3|FILE] [--mtbf 60s] [--duration 20m] [--policy P]...
-[--repeat N] [--seed N] [--nodes N --node-mtbf 1000h] [--out DIR] [--dry-run]`: each policy's effective training time under a fault mix
+[--repeat N] [--seed N] [--ranks N] [--backend B] [--nodes N --node-mtbf 1000h] [--out DIR] [--dry-run]`: each policy's effective training time under a fault mix
 (docs/campaign.md). Every value is checked before anything runs (UsageError: exit 2)."""
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 from chaos import units
 from chaos.errors import UsageError
-from harness.run.campaign.mix import DEFAULT_MIX, Mapped, Mix, load_mix
-from harness.run.campaign.schedule import ScheduledFault, draw_schedule, expected_faults
+from harness.cluster.backends import BACKEND_NAMES
+from harness.run.campaign.mix import DEFAULT_MIX, Mapped, Mix
+from harness.run.campaign.prepare import load_campaign_scenario, plan_campaign, seconds_of
+from harness.run.campaign.schedule import ScheduledFault
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[3] / "scenarios" / "link_down.yaml"
 
@@ -25,11 +27,14 @@ def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default="20m", help="the window each policy trains in (default 20m)")
     parser.add_argument("--policy", action="append",
                         help="policy to run (repeatable; default: the scenario's); any of the harness's "
-                             "policies may be named (elastic)")
+                             "policies may be named (elastic); a user's job (job:): its variants")
     parser.add_argument("--repeat", type=int, default=1,
                         help="windows per policy, each with its own schedule (seeds N, N+1, ...); the report "
                              "gives each figure's median and spread over them (default 1)")
     parser.add_argument("--seed", type=int, help="seed of the schedule (default: the scenario's)")
+    parser.add_argument("--ranks", type=int, help="number of ranks (overrides cluster.ranks; the scenario's times "
+                                                   "follow the ranks per core as with `chaos run --ranks`)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, help="host backend (overrides cluster.backend)")
     parser.add_argument("--out", default="runs", help="folder for the campaign folder (default: ./runs)")
     parser.add_argument("--nodes", type=int, help="with --node-mtbf: project ETTR to a cluster of this many nodes "
                                                   "(a model from the measured costs, labelled so)")
@@ -38,62 +43,40 @@ def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the mapping and the schedule, run nothing")
 
 
-def _seconds(option: str, value: str) -> float:
-    try:
-        seconds = units.parse_duration(value)
-    except ValueError as exc:
-        raise UsageError(f"{option} {value}: {exc}") from None
-    if not 0 < seconds < float("inf"):
-        raise UsageError(f"{option} {value}: must be above 0; give {units.DURATION_FORM}")
-    return seconds
-
-
 def campaign_command(args: argparse.Namespace, require_privileges) -> int:  # type: ignore[no-untyped-def]
-    from harness.job.policies import POLICY_NAMES
-    from harness.run.scenario import SEED_MAX, load_scenario
+    from harness.run.scenario import SEED_MAX
 
-    mtbf, duration = _seconds("--mtbf", args.mtbf), _seconds("--duration", args.duration)
-    if args.repeat < 1:
-        raise UsageError(f"--repeat {args.repeat}: must be at least 1 (windows per policy)")
     if (args.nodes is None) != (args.node_mtbf is None):
         raise UsageError("--nodes and --node-mtbf go together (the projection needs both); give both or neither")
     if args.nodes is not None and args.nodes < 1:
         raise UsageError(f"--nodes {args.nodes}: must be at least 1")
-    node_mtbf = None if args.node_mtbf is None else _seconds("--node-mtbf", args.node_mtbf)
+    node_mtbf = None if args.node_mtbf is None else seconds_of("node_mtbf", args.node_mtbf,
+                                                               {"node_mtbf": "--node-mtbf"})
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
         raise UsageError(f"--seed {args.seed}: must be 0..{SEED_MAX}")
-    scenario = load_scenario(args.scenario, {"seed": args.seed} if args.seed is not None else None)
-    if scenario.job is not None:
-        raise UsageError(f"{args.scenario}: job: a campaign runs the harness's own runner; a user's job is not "
-                         "built yet (its checkpoint resume differs); use a scenario with policies:")
-    policies = args.policy or list(scenario.policies)
-    for policy in policies:
-        if policy not in scenario.policies and policy not in POLICY_NAMES:
-            raise UsageError(f"--policy {policy}: not in {args.scenario}'s policies nor a harness policy "
-                             f"({', '.join(dict.fromkeys([*scenario.policies, *POLICY_NAMES]))})")
-    if len(set(policies)) != len(policies):
-        raise UsageError(f"--policy {next(p for p in policies if policies.count(p) > 1)} given twice; give it once")
-    mix = load_mix(args.mix)
-    mapping = mix.mapping(scenario.cluster.backend, scenario.cluster.ranks)
-    # the first fault comes once the job has trained as long as its warm-up did
-    lead_in = scenario.warmup_steps * scenario.workload.step_period
-    if expected_faults(mtbf, duration, lead_in) < 1:
-        raise UsageError(f"--mtbf {args.mtbf} over --duration {args.duration}: less than one fault is expected "
-                         f"after the {lead_in:g} s lead-in (the scenario's warm-up); make --duration at least "
-                         f"{units.format_duration(mtbf + lead_in)} or --mtbf shorter")
-    seeds = [scenario.seed + r for r in range(args.repeat)]
-    schedules = [draw_schedule(mapping, mtbf, duration, lead_in, scenario.cluster.ranks, seed) for seed in seeds]
-    for seed, schedule in zip(seeds, schedules, strict=True):
-        if not any(f.fault for f in schedule):
-            raise UsageError(f"--seed {seed}: the schedule holds no fault the {scenario.cluster.backend} backend "
-                             f"can inject ({len(schedule)} drawn); give another --seed or a longer --duration")
-    print(plan_text(mix, mapping, schedules, policies, seeds, mtbf, duration, lead_in, args.scenario,
-                    scenario.cluster.backend, bool(scenario.faults)))
+    overrides = {k: v for k, v in (("seed", args.seed), ("cluster.ranks", args.ranks),
+                                   ("cluster.backend", args.backend)) if v is not None}
+    scenario, own_faults = load_campaign_scenario(Path(args.scenario), overrides)
+    projection = None if node_mtbf is None else {"nodes": args.nodes, "node_mtbf_s": node_mtbf}
+    plan = plan_campaign(scenario, Path(args.scenario), args.policy, args.mix, args.mtbf, args.duration,
+                         args.repeat, projection, shlex.join(["chaos", *sys.argv[1:]]))
+    print(plan_text(plan.mix, plan.mapping, list(plan.schedules), list(plan.policies), list(plan.seeds), plan.mtbf_s,
+                    plan.duration_s, plan.lead_in_s, args.scenario, scenario.cluster.backend, own_faults))
     if args.dry_run:
         return 0
     require_privileges("chaos campaign", scenario.cluster.backend)
-    projection = None if node_mtbf is None else {"nodes": args.nodes, "node_mtbf_s": node_mtbf}
-    return _run(args, scenario, policies, mix, mapping, schedules, mtbf, duration, lead_in, projection)
+    from harness.cluster.launcher import LauncherPool
+    from harness.run.campaign.run import campaign_folder, run_windows
+    from harness.run.progress import Progress
+    from reports.campaign import spread_text
+
+    parent = campaign_folder(Path(args.out), scenario.name)
+    with LauncherPool() as launchers:  # one for every window: the ranks' torch is imported once
+        windows = run_windows(plan, parent, Progress(quiet=args.quiet, scope=f"{scenario.name} campaign"), launchers,
+                              say=print)
+    if len(windows) > 1:
+        print("\n" + spread_text(windows, parent))
+    return 0
 
 
 def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedules: list[tuple[ScheduledFault, ...]], policies: list[str],
@@ -112,69 +95,3 @@ def plan_text(mix: Mix, mapping: tuple[Mapped, ...], schedules: list[tuple[Sched
     if own_faults:
         lines.append(f"note: {scenario_file}'s own faults are not used; the mix's are")
     return "\n".join(lines)
-
-
-def _run(args: argparse.Namespace, scenario, policies, mix, mapping, schedules, mtbf, duration,  # type: ignore[no-untyped-def]
-         lead_in, projection) -> int:
-    from harness.cluster.launcher import LauncherPool
-    from harness.job.device import PlacementError, choose, visible_gpus
-    from harness.run.campaign.run import campaign_folder
-    from harness.run.plan import placement_problem
-    from harness.run.progress import Progress
-    from reports.campaign import spread_text
-
-    try:
-        placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
-    except PlacementError as exc:
-        raise UsageError(f"{args.scenario}: {exc}") from None
-    problem = placement_problem(scenario, Path(args.scenario), placement.device, placement.reason)
-    if problem:
-        raise UsageError(problem)
-    parent = campaign_folder(Path(args.out), scenario.name)
-    progress = Progress(quiet=args.quiet, scope=f"{scenario.name} campaign")
-    windows = []
-    with LauncherPool() as launchers:  # one for every window: the ranks' torch is imported once
-        launchers.start_ahead()
-        for r, schedule in enumerate(schedules):
-            windows.append(_window(args, scenario, policies, mix, mapping, schedule, r, len(schedules) > 1, mtbf,
-                                   duration, lead_in, projection, parent, placement, progress, launchers))
-    if len(windows) > 1:
-        print("\n" + spread_text(windows, parent))
-    return 0
-
-
-def _window(args: argparse.Namespace, scenario, policies, mix, mapping, schedule, r: int, repeated: bool,  # type: ignore[no-untyped-def]
-            mtbf, duration, lead_in, projection, parent: Path, placement, progress, launchers) -> Path:
-    """Run one window of the campaign and print its report; returns its folder."""
-    from harness.cluster.backends import backend_named
-    from harness.run.campaign.run import run_campaign
-    from reports.campaign import write_campaign_report
-    from runfolder.layout import CAMPAIGN_FORMAT
-
-    folder = parent / f"window-{r}" if repeated else parent
-    folder.mkdir(exist_ok=True)
-    record = {"format": CAMPAIGN_FORMAT, "command": shlex.join(["chaos", *sys.argv[1:]]),
-              "scenario": str(args.scenario), "window": r,
-              "mix": {"name": mix.name, "source": mix.source, "file": str(mix.path)},
-              "mapping": [{"category": m.category.name, "share": m.category.share, "injects": m.text(),
-                           "left_out": m.left_out} for m in mapping],
-              "seed": scenario.seed + r, "mtbf_s": mtbf, "duration_s": duration, "lead_in_s": lead_in,
-              "backend": scenario.cluster.backend, "ranks": scenario.cluster.ranks, "schedule": list(schedule),
-              "projection": projection, "partial": True}
-    interrupted = None
-    try:
-        run_campaign(scenario, policies, mix, mapping, schedule, duration, folder,
-                     backend_named(scenario.cluster.backend), placement, progress, launchers, record)
-    except BaseException as exc:  # Ctrl-C or an error: what was measured is reported, marked partial
-        interrupted = exc
-    try:
-        print(("" if not repeated else f"\nwindow {r} (seed {scenario.seed + r}):\n")
-              + write_campaign_report(folder))
-    except Exception as exc:
-        if interrupted is None:
-            raise
-        print(f"chaos: the campaign's report could not be written ({exc})", file=sys.stderr)
-    if interrupted is not None:
-        print(f"campaign stopped early: the figures above are partial ({folder})", file=sys.stderr)
-        raise interrupted
-    return folder

@@ -20,10 +20,11 @@ import json
 import math
 import secrets
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import ValidationError
@@ -33,14 +34,15 @@ from harness.cluster.api import Backend
 from harness.cluster.launcher import LauncherPool
 from harness.job.device import Placement
 from harness.run.campaign.mix import Mapped, Mix
+from harness.run.campaign.prepare import CampaignPlan
 from harness.run.campaign.schedule import ScheduledFault
 from harness.run.orchestrator import Trial, start_run
 from harness.run.plan import build_plan
 from harness.run.progress import Progress
-from harness.run.scenario import Scenario
+from harness.run.scenario import Scenario, trial_dir_paths
 from harness.signals import Terminated
 from runfolder.events import EVENTS_FILE, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events
-from runfolder.layout import CAMPAIGN_FILE, CHECKPOINT_DIR, trial_dir
+from runfolder.layout import CAMPAIGN_FILE, CAMPAIGN_FORMAT, CHECKPOINT_DIR, trial_dir
 
 REFERENCE = "reference"
 # a job started again with less than this left of the window would spend it all starting
@@ -82,13 +84,18 @@ def segment_scenario(base: Scenario, policy: str, schedule: tuple[ScheduledFault
             entry["duration"] = round(max(0.001, min(f.duration, remaining - start)), 3)
         faults.append(entry)
         last = max(last, start + entry.get("duration", 0.0))
-    data = base.model_dump(mode="json", exclude={"faults", "expect", "policies", "name", "settle_steps"})
+    data = base.model_dump(mode="json", exclude={"faults", "expect", "policies", "variants", "name", "settle_steps"})
     period = base.workload.step_period
-    overrides = dict(base.policies.get(policy, {}))
-    if label is not None and label != policy:
-        overrides["base"] = base.policy(policy).base
-    data.update(name=name, faults=faults, expect={}, policies={label or policy: overrides},
-                settle_steps=max(1, math.ceil((remaining - last) / period)))
+    if base.job is not None:  # a user's job: its variant, under the label (the reference: the first's)
+        variant = base.variants.get(policy)
+        data["variants"] = {label or policy: {} if variant is None else variant.model_dump(mode="json",
+                                                                                          exclude_unset=True)}
+    else:
+        overrides = dict(base.policies.get(policy, {}))
+        if label is not None and label != policy:
+            overrides["base"] = base.policy(policy).base
+        data["policies"] = {label or policy: overrides}
+    data.update(name=name, faults=faults, expect={}, settle_steps=max(1, math.ceil((remaining - last) / period)))
     try:
         return Scenario.model_validate(data), chosen
     except ValidationError as exc:  # the schedule's draw keeps to what a scenario allows: a harness bug
@@ -147,8 +154,8 @@ def _policy_campaign(base: Scenario, label: str, policy: str, schedule: tuple[Sc
         campaign.segments.append(segment)
         write_record(campaign_dir, record)
         tdir = trial_dir(run_dir, label)
-        if resume_from is not None and resume_from.is_dir():  # the scheduler's new job resumes from it
-            shutil.copytree(resume_from, tdir / CHECKPOINT_DIR)
+        if resume_from is not None:  # the scheduler's new job resumes from what the last one kept
+            _carry_checkpoint(scenario, label, resume_from, tdir)
         what = "fault-free reference" if label == REFERENCE else f"segment {k}, {len(carried)} faults"
         progress.phase(label, f"{what}: {duration - offset:.0f} s of the window left")
         result = Trial(build_plan(scenario, label), tdir, backend, progress, placement=placement,
@@ -173,7 +180,78 @@ def _policy_campaign(base: Scenario, label: str, policy: str, schedule: tuple[Sc
             return
         progress.phase(label, f"the job ended ({result.end}) at +{ended - window_start:.0f} s: "
                               f"started again as a new job, resuming from its newest checkpoint")
-        resume_from = tdir / CHECKPOINT_DIR
+        resume_from = tdir
+
+
+def run_windows(plan: CampaignPlan, parent: Path, progress: Progress, launchers: LauncherPool,
+                say: Callable[[str], None]) -> list[Path]:
+    """Run every window of `plan` into `parent` (one window: `parent` itself, else
+    `parent/window-<r>`), write each window's report and `say` its summary; returns the
+    windows' folders. Ctrl-C or an error: what was measured is reported, marked partial,
+    and the exception goes on."""
+    from harness.cluster.backends import backend_named
+    from harness.job.device import PlacementError, choose, visible_gpus
+    from harness.run.plan import placement_problem
+    from reports.campaign import write_campaign_report
+
+    scenario = plan.scenario
+    try:
+        placement = choose(scenario.cluster.device, scenario.cluster.comm, scenario.cluster.ranks, visible_gpus())
+    except PlacementError as exc:
+        raise UsageError(f"{plan.scenario_file}: {exc}") from None
+    problem = placement_problem(scenario, plan.scenario_file, placement.device, placement.reason)
+    if problem:
+        raise UsageError(problem)
+    launchers.start_ahead()
+    repeated = len(plan.schedules) > 1
+    folders = []
+    for r, (seed, schedule) in enumerate(zip(plan.seeds, plan.schedules, strict=True)):
+        folder = parent / f"window-{r}" if repeated else parent
+        folder.mkdir(exist_ok=True)
+        record = {"format": CAMPAIGN_FORMAT, "command": plan.command, "scenario": str(plan.scenario_file),
+                  "window": r, "mix": {"name": plan.mix.name, "source": plan.mix.source, "file": str(plan.mix.path)},
+                  "mapping": [{"category": m.category.name, "share": m.category.share, "injects": m.text(),
+                               "left_out": m.left_out} for m in plan.mapping],
+                  "seed": seed, "mtbf_s": plan.mtbf_s, "duration_s": plan.duration_s, "lead_in_s": plan.lead_in_s,
+                  "backend": scenario.cluster.backend, "ranks": scenario.cluster.ranks, "schedule": list(schedule),
+                  "projection": plan.projection, "partial": True}
+        interrupted = None
+        try:
+            run_campaign(scenario, list(plan.policies), plan.mix, plan.mapping, schedule, plan.duration_s, folder,
+                         backend_named(scenario.cluster.backend), placement, progress, launchers, record)
+        except BaseException as exc:  # Ctrl-C or an error: what was measured is reported, marked partial
+            interrupted = exc
+        try:
+            say(("" if not repeated else f"\nwindow {r} (seed {seed}):\n") + write_campaign_report(folder))
+        except Exception as exc:
+            if interrupted is None:
+                raise
+            print(f"chaos: the campaign's report could not be written ({exc})", file=sys.stderr)
+        if interrupted is not None:
+            print(f"campaign stopped early: the figures above are partial ({folder})", file=sys.stderr)
+            raise interrupted
+        folders.append(folder)
+    return folders
+
+
+def _carry_checkpoint(scenario: Scenario, label: str, old: Path, new: Path) -> None:
+    """Copy what a job resumes from out of the last job's trial folder into the next one's:
+    the runner's checkpoint folder, or every path under {trial_dir} a user's job names (its
+    checkpoint file or folder, wherever the command puts it). A path the last job never
+    wrote is not copied: the next job starts from scratch, as it would."""
+    if scenario.job is None:
+        kept = [CHECKPOINT_DIR]
+    else:
+        variant = scenario.variants.get(label)
+        kept = [p.lstrip("/") for p in trial_dir_paths(scenario.job if variant is None else
+                                                        variant.applied_to(scenario.job))]
+    for relative in (p for p in kept if p):
+        source, target = old / relative, new / relative
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        elif source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
 
 
 def write_record(campaign_dir: Path, record: dict[str, Any]) -> None:

@@ -12,9 +12,17 @@ A plan file (YAML, validated once into frozen values; errors name file:line: fie
         policies: [baseline, timeout, retry]     # its policies (a user's job: its variants); default all
         ranks: 4                                 # optional: the scenario's cluster.ranks
         repeat: 5                                # optional: this entry's repeats
+    campaigns:           # optional: `chaos campaign` once a night, its ETTR per policy gated
+      - scenario: ../scenarios/elastic_kill.yaml
+        policies: [timeout, elastic]
+        duration: 45s
+        mtbf: 15s
+        seed: 2                                  # the schedule's; default the scenario's
+        gate: {elastic: {ettr_at_least: 0.85}, timeout: {ettr_of_reference_at_least: 0.8}}
 
 One cell is one plan entry x repeat: one run folder with a trial per policy (or variant of
-a user's job), the way `chaos run` makes it (and its stored command reproduces it). The night folder, NIGHTS/<night>/:
+a user's job), the way `chaos run` makes it (and its stored command reproduces it); a
+campaign cell is one campaign folder, the way `chaos campaign` makes it (plan.CampaignCell). The night folder, NIGHTS/<night>/:
 
     manifest.json   the plan's digest, the night's run metadata, each finished cell
                     (rewritten atomically after every cell); while it says unfinished, the
@@ -32,8 +40,8 @@ from __future__ import annotations
 from harness.run.nightly.command import add_nightly_arguments, nightly_command
 from harness.run.nightly.folder import MANIFEST, RUNS, Done, Manifest, open_night, read_manifest, write_manifest
 from harness.run.nightly.matrix import NightProgress, finish_night, run_cells
-from harness.run.nightly.plan import PLANS, QUICK_PLAN, Cell, expand, load_night_plan, seed_for
+from harness.run.nightly.plan import PLANS, QUICK_PLAN, CampaignCell, Cell, expand, load_night_plan, seed_for
 
-__all__ = ["MANIFEST", "PLANS", "QUICK_PLAN", "RUNS", "Cell", "Done", "Manifest", "NightProgress", "add_nightly_arguments",
+__all__ = ["MANIFEST", "PLANS", "QUICK_PLAN", "RUNS", "CampaignCell", "Cell", "Done", "Manifest", "NightProgress", "add_nightly_arguments",
            "expand", "finish_night", "load_night_plan", "nightly_command", "open_night", "read_manifest", "run_cells",
            "seed_for", "write_manifest"]

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from chaos.errors import UsageError
 from harness.cluster.backends import BACKEND_NAMES, backends_with, traits_of
 from harness.run.nightly.folder import open_night
-from harness.run.nightly.matrix import CellRunner, NightProgress, finish_night, run_cells
+from harness.run.nightly.matrix import CellRunner, NightProgress, campaign_bars, finish_night, run_cells
 from harness.run.nightly.metadata import gather_metadata
-from harness.run.nightly.plan import DEFAULT_PLAN, QUICK_PLAN, REPO, Cell, expand, load_night_plan, plan_digest
+from harness.run.nightly.plan import (DEFAULT_PLAN, QUICK_PLAN, REPO, CampaignCell, Cell, expand, load_night_plan,
+                                      plan_digest)
 from harness.run.progress import Progress
 from harness.signals import Terminated
 
@@ -48,11 +49,23 @@ def _real_cell_runner(backend_name: str, launchers: LauncherPool) -> CellRunner:
 
     backend = backend_named(backend_name)
 
-    def run(cell: Cell, runs: Path) -> Path:
+    def run(cell: Cell | CampaignCell, runs: Path) -> Path:
+        if isinstance(cell, CampaignCell):
+            return _run_campaign(cell, runs, launchers)
         run_dir, _ = run_scenario(cell.scenario, cell.scenario_file, list(cell.policies), runs, backend,
                                   Progress(quiet=True), command=cell.command, launchers=launchers)
         return run_dir
     return run
+
+
+def _run_campaign(cell: CampaignCell, runs: Path, launchers: LauncherPool) -> Path:
+    """The cell's campaign folder under `runs` (its report and picture in it, as
+    `chaos campaign` writes them)."""
+    from harness.run.campaign.run import campaign_folder, run_windows
+
+    folder = campaign_folder(runs, cell.scenario.name)
+    run_windows(cell.campaign, folder, Progress(quiet=True), launchers, say=lambda _summary: None)
+    return folder
 
 
 def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
@@ -79,7 +92,7 @@ def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str,
         raise UsageError(f"--out {out}: cannot make the night folder there ({exc}); pick a writable folder") from None
     night_dir, manifest = open_night(out, plan_digest(plan, cells), plan_file, args.night,
                                      gather_metadata(plan.backend), datetime.datetime.now(datetime.timezone.utc))
-    total = sum(len(c.policies) for c in cells)
+    total = sum(c.trials for c in cells)
     done = sum(d.trials for d in manifest.done)
     progress = NightProgress(Progress(quiet=args.quiet), total, done, time.monotonic,
                              label="nightly" if args.parallel == 1 else f"nightly x{args.parallel}")
@@ -95,7 +108,7 @@ def nightly_command(args: argparse.Namespace, require_privileges: Callable[[str,
         raise
     from reports.nightly import HistoryError
     try:
-        report = finish_night(night_dir, manifest, history_db, plan.seed)
+        report = finish_night(night_dir, manifest, history_db, plan.seed, campaign_bars(cells))
     except HistoryError as exc:
         raise UsageError(f"--history: {exc}") from None
     return print_night(report, night_dir, history_db, args.gate)
@@ -107,6 +120,12 @@ def print_night(report: Any, night_dir: Path, history_db: Path, gate: bool) -> i
     from reports.nightly import document_table
     print(f"# Chaos nightly {report.info.night}: the source document's table, measured\n")
     print(document_table(report.claims))
+    campaigns = [p for p in report.policies if p.figure("ettr_pct") is not None]
+    if campaigns:
+        print("\ncampaigns (ETTR under a fault mix; the bar is the plan's):")
+    for policy in campaigns:
+        print(f"  {policy.scenario} / {policy.policy}: ETTR {policy.figure('ettr_pct').text()}, "
+              f"{policy.outcome_text()}; bar: {policy.expectation_text()}")
     verdict = report.gate
     print(f"\ngate: {'passed' if verdict.passed else 'FAILED'} ({verdict.judged} comparisons, "
           f"{len(verdict.unjudged)} series with too little history)")

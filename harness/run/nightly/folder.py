@@ -21,9 +21,10 @@ RUNS = "runs"
 class Done:
     key: str
     repeat: int
-    run: str          # the run folder, relative to the night folder
+    run: str          # the run folder (a campaign's: its campaign folder), relative to the night folder
     trials: int
     seconds: float
+    kind: str = "run"  # or "campaign" (plan.CampaignCell); a manifest from before campaigns has none
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.run.nightly.folder import RUNS, Done, Manifest, write_manifest
-from harness.run.nightly.plan import Cell
+from harness.run.nightly.plan import CampaignCell, Cell
 from harness.run.progress import Progress
 
-CellRunner = Callable[[Cell, Path], Path]  # (cell, runs folder) -> the run folder it made
+# (cell, runs folder) -> the run folder it made (a campaign cell: its campaign folder)
+CellRunner = Callable[[Cell | CampaignCell, Path], Path]
 
 
 def _duration(seconds: float) -> str:
@@ -49,11 +50,13 @@ class NightProgress:
         self.progress.phase(self.label, self.line(text))
 
 
-def _cell_text(cell: Cell) -> str:
+def _cell_text(cell: Cell | CampaignCell) -> str:
+    if isinstance(cell, CampaignCell):
+        return f"campaign of {cell.scenario.name} ({', '.join(cell.policies)}, {cell.campaign.duration_s:g} s each)"
     return f"{cell.scenario.name} repeat {cell.repeat} ({', '.join(cell.policies)})"
 
 
-def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_cell: CellRunner,
+def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell | CampaignCell, ...], run_cell: CellRunner,
               progress: NightProgress, clock: Callable[[], float], last: bool = True,
               parallel: int = 1) -> Manifest:
     """Run every cell not done yet, `parallel` at once (each on hosts of its own: a
@@ -62,9 +65,9 @@ def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_
     matrix is done)."""
     todo = [cell for cell in cells if cell.key not in manifest.keys()]
     lock = threading.Lock()
-    running: dict[str, Cell] = {}
+    running: dict[str, Cell | CampaignCell] = {}
 
-    def one(cell: Cell) -> Done:
+    def one(cell: Cell | CampaignCell) -> Done:
         with lock:
             running[cell.key] = cell
             progress.show(f"running {' | '.join(_cell_text(c) for c in running.values())}")
@@ -74,8 +77,8 @@ def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_
         finally:
             with lock:
                 running.pop(cell.key)
-        return Done(cell.key, cell.repeat, str(run_dir.relative_to(night_dir)), len(cell.policies),
-                    round(clock() - started, 3))
+        return Done(cell.key, cell.repeat, str(run_dir.relative_to(night_dir)), cell.trials,
+                    round(clock() - started, 3), cell.kind)
 
     def record(done: Done) -> None:
         nonlocal manifest
@@ -105,18 +108,37 @@ def run_cells(night_dir: Path, manifest: Manifest, cells: tuple[Cell, ...], run_
     return manifest
 
 
-def finish_night(night_dir: Path, manifest: Manifest, history_db: Path, seed: int) -> Any:
+def campaign_bars(cells: tuple[Cell | CampaignCell, ...]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Each campaign cell's key -> (its scenario's name, its command, policy -> its
+    reports.nightly.EttrBar): what finish_night judges its campaign folder by."""
+    from reports.nightly import EttrBar
+
+    return {cell.key: (cell.scenario.name, cell.command,
+                       {policy: EttrBar(gate.ettr_at_least, gate.ettr_of_reference_at_least)
+                        for policy, gate in cell.gate.items()})
+            for cell in cells if isinstance(cell, CampaignCell)}
+
+
+def finish_night(night_dir: Path, manifest: Manifest, history_db: Path, seed: int,
+                 campaigns: dict[str, tuple[str, str, dict[str, Any]]] | None = None) -> Any:
     """Append the night to the history (one transaction), write its files, mark it finished;
-    returns the reports.nightly.NightReport."""
+    returns the reports.nightly.NightReport. `campaigns` (campaign_bars) says how to judge
+    each campaign cell of the manifest."""
     import numpy as np
 
     import reports
-    from reports.nightly import (NightInfo, NightRun, append_night, night_history, night_report, read_history,
-                                 write_night_files)
+    from reports.nightly import (NightInfo, NightRun, append_night, campaign_trials, night_history, night_report,
+                                 read_history, write_night_files)
     from runfolder.info import read_run_info
 
-    runs = [NightRun(d.repeat, read_run_info(night_dir / d.run).command, reports.analyze_run(night_dir / d.run))
-            for d in manifest.done]
+    def night_run(done: Done) -> Any:
+        if done.kind == CampaignCell.kind:
+            scenario, command, bars = (campaigns or {})[done.key]
+            return NightRun(done.repeat, command, campaign_trials(night_dir / done.run, scenario, bars))
+        return NightRun(done.repeat, read_run_info(night_dir / done.run).command,
+                        reports.analyze_run(night_dir / done.run))
+
+    runs = [night_run(d) for d in manifest.done]
     append_night(history_db, night_history(NightInfo(**manifest.info), runs))
     history = read_history(history_db)
     report = night_report(history, manifest.night, np.random.default_rng(seed))
