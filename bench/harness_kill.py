@@ -121,7 +121,7 @@ def one_kill(backend: str, scenario: str, ranks: int, delay_s: float, heal_mode:
         host.remove(left, runs)  # the next kill starts clean
     jobs = _slurm_jobs(runs) if backend == "slurm" else []
     if jobs:
-        subprocess.run(["scancel", "--name", ",".join(j.split()[1] for j in jobs)], check=False)
+        subprocess.run(["scancel", *(j.split()[2] for j in jobs)], check=False)  # by id: --name takes one name
     return Kill(backend, scenario, delay_s, phase, heal_mode, heal_s, (*map(str, left), *jobs), failed)
 
 

@@ -180,6 +180,25 @@ policies:
     assert "state DOWN" not in "".join(line for line in up.splitlines() if "chaos" in line)
 
 
+def test_a_submission_cut_off_is_waited_for_and_its_job_cancelled(slurm_env, tmp_path, monkeypatch):
+    """A harness stopped while sbatch ran leaves a submission whose job may register a moment
+    after a first look finds none: `chaos heal` waits for it and cancels it (a job holding
+    its nodes for good otherwise). The late job is an sbatch started 1 s after the heal."""
+    from chaos.ledger import Ledger
+    from harness.cluster.slurm.cluster import job_name
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
+    name = job_name("cut0ff")
+    ledger = Ledger("cut0ff")  # an owner that is gone: the heal takes the run's entries back
+    ledger.mark(ledger.record("owner", pid=2 ** 22 + 1, started=1), "done")
+    ledger.mark(ledger.record("slurm_submission", name=name, conf=slurm_env["SLURM_CONF"]), "done")
+    late = subprocess.Popen(["sh", "-c", f"sleep 1; sbatch --job-name {name} --output /dev/null --wrap 'sleep 600'"],
+                            env=slurm_env, stdout=subprocess.DEVNULL)
+    healed = chaos_cli("heal", env={**slurm_env, "CHAOS_STATE_DIR": str(tmp_path / "state")}, timeout=60)
+    late.wait()
+    assert healed.returncode == 0 and "slurm_submission" in healed.stdout, healed.stdout + healed.stderr
+    _nothing_left(slurm_env)
+
+
 def test_preempt_with_requeue_starts_the_job_again(slurm_env, tmp_path):
     """Slurm's own fault: a preemption with requeue. Every task gets SIGTERM, Slurm requeues
     the job after KillWait, the harness starts the ranks again on the new allocation, and

@@ -106,7 +106,15 @@ class SlurmCluster(Cluster):
         argv = ["sbatch", "--parsable", "--job-name", name, "--nodes", str(self.node_count), "--exclusive",
                 "--ntasks-per-node", "1", "--output", "/dev/null", *self.spec.scheduler_args,
                 "--wrap", "exec sleep infinity"]
-        self.job_id = commands.run(argv).strip().split(";")[0]
+        # A submission cut off (the harness SIGKILLed or stopped while sbatch ran) may still
+        # register its job a moment later, after a cancel by name found none: its own entry,
+        # whose undo waits for the job to show, taken back once sbatch has answered. And
+        # sbatch dies with the harness rather than submit after its heal (bench/harness_kill.py:
+        # 2 of 20 kills left a job holding every node, before both).
+        in_flight = self._ledger.record("slurm_submission", name=name, conf=commands.conf_path())
+        self._ledger.mark(in_flight, "done")
+        self.job_id = commands.run(argv, dies_with_caller=True).strip().split(";")[0]
+        self._ledger.mark(in_flight, "undone")
         deadline = time.monotonic() + ALLOCATION_TIMEOUT_S
         said = ""
         while True:

@@ -11,6 +11,7 @@ import subprocess
 import time
 from typing import Sequence
 
+from chaos import proc
 from chaos.errors import HarnessError, UsageError
 
 COMMAND_TIMEOUT_S = 30.0
@@ -32,14 +33,16 @@ def conf_note() -> str:
 
 
 def run(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = True,
-        conf: str | None = None) -> str:
+        conf: str | None = None, dies_with_caller: bool = False) -> str:
     """Run a Slurm command; its standard output. With `check`, a non-zero exit raises.
-    `conf`: the slurm.conf to use (a heal's: the one the run used), else the environment's."""
+    `conf`: the slurm.conf to use (a heal's: the one the run used), else the environment's.
+    `dies_with_caller`: SIGKILLed when the harness is (a submission must not outlive it)."""
     if shutil.which(argv[0]) is None:
         raise SlurmError(f"`{argv[0]}` is not on PATH: {INSTALL}, or run from a login node of the cluster")
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, env={**os.environ, "SLURM_CONF": conf} if conf else None)
+                              stdin=subprocess.DEVNULL, env={**os.environ, "SLURM_CONF": conf} if conf else None,
+                              preexec_fn=proc.die_with_parent if dies_with_caller else None)
     except subprocess.TimeoutExpired:
         raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s: is the controller "
                          f"up ({conf_note()})? `chaos slurm up --nodes 4` runs a local cluster and prints the "

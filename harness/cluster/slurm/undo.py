@@ -1,10 +1,12 @@
 """What takes back the slurm backend's side effects: the run's allocation, cancelled by its
 name (`chaos-<run id>`, recorded before it was submitted, so a harness killed before it read
-the job's id still leaves a job a heal finds), a node a fault set down or drained, resumed,
+the job's id still leaves a job a heal finds; one whose sbatch was cut off is waited for
+a moment, since it may register after a first look found none), a node a fault set down or drained, resumed,
 and a node's daemon a fault killed, started again (by the node's agent, or a heal there). Kept light: every heal imports it."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from chaos.mechanism import UndoTable
@@ -22,6 +24,18 @@ def _cancel_job(args: dict[str, Any]) -> None:
         commands.cancel_named(args["name"], args.get("conf"))
 
 
+SUBMISSION_SETTLE_S = 3.0  # how long a cut-off submission's job may take to show in squeue
+
+
+def _cancel_submission(args: dict[str, Any]) -> None:
+    """sbatch was cut off: its job shows within a moment, or was never submitted."""
+    deadline = time.monotonic() + SUBMISSION_SETTLE_S
+    while not _gone(args) and not commands.cancel_named(args["name"], args.get("conf")):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
 def _resume_node(args: dict[str, Any]) -> None:
     """A node a fault set DOWN or DRAIN, back in service (one already resumed stays so)."""
     if _gone(args):
@@ -36,4 +50,5 @@ def _start_slurmd(args: dict[str, Any]) -> None:
     slurmd.start_again(args)
 
 
-UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_node_state": _resume_node, "slurmd_killed": _start_slurmd})
+UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_submission": _cancel_submission,
+                   "slurm_node_state": _resume_node, "slurmd_killed": _start_slurmd})
