@@ -11,6 +11,8 @@ rather than after the latency) within 2 points of 5,000; link down (and blackhol
 partition) effective within 10 ms of the apply; bandwidth within 10%, as frames on the
 wire of datagrams offered faster than the cap (one TCP stream's payload rate is shown
 beside it, not judged). A kind this machine cannot inject is said (n/a), not measured.
+The storage kinds (chaos.calibrate_storage) and `slow` (chaos.calibrate_slow) are families
+of their own, each on its own scratch setting (chaos.fidelity), made only when asked for.
 
 The traffic helpers are also what the tests measure with. Sockets are opened inside a
 host's namespace once and used from this process; both hosts share this machine's
@@ -34,14 +36,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 
-from chaos import netlink, topology, units
+from chaos import netlink, topology, units, userns
 from chaos.bpf import DropChain
 from chaos.api import Host, Injection
 from chaos.errors import ChaosError
 from chaos.faults import Bandwidth, Corrupt, Delay, Duplicate, FaultBase, Loss, Reorder, parse_fault
 from chaos.inject import NetlinkInjector
-from chaos.mechanism import Unavailable
-from chaos.undo import UNDOS, record_owner, undo_outstanding
+from chaos.calibrate_slow import SLOW
+from chaos.calibrate_storage import STORAGE
+from chaos.fidelity import Family, Figure, not_measured, owned
 from chaos.ledger import Ledger
 
 PORT = 47000
@@ -64,14 +67,10 @@ def scratch_cluster(run_id: str, ledger: Ledger, hosts: int = 2,
     network `settings` (chaos.sysctl); removed on the way out.
     The ledger names this process as the owner first: a concurrent `chaos run`'s heal leaves
     the cluster alone while it measures."""
-    record_owner(ledger)
-    try:
+    with owned(ledger):
         cluster = topology.hosts_of(run_id, hosts)
         topology.build(ledger, cluster, settings)
         yield cluster
-    finally:
-        undo_outstanding(ledger, UNDOS)
-        ledger.close_if_clean()
 
 
 # --- traffic ---------------------------------------------------------------------------------
@@ -330,14 +329,6 @@ def loss_sample_size(fault: Loss) -> int:
 
 # --- calibration -----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Figure:
-    fault: str
-    mechanism: str
-    configured: str
-    measured: str
-    ok: bool | None  # None: this machine's mechanism cannot give the fault; said, not measured
-
 
 def _streamed(injector: NetlinkInjector, fault: FaultBase, a: Host, b: Host, count: int,
               interval_s: float) -> Received:
@@ -367,14 +358,14 @@ def _delay(fault: Delay, got: Received) -> tuple[str, bool]:
     return measured, ok
 
 
-def _measure(injector: NetlinkInjector, hosts: Sequence[Host], spec: dict) -> Figure:
+def _measure(setting: tuple[NetlinkInjector, Sequence[Host]], spec: dict) -> Figure:
+    injector, hosts = setting
     a, b = hosts[0], hosts[1]
     fault: FaultBase = parse_fault(spec)
     mechanism = injector.mechanism(fault)
-    chosen = injector.mechanisms[fault.kind]  # type: ignore[attr-defined]
-    reason = chosen.reason if isinstance(chosen, Unavailable) else chosen.conflict(fault, a)
-    if reason:  # this machine's mechanism cannot give it (a fallback's limit): said, not measured
-        return Figure(fault.describe(), mechanism, "-", f"not measured: {reason}", None)
+    refused = not_measured(injector, fault, a)  # a fallback's limit: said, not measured
+    if refused:
+        return refused
     if isinstance(fault, Loss):
         count = loss_sample_size(fault)
         got = _streamed(injector, fault, a, b, count, 0.0002)
@@ -420,7 +411,13 @@ def _measure(injector: NetlinkInjector, hosts: Sequence[Host], spec: dict) -> Fi
                   lag <= 0.010 and restored == 1.0)
 
 
-CALIBRATIONS = (
+@contextlib.contextmanager
+def _network(run_id: str, ledger: Ledger) -> Iterator[tuple[NetlinkInjector, Sequence[Host]]]:
+    with scratch_cluster(run_id, ledger) as hosts:
+        yield NetlinkInjector(ledger, hosts=hosts), hosts
+
+
+NETWORK = Family(specs=(
     {"kind": "loss", "percent": "20%", "direction": "from_host"},
     {"kind": "loss", "percent": "5%", "burst": 3, "direction": "from_host"},
     {"kind": "delay", "latency": "20ms", "direction": "from_host"},
@@ -434,14 +431,21 @@ CALIBRATIONS = (
     {"kind": "link_down"},
     {"kind": "blackhole"},
     {"kind": "partition", "groups": [[0], [1]]},
-)
-CALIBRATED_KINDS = tuple(dict.fromkeys(spec["kind"] for spec in CALIBRATIONS))
+), scratch=_network, measure=_measure)
+# Each family's scratch setting is made only when one of its kinds is asked for.
+FAMILIES = (NETWORK, STORAGE, SLOW)
+CALIBRATIONS = tuple(spec for family in FAMILIES for spec in family.specs)
+CALIBRATED_KINDS = tuple(kind for family in FAMILIES for kind in family.kinds)
 
 
 def calibrate(run_id: str, ledger: Ledger, kinds: Sequence[str] = CALIBRATED_KINDS) -> list[Figure]:
-    with scratch_cluster(run_id, ledger) as hosts:
-        injector = NetlinkInjector(ledger, hosts=hosts)
-        return [_measure(injector, hosts, spec) for spec in CALIBRATIONS if spec["kind"] in kinds]
+    figures = []
+    for family in FAMILIES:
+        specs = [spec for spec in family.specs if spec["kind"] in kinds]
+        if specs:
+            with family.scratch(run_id, ledger) as setting:
+                figures += [family.measure(setting, spec) for spec in specs]
+    return figures
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -458,6 +462,8 @@ def calibrate_command(args: argparse.Namespace) -> int:
     except (ChaosError, OSError) as exc:  # OSError: a measurement socket between the scratch hosts
         print(f"chaos calibrate: {exc}", file=sys.stderr)
         return 1
+    finally:  # an ordinary user's, where no kind asked for built a namespace
+        userns.remove_empty_pin_folder(userns.netns_dir())
     for f in figures:
         print(f"{ {True: 'ok  ', False: 'MISS', None: 'n/a '}[f.ok]} {f.fault}\n     configured {f.configured}; measured {f.measured}\n"
               f"     via {f.mechanism}")

@@ -95,7 +95,12 @@ def enter(state_dir: Path) -> None:
 def remove_pin_folder(pin: str) -> None:
     """Remove the folder of `pin` once it holds no pin: a user namespace's (pyroute2 binds
     the folder onto itself there: unmounted first); never ip-netns(8)'s own."""
-    folder = os.path.dirname(pin)
+    remove_empty_pin_folder(os.path.dirname(pin))
+
+
+def remove_empty_pin_folder(folder: str) -> None:
+    """Remove a user namespace's pin folder that holds no pin (a command that built no
+    namespace, such as `chaos calibrate --kind slow`, leaves it as `enter` made it)."""
     if folder == DEFAULT_NETNS_DIR or not os.path.isdir(folder) or os.listdir(folder):
         return
     _libc.umount2(folder.encode(), MNT_DETACH)  # not mounted (a heal from outside): nothing to do

@@ -13,19 +13,13 @@ import pytest
 
 from chaos import proc
 from chaos.api import Host
+from chaos.calibrate_slow import share_over
 from chaos.faults import Slow
 from chaos.heal import HealReport, heal_run
 from chaos.inject import DutyCycle, NetlinkInjector
 from chaos.ledger import Ledger
 from chaos.undo import UNDOS
 from tests.chaos.conftest import new_run_id
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 @pytest.fixture
@@ -40,12 +34,6 @@ def spinner(state_dir):
         assert proc.helpers_of_run(run_id) == [], "the test left a helper process"
         child.kill()
         child.wait()
-
-
-def share_over(pid: int, seconds: float) -> float:
-    used, began = cpu_s(pid), time.monotonic()
-    time.sleep(seconds)
-    return (cpu_s(pid) - used) / (time.monotonic() - began)
 
 
 def test_a_slow_rank_gets_the_share_asked_and_runs_again_after(spinner):
