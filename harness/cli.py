@@ -19,6 +19,7 @@
                                              the timeout and retries to use, measured (docs/tune.md)
     chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds K,...] [--max-faults 3]
                                              drawn fault schedules against the policies' contract
+    chaos explore --resume FOLDER | --report FOLDER   go on with one; rebuild its explore.md
     chaos campaign [SCENARIO.yaml] [--mix llama3|FILE] [--mtbf 60s] [--duration 20m] [--policy P]...
                                              ETTR and goodput under a fault mix (docs/campaign.md)
 

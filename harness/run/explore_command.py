@@ -4,6 +4,7 @@ policy, judge every trial against its policy's contract (reports.oracle), until 
     chaos explore SCENARIO.yaml [--policy P]... [--budget 10m] [--kinds kill,pause]
         [--max-faults 3] [--weights FILE] [--seed N] [--repeats 3] [--no-shrink] [--backend B]
         [--out DIR] [--dry-run] [--quiet]
+    chaos explore --resume FOLDER [--budget B] [--quiet];  chaos explore --report FOLDER
 
 Writes OUT/explore-<scenario>-<time>/: schedules/NNN.yaml (each drawn schedule as a
 scenario; NNN-sK.yaml each candidate of its shrinking), runs/ (their run folders),
@@ -13,8 +14,10 @@ broke the contract, shrunk (harness.run.shrink, each candidate run --repeats tim
 the budget lasts, with an `expect:` block it fails today, and in comments the signature, a
 crash's cause (harness.run.last_error), how far it shrank, its reproduction count (the file
 itself run --repeats times as `chaos run` runs it, while the budget lasts: the runs that
-broke its expect: with the found outcome) and the command that runs it again. Not yet:
-resume, a report page.
+broke its expect: with the found outcome) and the command that runs it again; explore.json
+(the command, settings and each session's budget) and explore.md, the page of everything
+tried (harness.run.explore_page). --resume FOLDER goes on with an interrupted folder's seeded
+draw after its last schedule; --report FOLDER rebuilds its page.
 Exit status 1 when a trial broke its contract, 0 when none did within the budget.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import datetime
 import itertools
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -45,12 +49,12 @@ SHOWN_BY_DRY_RUN = 5
 
 
 def add_explore_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="a scenario: its cluster, workload or job, policies and seed are used; "
-                                         "its faults are replaced by the drawn ones")
+    parser.add_argument("scenario", nargs="?", help="a scenario: its cluster, workload or job, policies and seed "
+                                                    "are used; its faults are replaced by the drawn ones")
     parser.add_argument("--policy", action="append", help="policy (or job variant) to explore (repeatable; "
                                                           "default: all in the file)")
-    parser.add_argument("--budget", default=DEFAULT_BUDGET, help=f"stop before a trial that would pass it "
-                                                                 f"(default {DEFAULT_BUDGET})")
+    parser.add_argument("--budget", help=f"stop before a trial that would pass it (default {DEFAULT_BUDGET}; "
+                                         f"with --resume, what the folder's budget left unused)")
     parser.add_argument("--kinds", help="fault kinds to draw, comma-separated (default: every kind the backend "
                                         "and job take)")
     parser.add_argument("--max-faults", type=int, default=3, help="faults per schedule at most (default 3)")
@@ -63,7 +67,12 @@ def add_explore_arguments(parser: argparse.ArgumentParser) -> None:
                                                                "than half fail alike (default 3)")
     parser.add_argument("--no-shrink", action="store_true", help="write a failing schedule as it was drawn")
     parser.add_argument("--dry-run", action="store_true", help="print the first schedules and the time per trial")
-    parser.add_argument("--quiet", action="store_true", help="no progress output from the trials")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines (the budget's and the trials'); "
+                                                             "the line per trial stays")
+    parser.add_argument("--resume", metavar="FOLDER", help="continue an interrupted explore folder: its settings, "
+                                                           "the seeded draw after its last schedule in tried.jsonl")
+    parser.add_argument("--report", metavar="FOLDER", help="rebuild FOLDER/explore.md from its tried.jsonl and "
+                                                           "found files; runs nothing")
 
 
 def _options(args: argparse.Namespace, scenario: Scenario) -> ExploreOptions:
@@ -129,19 +138,60 @@ def schedule_scenario(scenario: Scenario, schedule: Schedule) -> dict[str, Any]:
     return {"name": f"{scenario.name}-{schedule.number:03d}", **data, "faults": list(schedule.faults)}
 
 
+# settings an explore folder keeps (explore.json): --resume takes them from there
+RESUMED_SETTINGS = {"policy": None, "kinds": None, "max_faults": 3, "weights": None, "seed": 0, "backend": None,
+                    "repeats": 3, "no_shrink": False, "dry_run": False}
+
+
+def _resumed(args: argparse.Namespace, record: dict[str, Any]) -> argparse.Namespace:
+    """`args` with the explore folder's settings (explore.json), refusing any given anew."""
+    given = [name for name, default in RESUMED_SETTINGS.items() if getattr(args, name) != default]
+    if args.scenario or given:
+        what = "SCENARIO" if args.scenario else "--" + given[0].replace("_", "-")
+        raise UsageError(f"--resume {args.resume}: {what} is the folder's own (explore.json); leave it out "
+                         f"(only --budget and --quiet go with --resume)")
+    return argparse.Namespace(**{**vars(args), "scenario": record["scenario"], "policy": record["policies"],
+                                 "kinds": ",".join(record["kinds"]) or None, "max_faults": record["max_faults"],
+                                 "weights": record["weights"], "seed": record["seed"], "backend": record["backend"],
+                                 "repeats": record["repeats"], "no_shrink": not record["shrink"]})
+
+
+def _budget_s(args: argparse.Namespace, record: dict[str, Any] | None) -> float:
+    """This session's budget: --budget, or with --resume what the folder's budget left unused."""
+    if args.budget is None and record is not None:
+        return max(0.0, record["budget_s"] - sum(s["elapsed_s"] for s in record["sessions"]))
+    try:
+        return parse_duration(args.budget or DEFAULT_BUDGET)
+    except ValueError as exc:
+        raise UsageError(f"--budget {args.budget}: {exc}") from None
+
+
 def explore_command(args: argparse.Namespace) -> int:
+    from harness.run.explore_page import (RECORD_FORMAT, ExploreProgress, doing_text, found_files, last_drawn,
+                                          read_record, read_tried, write_page, write_record)
+    if args.report:
+        if args.scenario or args.resume:
+            raise UsageError(f"--report {args.report}: it rebuilds a folder's page and runs nothing; leave out "
+                             f"{'the scenario' if args.scenario else '--resume'}")
+        print(write_page(Path(args.report)))
+        return 0
+    record = read_record(Path(args.resume)) if args.resume else None
+    if record is not None:
+        args = _resumed(args, record)
+    elif not args.scenario:
+        raise UsageError("chaos explore: give a scenario file (or --resume FOLDER, or --report FOLDER)")
     overrides = {"cluster.backend": args.backend} if args.backend else None
     scenario = load_scenario(args.scenario, overrides)
     options = _options(args, scenario)
-    try:
-        budget = parse_duration(args.budget)
-    except ValueError as exc:
-        raise UsageError(f"--budget {args.budget}: {exc}") from None
+    budget = _budget_s(args, record)
     floor = trial_floor_s(scenario)
     per_schedule = floor * len(options.policies)
     if budget < per_schedule:
-        raise UsageError(f"--budget {args.budget}: shorter than one schedule's trials ({len(options.policies)} "
-                         f"x at least {floor:g} s of warm-up and settling); give at least {per_schedule:.0f}s")
+        spent = (f"what its budget left ({budget:.0f} s of {record['budget_s']:g} s)" if record is not None
+                 and args.budget is None else f"--budget {args.budget}")
+        raise UsageError(f"{spent}: shorter than one schedule's trials ({len(options.policies)} "
+                         f"x at least {floor:g} s of warm-up and settling); give --budget of at least "
+                         f"{per_schedule:.0f}s")
     try:
         drawn = schedules(scenario, options)
         first = next(drawn)
@@ -157,6 +207,7 @@ def explore_command(args: argparse.Namespace) -> int:
     from harness.cluster.backends import backend_named, require_privileges
     from harness.run.orchestrator import run_scenario
     from harness.run.progress import Progress
+    from harness.signals import Terminated
     import reports
     from harness.run.shrink import shrink
     from reports.oracle import BROKEN, TOLERANT_ENDS, judge
@@ -166,10 +217,13 @@ def explore_command(args: argparse.Namespace) -> int:
     def run(path: Path, policies: list[str]) -> list[Judged]:
         """Run one schedule's scenario file: per policy, its outcome, verdict and, where it
         crashed, the cause (harness.run.last_error)."""
+        progress.show(doing_text(path.stem, args.repeats))
         began = time.monotonic()
         run_dir, _ = run_scenario(load_scenario(path), path, policies, folder / "runs", backend,
                                   Progress(quiet=args.quiet, scope=path.stem))
-        took.append(time.monotonic() - began)
+        progress.runs_s.append(time.monotonic() - began)
+        session["elapsed_s"] = round(progress.elapsed_s(), 1)
+        write_record(folder, record)
         judged = []
         for _, row in reports.analyze_run(run_dir).iterrows():
             trial = trial_dir(run_dir, row["trial"])
@@ -181,48 +235,72 @@ def explore_command(args: argparse.Namespace) -> int:
                                         "policy": row["trial"], "outcome": row["outcome"],
                                         "verdict": verdict.verdict, "violations": verdict.violations,
                                         "signature": verdict.signature, "cause": cause,
-                                        "seconds": round(took[-1], 1), "run": str(run_dir)}) + "\n")
+                                        "seconds": round(progress.runs_s[-1], 1), "run": str(run_dir),
+                                        "session": len(record["sessions"])}) + "\n")
         return judged
 
-    def time_left() -> bool:
-        return time.monotonic() - started + sum(took) / max(len(took), 1) <= budget
-
     require_privileges("chaos explore", scenario.cluster.backend)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = Path(args.out).resolve() / f"explore-{scenario.name}-{stamp}"
-    (folder / "schedules").mkdir(parents=True)
+    if record is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        folder = Path(args.out).resolve() / f"explore-{scenario.name}-{stamp}"
+        (folder / "schedules").mkdir(parents=True)
+        record = {"format": RECORD_FORMAT, "command": shlex.join(["chaos", *sys.argv[1:]]),
+                  "scenario": str(Path(args.scenario).resolve()), "name": scenario.name, "seed": options.seed,
+                  "budget_s": budget, "max_faults": options.max_faults, "kinds": list(options.kinds),
+                  "policies": list(options.policies), "weights": str(Path(args.weights).resolve()) if args.weights
+                  else None, "repeats": args.repeats, "shrink": not args.no_shrink,
+                  "backend": scenario.cluster.backend, "sessions": []}
+    else:
+        folder = Path(args.resume).resolve()
+    session = {"command": shlex.join(["chaos", *sys.argv[1:]]),
+               "began": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "budget_s": budget, "elapsed_s": 0.0, "end": None}
+    record["sessions"].append(session)
+    write_record(folder, record)
     backend = backend_named(scenario.cluster.backend)
-    started = time.monotonic()
-    took: list[float] = []         # every run's seconds: a drawn schedule's, a shrinking candidate's
-    found: dict[str, Path] = {}    # signature -> its found-NN.yaml
-    ran = 0
-    schedule: Schedule | None = first
-    while schedule is not None:
-        eta = sum(took) / len(took) if took else per_schedule
-        if time.monotonic() - started + eta > budget:
-            break
-        path = folder / "schedules" / f"{schedule.number:03d}.yaml"
-        path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
-        ran += 1
-        for drawn_run in run(path, list(options.policies)):
-            policy, outcome, verdict, cause = drawn_run
-            print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
-                  + (f": {verdict.signature}" if verdict.signature else "") + (f"; why: {cause}" if cause else ""),
-                  flush=True)
-            if verdict.verdict != BROKEN or verdict.signature in found:
-                continue
-            fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
-            shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats, time_left)
-            written = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS)
-            # the written file run as a user runs it (judged by its expect: block), while the budget lasts
-            reruns = _reproduce(run, written, policy, args.repeats, time_left)
-            _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS, reruns)
-            found[verdict.signature] = written
-            print(f"  found: {written}\n  {_shrink_text(schedule, shrunk)}\n  {_reproduced_text(drawn_run, reruns)}",
-                  flush=True)
+    tried = read_tried(folder)
+    # signature -> its found-NN.yaml (a resumed folder's own first)
+    found: dict[str, Path] = {f.signature: f.path for f in found_files(folder)}
+    schedule: Schedule = first
+    while schedule.number <= last_drawn(tried):  # resumed: the seeded draw goes on after its last schedule
         schedule = next(drawn)
-    print(f"{ran} schedules ({len(took)} runs with shrinking and reruns) in {time.monotonic() - started:.0f} s of "
-          f"{budget:g} s; {len(found)} failure signature(s); {folder}")
+    progress = ExploreProgress(Progress(quiet=args.quiet), budget, time.monotonic, per_schedule,
+                               schedules=schedule.number - 1, found=len(found))
+    try:
+        while progress.fits():
+            path = folder / "schedules" / f"{schedule.number:03d}.yaml"
+            path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
+            progress.schedules = schedule.number
+            for drawn_run in run(path, list(options.policies)):
+                policy, outcome, verdict, cause = drawn_run
+                print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
+                      + (f": {verdict.signature}" if verdict.signature else "") + (f"; why: {cause}" if cause else ""),
+                      flush=True)
+                if verdict.verdict != BROKEN or verdict.signature in found:
+                    continue
+                fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
+                shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats,
+                                                            progress.fits)
+                written = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS)
+                # the written file run as a user runs it (judged by its expect: block), while the budget lasts
+                reruns = _reproduce(run, written, policy, args.repeats, progress.fits)
+                _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS, reruns)
+                found[verdict.signature] = written
+                progress.found = len(found)
+                print(f"  found: {written}\n  {_shrink_text(schedule, shrunk)}\n  "
+                      f"{_reproduced_text(drawn_run, reruns)}", flush=True)
+            schedule = next(drawn)
+    except (KeyboardInterrupt, Terminated):
+        session.update(end="interrupted", elapsed_s=round(progress.elapsed_s(), 1))
+        write_record(folder, record)
+        progress.show(f"interrupted: `chaos explore --resume {folder}` goes on; the page so far (partial): "
+                      f"{write_page(folder)}")
+        raise
+    session.update(end="budget", elapsed_s=round(progress.elapsed_s(), 1))
+    write_record(folder, record)
+    print(f"{progress.schedules} schedules drawn, {len(found)} failure signature(s) found; this session: "
+          f"{len(progress.runs_s)} runs (shrinking and reruns included) in {progress.elapsed_s():.0f} s of {budget:g} s; "
+          f"{folder}; page {write_page(folder)}")
     for signature, written in found.items():
         print(f"found: {signature}\n  {written}", file=sys.stderr)
     return 1 if found else 0

@@ -16,6 +16,12 @@ from typing import TextIO
 BAR_WIDTH = 20
 
 
+def duration_text(seconds: float) -> str:
+    """"3m07s" for 187 s, "42s" below a minute: the progress lines' elapsed, budget and ETA."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def bar(fraction: float) -> str:
     """"[#####---------------]  25%" for 0.25; the fraction is clipped to 0..1."""
     fraction = min(1.0, max(0.0, fraction))

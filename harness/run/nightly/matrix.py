@@ -10,15 +10,10 @@ from typing import Any, Callable
 
 from harness.run.nightly.folder import RUNS, Done, Manifest, write_manifest
 from harness.run.nightly.plan import CampaignCell, Cell
-from harness.run.progress import Progress
+from harness.run.progress import Progress, duration_text
 
 # (cell, runs folder) -> the run folder it made (a campaign cell: its campaign folder)
 CellRunner = Callable[[Cell | CampaignCell, Path], Path]
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class NightProgress:
@@ -43,8 +38,8 @@ class NightProgress:
 
     def line(self, text: str) -> str:
         eta = self.eta_s()
-        return (f"{self.done}/{self.total} trials  elapsed {_duration(self.clock() - self.start)}  "
-                f"ETA {'?' if eta is None else _duration(eta)}  {text}")
+        return (f"{self.done}/{self.total} trials  elapsed {duration_text(self.clock() - self.start)}  "
+                f"ETA {'?' if eta is None else duration_text(eta)}  {text}")
 
     def show(self, text: str) -> None:
         self.progress.phase(self.label, self.line(text))
