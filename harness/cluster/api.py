@@ -141,6 +141,11 @@ class Cluster(abc.ABC):
         its hosts take ranks. Asked at every turn of the trial's loop until not "pending"."""
         return None
 
+    def not_here(self, rank: int) -> str | None:
+        """Why this machine cannot read or signal `rank`'s processes by pid (they run under
+        another kernel, where that pid names another process); None: it can."""
+        return None
+
     def refuses(self, kind: str, rank: int) -> str | None:
         """Why the host of `rank` cannot take a fault of `kind`, learnt once the hosts are up
         (a scheduler's node whose agent lacks a capability); None: it can. Asked of every

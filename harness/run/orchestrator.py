@@ -505,13 +505,22 @@ class Trial:
         monitor.mark()
 
     @staticmethod
-    def _live_pids(cluster: Cluster, monitor: Monitor) -> dict[int, int]:
-        return {rank: pid for rank in monitor.live if (pid := cluster.pid(rank)) is not None}
+    def _live_pids(cluster: Cluster, monitor: Monitor) -> stacks.LiveRanks:
+        live = stacks.LiveRanks({})
+        for rank in monitor.live:
+            if (pid := cluster.pid(rank)) is None:
+                continue
+            if why := cluster.not_here(rank):
+                live.elsewhere[rank] = (pid, why)
+            else:
+                live.here[rank] = pid
+        return live
 
     def _capture_stacks(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, reason: str) -> None:
         """Where every live process is, now that every measured time is recorded."""
-        ranks = self._live_pids(cluster, monitor)
-        index, secs = stacks.capture(ranks, self.trial_dir)
+        live = self._live_pids(cluster, monitor)
+        index, secs = stacks.capture(live.here, self.trial_dir, elsewhere=live.elsewhere)
+        ranks = live.here
         asked = stacks.recording_ranks(read_events(self.events_path)[0], ranks)
         answered = stacks.ask_flight_recorders(asked, self.trial_dir)
         self._captured(recorder, reason, None, index, secs, asked=sorted(asked), answered=answered)

@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from chaos import proc
 from harness.cluster.workers import SERVER_TITLE
@@ -33,6 +33,15 @@ DUMP_DEADLINE_S = 10.0   # per process
 PARALLEL = 4              # dumps at once: each pauses its process for the read
 FLIGHT_DEADLINE_S = 2.0   # for every asked rank to write its flight recorder
 GONE = "exited before it could be read"
+
+
+@dataclass(frozen=True)
+class LiveRanks:
+    """The live ranks' processes: `here` (rank -> pid) this machine reads and signals;
+    `elsewhere` (rank -> (pid there, why not)) on another machine."""
+
+    here: dict[int, int]
+    elsewhere: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,11 +134,12 @@ def ask_flight_recorders(ranks: dict[int, int], trial_dir: Path, deadline_s: flo
 
 def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEADLINE_S,
             clock: Callable[[], float] = time.monotonic, detect_of: int | None = None,
-            ) -> tuple[list[Dumped], float]:
+            elsewhere: Mapping[int, tuple[int, str]] | None = None) -> tuple[list[Dumped], float]:
     """Dump every process of `ranks` (rank -> its live pid) into the trial's stacks folder
     (runfolder.layout.stacks_dir: at the cap, or at fault `detect_of`'s first detection,
     where no process is paused); returns the index and the seconds it took. Without py-spy
-    every entry says so."""
+    every entry says so. `elsewhere`: ranks on another machine (rank -> (pid there, why)),
+    indexed as not read: a pid of another kernel names another process here."""
     folder = stacks_dir(trial_dir, detect_of)
     folder.mkdir(parents=True, exist_ok=True)
     started = clock()
@@ -155,6 +165,7 @@ def capture(ranks: dict[int, int], trial_dir: Path, deadline_s: float = DUMP_DEA
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         index = list(pool.map(one, targets))
+    index += [Dumped(rank, pid, None, "", None, why) for rank, (pid, why) in sorted((elsewhere or {}).items())]
     (folder / STACKS_INDEX).write_text(json.dumps([asdict(d) for d in index], indent=1))
     return index, clock() - started
 
@@ -180,7 +191,7 @@ class AtDetection:
         if index not in self._done:
             self._armed.setdefault(index, t_applied)
 
-    def poll(self, detections: list[float], ranks: Callable[[], dict[int, int]]) -> None:
+    def poll(self, detections: list[float], ranks: Callable[[], LiveRanks]) -> None:
         for index, t_applied in list(self._armed.items()):
             if any(t >= t_applied for t in detections):
                 del self._armed[index]
@@ -191,8 +202,8 @@ class AtDetection:
                 thread.start()
                 self._threads.append(thread)
 
-    def _capture(self, index: int, live: dict[int, int]) -> None:
-        entries, secs = capture(live, self.trial_dir, detect_of=index)
+    def _capture(self, index: int, live: LiveRanks) -> None:
+        entries, secs = capture(live.here, self.trial_dir, detect_of=index, elsewhere=live.elsewhere)
         self.captured(index, entries, secs)
 
     def join(self, deadline_s: float) -> None:

@@ -70,6 +70,18 @@ def test_without_py_spy_every_process_says_so(tmp_path, host, monkeypatch):
     assert summary.startswith("1 rank not dumped: py-spy is not installed (pip install py-spy) (ranks 0)"), summary
 
 
+def test_a_rank_on_another_machine_is_indexed_as_not_read_and_never_dumped_by_its_pid(tmp_path, host, monkeypatch):
+    # a Slurm node under another kernel: its pid names some other process here
+    asked = []
+    dump = stacks._dump
+    monkeypatch.setattr(stacks, "_dump", lambda tool, pid, *a, **k: (asked.append(pid), dump(tool, pid, *a, **k))[1])
+    why = "on node n7, another machine: py-spy and signals reach this machine's processes only"
+    index, _ = stacks.capture({0: host}, tmp_path / "trial", elsewhere={1: (os.getpid(), why)})
+    assert os.getpid() not in asked and [(d.rank, d.file is None, d.error) for d in index][-1] == (1, True, why)
+    summary = stuck_summary(read_stacks(tmp_path / "trial"), [], 2)
+    assert f"1 rank not dumped: {why} (ranks 1)" in summary, summary
+
+
 def test_at_a_fault_s_first_detection_every_process_is_read_once_without_a_pause(tmp_path, host, monkeypatch):
     from reports.stuck import detect_summary
     read = []
@@ -78,12 +90,12 @@ def test_at_a_fault_s_first_detection_every_process_is_read_once_without_a_pause
         read.append((nonblocking, yielding)), dump(tool, pid, deadline_s, nonblocking, yielding))[1])
     captured = []
     at = stacks.AtDetection(tmp_path / "trial", lambda index, entries, secs: captured.append((index, entries, secs)))
-    at.poll([5.0], lambda: {3: host})  # a detection, but no fault armed
+    at.poll([5.0], lambda: stacks.LiveRanks({3: host}))  # a detection, but no fault armed
     at.armed(0, 10.0)
-    at.poll([5.0], lambda: {3: host})  # before the fault: not its detection
-    at.poll([5.0, 12.0], lambda: {3: host})
+    at.poll([5.0], lambda: stacks.LiveRanks({3: host}))  # before the fault: not its detection
+    at.poll([5.0, 12.0], lambda: stacks.LiveRanks({3: host}))
     at.armed(0, 20.0)  # a pulsed fault's next on-phase: once per fault
-    at.poll([5.0, 12.0, 21.0], lambda: {3: host})
+    at.poll([5.0, 12.0, 21.0], lambda: stacks.LiveRanks({3: host}))
     at.join(stacks.DUMP_DEADLINE_S * 2)
     assert [(index, [d.error for d in entries]) for index, entries, _ in captured] == [(0, [None, None])]
     assert read == [(True, True)] * 2  # neither process paused for its read, nor its CPU taken

@@ -70,6 +70,7 @@ class SlurmCluster(Cluster):
         self.nodes: list[str] = []
         self.agents: list[Launcher] = []
         self.offsets: list[float] = []   # node clock - harness clock, per node
+        self.kernels: list[bool] = []    # per node: under the harness's own kernel (one machine)
         self.timings: dict[str, float] = {}
         self.hosts: tuple[Host, ...] = ()
         self.store_port = STORE_PORT
@@ -163,7 +164,9 @@ class SlurmCluster(Cluster):
             sent = time.monotonic()
             clock = agent.request({"op": "clock"}, REQUEST_TIMEOUT_S)
             # under one kernel one monotonic clock: exactly 0, not a round trip's noise
-            offset = 0.0 if clock["boot_id"] == boot_id() else clock["t"] - (sent + time.monotonic()) / 2
+            same_kernel = clock["boot_id"] == boot_id()
+            offset = 0.0 if same_kernel else clock["t"] - (sent + time.monotonic()) / 2
+            self.kernels.append(same_kernel)
             agent.request({"op": "clock_offset", "offset": offset}, REQUEST_TIMEOUT_S)
             self.offsets.append(offset)
             facts = run_dir / NODES_DIR / f"{node}.json"
@@ -185,6 +188,11 @@ class SlurmCluster(Cluster):
     # -- ranks ------------------------------------------------------------------------------
     def node_of(self, rank: int) -> int:
         return rank // self.spec.ranks_per_host
+
+    def not_here(self, rank: int) -> str | None:
+        node = self.node_of(rank)
+        return None if self.kernels[node] else (f"on node {self.nodes[node]}, another machine: py-spy and "
+                                                "signals reach this machine's processes only")
 
     def refuses(self, kind: str, rank: int) -> str | None:
         node = self.node_of(rank)
@@ -291,7 +299,7 @@ class SlurmCluster(Cluster):
         self.restarts, self.requeue_expected = restarts, False
         for agent in self.agents:
             agent.close(1.0)
-        self.agents, self.offsets, self._gone = [], [], set()
+        self.agents, self.offsets, self.kernels, self._gone = [], [], [], set()
         self.nodes = commands.hostnames(nodelist)
         self._start_agents()
         self._start_control()
