@@ -46,6 +46,11 @@ class InjectionError(ChaosError):
         self.errno = errno
 
 
+class TargetGone(InjectionError):
+    """A process fault's target ended before its signal reached it: a race with the job
+    (a rank that crashed or exited that moment), not the harness's error."""
+
+
 class HarnessError(ChaosError):
     """The job could not be brought up, launched or observed."""
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from chaos import cmdfile, dutycycle, fusefs, netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
-from chaos.errors import FaultConflict, UnsupportedFault
+from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
@@ -214,13 +214,23 @@ class NetlinkInjector(Injector):
             if reason:
                 raise FaultConflict(f"{fault.describe()} on {host.name} refused: {reason}")
         entries: list[Entry] = []
+        reached: list[Host] = []
+        gone: list[str] = []
         t_requested = time.monotonic()
         try:
             if isinstance(mech, ClusterMechanism):
                 entries += mech.apply_cluster(fault, hosts, self.hosts, self.ledger)
+                reached = list(hosts)
             else:
                 for host in hosts:
-                    entries += mech.apply(fault, host, self.ledger)
+                    try:
+                        entries += mech.apply(fault, host, self.ledger)
+                    except TargetGone as exc:  # that one ended by itself: the others still get it
+                        gone.append(f"{host.name}: {exc}")
+                        continue
+                    reached.append(host)
+                if not reached:
+                    raise TargetGone("; ".join(gone))
             t_applied = time.monotonic()
             if revert_after is not None and fault.dead_man:
                 entries.append(arm_dead_man(self.ledger, entries, t_applied + revert_after))
@@ -228,7 +238,7 @@ class NetlinkInjector(Injector):
             LedgerInjection(AppliedFault(fault, (), mech.name, 0.0), entries, self.ledger,
                             self.undos).revert()
             raise
-        applied = AppliedFault(fault, tuple(h.name for h in hosts), mech.name, t_applied, t_requested)
+        applied = AppliedFault(fault, tuple(h.name for h in reached), mech.name, t_applied, t_requested)
         return LedgerInjection(applied, entries, self.ledger, self.undos)
 
 

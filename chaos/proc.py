@@ -11,7 +11,7 @@ import sys
 import time
 
 from chaos import userns
-from chaos.errors import ALREADY_GONE, InjectionError
+from chaos.errors import ALREADY_GONE, InjectionError, TargetGone
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -97,12 +97,14 @@ def send_signal(pid: int, signum: int, started: int | None, gone_ok: bool = Fals
     if started is not None and start_time(pid) != started:
         if gone_ok:
             return False
-        raise InjectionError(f"process {pid} is gone (or its pid was reused)")
+        raise TargetGone(f"process {pid} is gone (or its pid was reused)")
     try:
         os.kill(pid, signum)
     except OSError as exc:
-        if gone_ok and exc.errno in ALREADY_GONE:
-            return False
+        if exc.errno in ALREADY_GONE:
+            if gone_ok:
+                return False
+            raise TargetGone(f"signal {signum} to {pid}: {exc}", exc.errno) from exc
         raise InjectionError(f"signal {signum} to {pid}: {exc}") from exc
     return True
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from chaos.api import AppliedFault, Injection, Injector
-from chaos.errors import HarnessError, UsageError
+from chaos.errors import HarnessError, TargetGone, UsageError
 from chaos.faults import FaultBase
 from chaos.heal import heal
 from chaos.cmdfile import CommandFile
@@ -420,6 +420,8 @@ class Trial:
                     applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
                                           on_phase_s(action, pending), traffic.applying(action),
                                           fired.get(action.index))
+                    if applied is None:
+                        continue
                     if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                         gpu.killed(pids, applied.t_applied)
                     if at_detection is not None:
@@ -580,17 +582,27 @@ class Trial:
 
     def _apply(self, index: int, targets: tuple[int, ...], cluster: Cluster, injector: Injector,
                recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
-               traffic: dict[str, Any], anchor: Fired | None = None) -> AppliedFault:
+               traffic: dict[str, Any], anchor: Fired | None = None) -> AppliedFault | None:
+        """The fault applied and recorded; None where every target's process ended as it was
+        applied (recorded as not applied, like a process gone before: the trial goes on)."""
         planned, fault = self.plan.faults[index], self.faults[index]
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
         hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage) for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S
-        injection = injector.apply(fault, hosts, revert_after=dead_man, heals_after=on_phase)
+        try:
+            injection = injector.apply(fault, hosts, revert_after=dead_man, heals_after=on_phase)
+        except TargetGone as exc:
+            self._ended_as_applied(index, targets, str(exc), recorder)
+            return None
         if fault.reversible:
             outstanding[index] = injection
         applied = injection.applied
+        missed = [r for r in targets if fault.acts_on == "process" and cluster.hosts[r].name not in applied.hosts]
+        if missed:
+            self._ended_as_applied(index, tuple(missed), "", recorder)
+            targets = tuple(r for r in targets if r not in missed)
         reaches = sorted({int(h[1:]) for h in applied.hosts if h[:1] == "r" and h[1:].isdigit()} - set(targets))
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
                       t_requested=round(applied.t_requested or applied.t_applied, 6), index=index,
@@ -602,6 +614,13 @@ class Trial:
         also = f" (it reaches {ranks_text(reaches)} too)" if reaches else ""
         self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism}){also}")
         return applied
+
+    def _ended_as_applied(self, index: int, gone: tuple[int, ...], why: str, recorder: EventRecorder) -> None:
+        planned = self.plan.faults[index]
+        recorder.emit(kinds.FAULT_NOT_APPLIED, index=index, fault_kind=planned.kind, targets=list(gone),
+                      exited_t=[None] * len(gone))
+        self._say(f"fault {planned.description} on {ranks_text(gone)}: not applied, the process ended as it "
+                  "was applied" + (f" ({why})" if why else ""))
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
                 traffic: TrafficWatch, teardown: bool = False) -> None:

@@ -14,7 +14,8 @@ from chaos.api import Host
 from chaos.faults import parse_fault
 from chaos.heal import HealReport, heal_run
 from chaos.mechanism import record_process
-from chaos.inject import SignalKill, SignalStop
+from chaos.errors import TargetGone
+from chaos.inject import NetlinkInjector, SignalKill, SignalStop
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 
@@ -75,6 +76,28 @@ def test_a_kill_ends_the_agent_and_the_workers_in_their_own_sessions(tree, tmp_p
     SignalKill().apply(parse_fault({"kind": "kill"}), host_of(agent.pid), Ledger(new_run_id(), tmp_path))
     agent.wait(DEADLINE_S)
     wait_for(lambda: all(proc.state(pid) in (None, "Z") for pid in everyone[1:]), "a worker outlived the kill")
+
+
+@pytest.mark.parametrize("kind", ["kill", "pause"])
+def test_a_target_that_ended_by_itself_is_left_out_and_the_others_still_get_the_fault(tmp_path, kind):
+    # a race with the job: one rank crashed the moment a fault on two came due
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # reaped: its pid names nothing (or, reused, another process: its start time differs)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        ledger = Ledger(new_run_id(), tmp_path)
+        injector = NetlinkInjector(ledger, {kind: SignalKill() if kind == "kill" else SignalStop()}, hosts=[], undos=UNDOS)
+        hosts = [Host(name=f"r{i:03d}", address="127.0.0.1", switch_ns=None, port=None, ns_path=None, pid=p)
+                 for i, p in enumerate((ended.pid, alive.pid))]
+        injection = injector.apply(parse_fault({"kind": kind}), hosts)
+        assert injection.applied.hosts == ("r001",)
+        wait_for(lambda: proc.state(alive.pid) in ("Z", "T", None), f"the live target was not {kind}ed")
+        injection.revert()
+        with pytest.raises(TargetGone):
+            injector.apply(parse_fault({"kind": kind}), hosts[:1])
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_path):
