@@ -270,8 +270,15 @@ class Passthrough:
                 "st_gid": st.st_gid, "st_size": st.st_size, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
                 "st_ctime": st.st_ctime_ns, "st_blocks": st.st_blocks, "st_blksize": st.st_blksize}
 
-    def readdir(self, path: str, fh: int) -> list[str]:
-        return [".", "..", *os.listdir(self._real(path))]
+    def readdir(self, path: str, fh: int) -> list[tuple[str, dict[str, int], int]]:
+        # each entry with its inode number: under use_ino the kernel lists the number given,
+        # and a bare name's is 0, an entry readdir(3) skips (the folder looked empty to every
+        # os.listdir, so a restore found no checkpoint and started from scratch)
+        real = self._real(path)
+        listed = [(name, os.lstat(os.path.join(real, name))) for name in (".", "..")]
+        with os.scandir(real) as entries:
+            listed += [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+        return [(name, {"st_ino": st.st_ino, "st_mode": st.st_mode}, 0) for name, st in listed]
 
     def access(self, path: str, amode: int) -> int:
         if not os.access(self._real(path), amode):

@@ -18,7 +18,10 @@ against named invariants, apart from whatever injected the faults (as Jepsen's c
                        the newest save lost, as a crash of the storage loses what was not
                        fsynced (lose_unsynced) or a kill mid-save tears it. Named with the
                        file, its size, the step of the save lost and the step the loaders
-                       resumed at (the steps lost), or that none of them stepped after it
+                       resumed at (the steps lost), or that none of them stepped after it;
+                       nor (the built-in runner) a restore that found a checkpoint whose save
+                       had finished, durable, torn and went on from an older one (the save
+                       lost; a read the disk failed, EIO, is a fallback, not a loss)
     progress is honest a rank's steps only go forward between resumes; steps rolled back
                        (thrown away by a resume) and repeated (run again) are counted per rank
 
@@ -45,7 +48,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from reports.checkpoints import Identity, file_identity
-from runfolder.events import CHECKPOINT, CHECKPOINT_FAILED, CHECKPOINT_LOAD, CHECKPOINT_SAVE
+from runfolder.events import (CHECKPOINT, CHECKPOINT_FAILED, CHECKPOINT_LOAD, CHECKPOINT_SAVE, RESTORE_FAILED,
+                              RESTORED)
 from runfolder.plan import STATE_VERDICTS
 
 CONSISTENT, DIVERGED, NOT_OBSERVED = STATE_VERDICTS  # the names a scenario may expect
@@ -112,6 +116,22 @@ class StateVerdict:
     rolled_back: dict[str, int] = field(default_factory=dict)  # replica -> steps thrown away
     repeated: dict[str, int] = field(default_factory=dict)     # replica -> steps run again
     context: str = ""                                 # the event before the first violation
+    # checkpoints a restore skipped: (restored step, skipped step, how: unreadable | torn,
+    # error), from the built-in runner's `restored` events (harness.job.restore)
+    skipped: tuple[tuple[int, int, str, str], ...] = ()
+
+    def _resumes(self) -> str:
+        """'; restored step 10 past the unreadable checkpoint of step 15 (...); steps lost: 7
+        on ranks 0,1,2,3': what the resumes cost, where they cost anything."""
+        parts = [f"restored step {step} past the {how} checkpoint of step {skipped} ({error})"
+                 for step, skipped, how, error in self.skipped]
+        by_count: dict[int, list[str]] = {}
+        for replica, steps in self.rolled_back.items():
+            by_count.setdefault(steps, []).append(replica)
+        parts += [f"steps lost: {steps} on {'rank' if len(r) == 1 else 'ranks'} "
+                  f"{','.join(sorted(r, key=lambda label: tuple(map(int, label.split('.')))))}"
+                  for steps, r in sorted(by_count.items(), reverse=True)]
+        return "".join(f"; {part}" for part in parts)
 
     @property
     def first(self) -> Violation | None:
@@ -124,7 +144,7 @@ class StateVerdict:
         if self.verdict == CONSISTENT:
             restores = f", {self.restores_checked} resumed states real" if self.restores_checked else ""
             return (f"state consistent ({self.states} fingerprints of {self.ranks} ranks, "
-                    f"{self.compared} steps compared{restores})")
+                    f"{self.compared} steps compared{restores}){self._resumes()}")
         first = self.first
         assert first is not None
         more = f"; {len(self.violations) - 1} more" if len(self.violations) > 1 else ""
@@ -280,6 +300,10 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
         recorded.add(s, step)
 
     violations += _lost_saves(events, states, offsets, labels)
+    passed_over = _skipped(events)
+    violations += _torn_saves(passed_over, saves, labels)
+    skipped = tuple(dict.fromkeys((_int(e.get("step")), step, how, error) for e, step, how, error in passed_over
+                                  if e.get("kind") == RESTORED))
 
     # progress is honest: forward between resumes; rolled back and repeated per replica
     rolled_back: dict[str, int] = {}
@@ -311,7 +335,42 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     violations.sort(key=lambda v: (v.t, (RESTORE_IS_REAL, PROGRESS_IS_HONEST, REPLICAS_AGREE).index(v.invariant)))
     verdict = DIVERGED if violations else CONSISTENT
     return StateVerdict(verdict, tuple(violations), len(states), len(labels), compared, checked, unchecked,
-                        rolled_back, repeated, _context(events, violations[0]) if violations else "")
+                        rolled_back, repeated, _context(events, violations[0]) if violations else "",
+                        skipped)
+
+
+SKIPPED = ("unreadable", "torn")  # the fields naming the checkpoints a restore passed over
+
+
+def _skipped(events: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int, str, str]]:
+    """Each checkpoint a restore passed over, in time order: (its `restored` event, or its
+    `restore_failed` where it could read none, the step skipped, unreadable | torn, the error)."""
+    return [(e, int(step), how, str(error))
+            for e in sorted((e for e in events if e.get("kind") in (RESTORED, RESTORE_FAILED)),
+                            key=lambda e: float(e["t"]))
+            for how in SKIPPED if isinstance(e.get(how), dict) for step, error in e[how].items()]
+
+
+def _torn_saves(skipped: list[tuple[Mapping[str, Any], int, str, str]], saves: list[tuple[float, str, int]],
+                labels: Mapping[tuple[int, int], str]) -> list[Violation]:
+    """A checkpoint the runner saved durably (its `checkpoint` event) that a restore found
+    torn: the save was lost (a crash of storage that ignored the fsync, or a save that
+    claimed durability it did not have). A read the disk failed (unreadable) is no such
+    loss: the storage fails now, the bytes may be whole."""
+    found = []
+    for restored, step, how, error in skipped:
+        done = [t for t, kind, saved in saves if kind == CHECKPOINT and saved == step and t < float(restored["t"])]
+        if how != "torn" or not done:
+            continue
+        label = labels.get((_int(restored.get("rank")), 0), str(_int(restored.get("rank"))))
+        resumed = _int(restored.get("step"), -1)
+        found.append(Violation(
+            RESTORE_IS_REAL, float(restored["t"]), _int(restored.get("gen")), max(resumed, 0), (label,),
+            f"rank {label} found the checkpoint of step {step} torn ({error}), though its save finished "
+            f"{float(restored['t']) - done[-1]:.2f} s before: that save was lost; "
+            + (f"the job resumed at step {resumed} ({step - resumed} steps lost)" if restored.get("kind") == RESTORED
+               else "no checkpoint could be read: the restore failed")))
+    return found
 
 
 def _lost_checkpoint(s: State, step: int, saves: list[tuple[float, str, int]],

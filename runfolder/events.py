@@ -66,10 +66,18 @@ MEMBERSHIP = _kind("membership", RANK, ("gen", "world", "members", "left_out", "
                    "the agreed members changed (original rank ids, in group-rank order)")
 RESTORED = _kind("restored", RANK, ("step", "gen", "source"),
                  "state loaded: source checkpoint (the newest of the lowest group rank that has "
-                 "one; `peer` and `bytes` when that rank sent it to members whose disk lacks it) | peer "
+                 "one that it can read; `peer` and `bytes` when that rank sent it to members whose "
+                 "disk lacks it or cannot read it; on that rank, the newer checkpoints it skipped, "
+                 "step -> error: `unreadable`, the disk failed the read, `torn`, no checkpoint) | peer "
                  "(in-memory state sent by original rank `peer`, `bytes` long) | initial (a new "
                  "process that starts again from the seeded weights: bench/torchrun_kill.py)",
-                 optional=("peer", "bytes"))
+                 optional=("peer", "bytes", "unreadable", "torn"))
+RESTORE_FAILED = _kind("restore_failed", RANK, ("gen",),
+                       "a restore found checkpoints and could read none of them; the rank ends "
+                       "crashed (harness.job.restore.NoReadableCheckpoint). On the rank that "
+                       "held them, each one tried, step -> error: `unreadable` (the disk failed "
+                       "the read) or `torn` (what it read is no checkpoint)",
+                       optional=("unreadable", "torn"))
 STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
              "a training step completed (a user's job: loss null, dur null for its first; "
              "local_rank: which of its host's processes, from the hook; cpu_s with a process's "

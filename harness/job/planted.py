@@ -33,7 +33,10 @@ SAVE_CHUNKS = 12
 
 class SavesInPlace(Checkpointer):
     """restore_while_saving: no temp file, no rename; the final name holds a partial file
-    while the save is under way (and for good once its writer is killed)."""
+    while the save is under way (and for good once its writer is killed), and the restore
+    loads the newest file as it is, torn or not."""
+
+    skips_torn = False
 
     def __init__(self, directory: Path | str, keep: int = 3, sleep: Callable[[float], None] = time.sleep) -> None:
         super().__init__(directory, keep)

@@ -63,7 +63,7 @@ from harness.job.detector import FailureDetector
 from harness.job.group import CollectiveError, Group, NotAMember
 from harness.job.outcome import ExitReason, Failure
 from harness.job.policies import PolicySpec
-from harness.job.restore import restore_strategy
+from harness.job.restore import NoReadableCheckpoint, restore_strategy
 from harness.job.suspicion import Suspicions
 from harness.job.workload import Workload
 from runfolder import events as kinds
@@ -391,7 +391,11 @@ class FaultTolerantRunner:
                                    joined=sorted(set(self.group.members) - set(before)))
             if self.suspicions is not None:
                 self.suspicions.generation_formed()
-            restored = self.restore.restore(self.group, self.workload, self._watch)
+            try:
+                restored = self.restore.restore(self.group, self.workload, self._watch)
+            except NoReadableCheckpoint as exc:  # the rank ends crashed; the state checker reads why
+                self.recorder.emit(kinds.RESTORE_FAILED, gen=self.group.generation, **exc.fields())
+                raise
             self.recorder.emit(kinds.RESTORED, step=self.workload.step, gen=self.group.generation,
                                **restored.fields())
             self._record_state("restore")

@@ -39,6 +39,8 @@ def test_io_error_fails_writes_and_fsyncs_keeps_reads_and_counts(storage):
     injection = NetlinkInjector(ledger, MECHANISMS).apply(IoError(every_nth=2, ops=("fsync",)), [host])
     assert mounted(str(directory))
     assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000  # the files below, served
+    listed = {p.name: p.stat().st_ino for p in directory.iterdir()}  # and listed, with their inodes
+    assert listed == {"step-00000010.pt": (directory / "step-00000010.pt").stat().st_ino}
     outcomes = []
     for n in range(4):
         try:

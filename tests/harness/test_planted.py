@@ -37,7 +37,7 @@ def test_a_save_in_place_leaves_a_torn_newest_checkpoint_when_its_writer_dies(tm
         SavesInPlace(tmp_path, sleep=killed_half_way).save(8, state)
     assert sum(waits) == pytest.approx(5 * SAVE_S / 12)
     assert saver.latest() == 8  # the restore takes the half-written file: it is the newest by name
-    with pytest.raises((OSError, RuntimeError)):  # torch's zip reader: EINVAL, or no central directory
+    with pytest.raises((ValueError, RuntimeError)):  # torch: a seek before the start, or no central directory
         saver.load(8)
     assert torch.equal(saver.load(4)["weights"], state["weights"])
 

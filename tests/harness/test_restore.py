@@ -2,6 +2,7 @@
 what every rank put in, so the agreement between ranks is tested, not assumed."""
 from __future__ import annotations
 
+import errno
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from harness.job.checkpoint import Checkpointer
-from harness.job.restore import FromCheckpoint, FromPeer, Restored, RestoreStrategy
+from harness.job.restore import FromCheckpoint, FromPeer, NoReadableCheckpoint, Restored, RestoreStrategy
 from harness.job.workload import Workload, WorkloadSpec
 
 SPEC = WorkloadSpec(hidden=8, features=4)
@@ -118,3 +119,85 @@ def test_checkpoint_restore_loads_the_newest_checkpoint_every_rank_has(tmp_path:
         at_4.load_state(strategies[rank].checkpoints.load(4))
         assert same(weights(workload), weights(at_4))
         assert not same(weights(at_4), weights(trained(rank, 0)))  # step 4 is not the initial state
+
+
+class FailingReads(Checkpointer):
+    """A checkpoint folder whose disk fails the reads of some steps' files with EIO."""
+
+    def __init__(self, directory: Path, failing: set[int]) -> None:
+        super().__init__(directory)
+        self.failing = failing
+
+    def read(self, step: int) -> bytes:
+        if step in self.failing:
+            raise OSError(errno.EIO, "Input/output error", str(self.path(step)))
+        return super().read(step)
+
+
+def saved(folder: Path, steps: int, every: int = 2) -> Workload:
+    """A rank trained `steps` steps that saved every `every` into `folder`."""
+    workload, checkpoints = trained(0, 0), Checkpointer(folder)
+    for step in range(1, steps + 1):
+        workload.train_step(lambda flat: None, 1)
+        if step % every == 0:
+            checkpoints.save(step, workload.state())
+    return workload
+
+
+def test_checkpoint_restore_falls_back_past_a_newest_checkpoint_nobody_can_read(tmp_path: Path):
+    saved(tmp_path, 6)  # steps 2, 4, 6 in one folder every rank reads (the netns backend's)
+    strategies = [FromCheckpoint(FailingReads(tmp_path, {6})) for _ in range(3)]
+    workloads = [trained(rank, 1) for rank in range(3)]
+    restored = restore_all(strategies, workloads, members=(0, 1, 2))
+    assert [w.step for w in workloads] == [4, 4, 4]
+    at_4 = trained(0, 0)
+    at_4.load_state(Checkpointer(tmp_path).load(4))
+    assert all(same(weights(w), weights(at_4)) for w in workloads)
+    assert list(restored[0].fields()["unreadable"]) == ["6"]  # the source rank names what it skipped
+    assert "Input/output error" in restored[0].unreadable[6]
+
+
+def test_checkpoint_restore_sends_the_newest_to_a_rank_whose_disk_cannot_read_it(tmp_path: Path):
+    for rank in range(3):
+        saved(tmp_path / f"r{rank}", 6)
+    strategies = [FromCheckpoint(FailingReads(tmp_path / f"r{rank}", {6} if rank == 2 else set()))
+                  for rank in range(3)]
+    workloads = [trained(rank, 1) for rank in range(3)]
+    restored = restore_all(strategies, workloads, members=(0, 1, 2))
+    assert [w.step for w in workloads] == [6, 6, 6]
+    assert {(r.peer, r.unreadable == {}) for r in restored} == {(0, True)}  # rank 0 sent step 6
+
+
+def test_checkpoint_restore_fails_on_every_rank_when_no_checkpoint_can_be_read(tmp_path: Path):
+    saved(tmp_path, 4)
+    strategies = [FromCheckpoint(FailingReads(tmp_path, {2, 4})) for _ in range(2)]
+    workloads = [trained(rank, 1) for rank in range(2)]
+    with pytest.raises(NoReadableCheckpoint, match=r"rank 0 \(step 4: OSError: .*; step 2: OSError"):
+        restore_all(strategies, workloads, members=(0, 1))
+    assert [w.step for w in workloads] == [1, 1]  # neither went on from the initial weights
+
+
+def test_checkpoint_restore_skips_a_torn_newest_checkpoint_and_says_it_was_torn(tmp_path: Path):
+    saved(tmp_path, 6)
+    newest = Checkpointer(tmp_path).path(6)
+    newest.write_bytes(newest.read_bytes()[:1000])  # what a crash leaves of a save never fsynced
+    strategies = [FromCheckpoint(Checkpointer(tmp_path)) for _ in range(2)]
+    workloads = [trained(rank, 1) for rank in range(2)]
+    restored = restore_all(strategies, workloads, members=(0, 1))
+    assert [w.step for w in workloads] == [4, 4]
+    assert list(restored[0].fields()["torn"]) == ["6"] and restored[0].unreadable == {}
+
+
+def test_a_checkpointer_that_does_not_skip_torn_files_fails_every_rank_on_its_newest(tmp_path: Path):
+    """The planted restore_while_saving's restore (harness.job.planted): it trusts the
+    newest file, so every member fails loading the torn one, as a naive job's would."""
+    saved(tmp_path, 6)
+    newest = Checkpointer(tmp_path).path(6)
+    newest.write_bytes(newest.read_bytes()[:1000])
+    trusting = type("Trusting", (Checkpointer,), {"skips_torn": False})
+    exchange = Exchange(2)
+    with ThreadPoolExecutor(2) as pool:
+        done = [pool.submit(FromCheckpoint(trusting(tmp_path)).restore, ThreadRank(exchange, r, (0, 1)),
+                            trained(r, 1), None) for r in range(2)]
+        errors = [d.exception(timeout=30) for d in done]
+    assert all(isinstance(e, RuntimeError) and "zip" in str(e) for e in errors), errors

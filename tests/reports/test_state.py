@@ -307,3 +307,47 @@ def test_an_empty_file_that_no_restarted_worker_could_load_is_named():
     # a file of another inode (not one the job saved: pretrained weights) is not judged here
     other = with_checkpoint_files(user_job(resume_at=8), {8: (6, 80, 900)}, (3, 999, 0))
     assert check_state(other.events).verdict == CONSISTENT
+
+
+def test_a_restore_past_an_unreadable_checkpoint_says_so_and_the_steps_lost():
+    h = job_with_restore()
+    restored = next(e for e in h.events if e["kind"] == "restored" and e["rank"] == 0)
+    restored["unreadable"] = {"12": "OSError: [Errno 5] Input/output error"}
+    verdict = check_state(h.events)
+    assert verdict.verdict == CONSISTENT
+    assert verdict.skipped == ((10, 12, "unreadable", "OSError: [Errno 5] Input/output error"),)
+    assert verdict.summary().endswith("4 resumed states real); restored step 10 past the unreadable checkpoint of "
+                                      "step 12 (OSError: [Errno 5] Input/output error); steps lost: 3 on ranks 0,1,2,3")
+
+
+def saved_job(steps=(5, 10, 12)) -> History:
+    """job_with_restore with the runner's saves recorded, each durable by its word."""
+    h = job_with_restore()
+    for step in steps:
+        h.events.insert(next(i for i, e in enumerate(h.events) if e["kind"] == "state" and e["step"] == step + 1),
+                        {"t": 0, "src": "rank", "rank": 0, "pid": 1000, "kind": "checkpoint", "step": step})
+    for i, e in enumerate(h.events):  # inserted events take their neighbour's time
+        e["t"] = e["t"] or h.events[i + 1]["t"] - 0.001
+    return h
+
+
+def test_a_restore_that_found_every_durable_save_torn_is_a_lost_save_not_a_clean_crash():
+    h = saved_job()
+    rank0 = next(i for i, e in enumerate(h.events) if e["kind"] == "restored" and e["rank"] == 0)
+    h.events[rank0:] = [{**h.events[rank0], "kind": "restore_failed",
+                         "torn": {"12": "EOFError: ", "10": "EOFError: ", "5": "EOFError: "}}]
+    del h.events[rank0]["step"]
+    verdict = check_state(h.events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert verdict.first.detail.startswith("rank 0 found the checkpoint of step 12 torn (EOFError: ), though")
+    assert verdict.first.detail.endswith("no checkpoint could be read: the restore failed")
+
+
+def test_a_restore_past_a_torn_checkpoint_whose_save_had_finished_is_a_lost_save():
+    h = saved_job()
+    restored = next(e for e in h.events if e["kind"] == "restored" and e["rank"] == 0)
+    restored["torn"] = {"12": "RuntimeError: PytorchStreamReader failed reading zip archive"}
+    verdict = check_state(h.events)
+    assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
+    assert verdict.first.detail.startswith("rank 0 found the checkpoint of step 12 torn (RuntimeError: ")
+    assert verdict.first.detail.endswith("that save was lost; the job resumed at step 10 (2 steps lost)")
