@@ -66,6 +66,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   17  a plan's faults gain the FUSE storage kinds `io_error`, `io_delay`, `io_stall` and `lose_unsynced`
       (chaos.fusefs; a version 1-16 plan had none), and a `checkpoint_failed` can name EIO
       or another errno an io_error gives
+  18  a plan's `preempt` gains `grace` (SIGKILL that long after SIGTERM); a trial's events gain
+      `restore_failed` (no checkpoint could be read: every rank fails) and `restored` gains
+      `unreadable` and `torn` (the newer checkpoints a restore skipped, and why). A version
+      1-17 trial reads as one with none of these
 """
 from __future__ import annotations
 
@@ -79,7 +83,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 17
+FORMAT_VERSION = 18
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 
