@@ -210,9 +210,11 @@ class FaultTolerantRunner:
     def _checkpoint(self) -> None:
         """Save the state; a save the disk refuses (full, read-only) leaves the newest
         durable checkpoint the one to restore, and training goes on to the next save."""
-        self.recorder.emit(kinds.CHECKPOINT_BEGIN, step=self.workload.step)  # a fault may be anchored on it
+        state = self.workload.state()
+        # a fault may be anchored on it: it comes as the writing begins, not before the copy
+        self.recorder.emit(kinds.CHECKPOINT_BEGIN, step=self.workload.step)
         try:
-            self.checkpoints.save(self.workload.step, self.workload.state())
+            self.checkpoints.save(self.workload.step, state)
         except OSError as exc:
             self.recorder.emit(kinds.CHECKPOINT_FAILED, step=self.workload.step,
                                errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)), error=str(exc))
