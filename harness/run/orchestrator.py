@@ -412,25 +412,29 @@ class Trial:
             traffic.due(now - t_warm)
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
-                if action.verb == APPLY:
-                    targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
-                    if not targets:
-                        continue
-                    pids = {rank: cluster.pid(rank) for rank in targets}
-                    applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
-                                          on_phase_s(action, pending), traffic.applying(action),
-                                          fired.get(action.index))
-                    if applied is None:
-                        continue
-                    if applied.fault.kind == "kill":  # type: ignore[attr-defined]
-                        gpu.killed(pids, applied.t_applied)
-                    if at_detection is not None:
-                        at_detection.armed(action.index, applied.t_applied)
-                    traffic.applied(action)
-                    faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
-                else:
-                    self._revert(action.index, outstanding, recorder, traffic)
-                monitor.mark()
+                try:
+                    if action.verb == APPLY:
+                        targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
+                        if not targets:
+                            continue
+                        pids = {rank: cluster.pid(rank) for rank in targets}
+                        applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
+                                              on_phase_s(action, pending), traffic.applying(action),
+                                              fired.get(action.index))
+                        if applied is None:
+                            continue
+                        if applied.fault.kind == "kill":  # type: ignore[attr-defined]
+                            gpu.killed(pids, applied.t_applied)
+                        if at_detection is not None:
+                            at_detection.armed(action.index, applied.t_applied)
+                        traffic.applied(action)
+                        faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
+                    else:
+                        self._revert(action.index, outstanding, recorder, traffic)
+                finally:
+                    # the settle steps count from the plan's last action, applied or not: a last
+                    # fault whose rank was gone ended a campaign's trial 46 s before its window
+                    monitor.mark()
             monitor.poll()
             if at_detection is not None:
                 at_detection.poll(monitor.detections, lambda: self._live_pids(cluster, monitor))

@@ -249,6 +249,9 @@ def test_a_process_fault_due_on_a_rank_that_exited_is_not_applied_and_the_trial_
     assert [(e["index"], e["fault_kind"], e["targets"], e["exited_t"]) for e in skipped] == [
         (0, "pause", [1], [pytest.approx(exited)]), (1, "kill", [1], [pytest.approx(exited)])]
     assert [e["targets"] for e in events if e["kind"] == "fault_applied"] == [[2]]
+    # its settle steps count from the kill that came due (not applied), not from the revert before it
+    stopping = next(e["t"] for e in events if e["kind"] == "stopping")
+    assert stopping > warm + 4.0 + 3 * 0.25, stopping - warm  # its 4th step after the kill came due
     assert [p for e in events for p in schema_problems(e)] == []
     [row] = reports.analyze_run(run_dir).to_dict("records")
     after = f"{exited - warm:.1f}"
