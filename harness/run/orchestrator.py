@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Sequence
 
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, TargetGone, UsageError
@@ -412,29 +412,24 @@ class Trial:
             traffic.due(now - t_warm)
             while pending and t_warm + pending[0].at <= now:
                 action = pending.pop(0)
-                try:
-                    if action.verb == APPLY:
-                        targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
-                        if not targets:
-                            continue
-                        pids = {rank: cluster.pid(rank) for rank in targets}
-                        applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
-                                              on_phase_s(action, pending), traffic.applying(action),
-                                              fired.get(action.index))
-                        if applied is None:
-                            continue
+                if action.verb == APPLY:
+                    targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
+                    pids = {rank: cluster.pid(rank) for rank in targets}
+                    applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
+                                          on_phase_s(action, pending), traffic.applying(action),
+                                          fired.get(action.index)) if targets else None
+                    if applied is not None:
                         if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                             gpu.killed(pids, applied.t_applied)
                         if at_detection is not None:
                             at_detection.armed(action.index, applied.t_applied)
                         traffic.applied(action)
                         faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
-                    else:
-                        self._revert(action.index, outstanding, recorder, traffic)
-                finally:
-                    # the settle steps count from the plan's last action, applied or not: a last
-                    # fault whose rank was gone ended a campaign's trial 46 s before its window
-                    monitor.mark()
+                else:
+                    self._revert(action.index, outstanding, recorder, traffic)
+                # the settle steps count from the plan's last action, applied or not: a last
+                # fault whose rank was gone ended a campaign's trial 46 s before its window
+                monitor.mark()
             monitor.poll()
             if at_detection is not None:
                 at_detection.poll(monitor.detections, lambda: self._live_pids(cluster, monitor))
@@ -576,12 +571,9 @@ class Trial:
         gone = [rank for rank in planned.targets if cluster.pid(rank) is None]
         if gone:
             exited = [monitor.exited_at.get(rank) for rank in gone]
-            recorder.emit(kinds.FAULT_NOT_APPLIED, index=index, fault_kind=planned.kind, targets=gone,
-                          exited_t=[None if t is None else round(t, 6) for t in exited])
             when = ", ".join(f"r{rank} at +{t - t_warm:.1f} s" if t is not None else f"r{rank}"
                              for rank, t in zip(gone, exited, strict=True))
-            self._say(f"fault {planned.description} on {ranks_text(gone)}: not applied, the process had "
-                      f"exited ({when})")
+            self._not_applied(index, gone, exited, f"the process had exited ({when})", recorder)
         return tuple(rank for rank in planned.targets if rank not in gone)
 
     def _apply(self, index: int, targets: tuple[int, ...], cluster: Cluster, injector: Injector,
@@ -598,14 +590,15 @@ class Trial:
         try:
             injection = injector.apply(fault, hosts, revert_after=dead_man, heals_after=on_phase)
         except TargetGone as exc:
-            self._ended_as_applied(index, targets, str(exc), recorder)
+            self._not_applied(index, targets, [None] * len(targets), f"the process ended as it was applied ({exc})",
+                              recorder)
             return None
         if fault.reversible:
             outstanding[index] = injection
         applied = injection.applied
         missed = [r for r in targets if fault.acts_on == "process" and cluster.hosts[r].name not in applied.hosts]
         if missed:
-            self._ended_as_applied(index, tuple(missed), "", recorder)
+            self._not_applied(index, missed, [None] * len(missed), "the process ended as it was applied", recorder)
             targets = tuple(r for r in targets if r not in missed)
         reaches = sorted({int(h[1:]) for h in applied.hosts if h[:1] == "r" and h[1:].isdigit()} - set(targets))
         recorder.emit(kinds.FAULT_APPLIED, t=applied.t_applied,
@@ -619,12 +612,14 @@ class Trial:
         self._say(f"fault {planned.description} on {ranks_text(targets)} applied ({applied.mechanism}){also}")
         return applied
 
-    def _ended_as_applied(self, index: int, gone: tuple[int, ...], why: str, recorder: EventRecorder) -> None:
+    def _not_applied(self, index: int, gone: Sequence[int], exited: list[float | None], why: str,
+                     recorder: EventRecorder) -> None:
+        """A process fault not applied on `gone`, whose processes had ended (reaped at `exited`,
+        None: not known): a fact about the trial, recorded and said; the trial goes on."""
         planned = self.plan.faults[index]
         recorder.emit(kinds.FAULT_NOT_APPLIED, index=index, fault_kind=planned.kind, targets=list(gone),
-                      exited_t=[None] * len(gone))
-        self._say(f"fault {planned.description} on {ranks_text(gone)}: not applied, the process ended as it "
-                  "was applied" + (f" ({why})" if why else ""))
+                      exited_t=[None if t is None else round(t, 6) for t in exited])
+        self._say(f"fault {planned.description} on {ranks_text(gone)}: not applied, {why}")
 
     def _revert(self, index: int, outstanding: dict[int, Injection], recorder: EventRecorder,
                 traffic: TrafficWatch, teardown: bool = False) -> None:
