@@ -33,16 +33,19 @@ class HealReport:
     runs: list[str] = field(default_factory=list)
     undone: list[str] = field(default_factory=list)
     skipped_live: list[str] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # runs whose ledger only a heal at its place takes back
     failed: list[str] = field(default_factory=list)  # what could not be undone, and why
 
     def summary(self) -> str:
-        if not self.undone and not self.skipped_live and not self.failed:
+        if not self.undone and not self.skipped_live and not self.failed and not self.elsewhere:
             return "nothing to heal"
         parts = [f"healed {len(self.runs)} run(s), {len(self.undone)} item(s) undone"]
         if self.failed:
             parts.append(f"{len(self.failed)} item(s) could not be undone")
         if self.skipped_live:
             parts.append(f"left alone (owner alive): {', '.join(self.skipped_live)}")
+        if self.elsewhere:
+            parts.append(f"left to a heal where they were made: {', '.join(self.elsewhere)}")
         return "; ".join(parts)
 
     @contextlib.contextmanager
@@ -59,6 +62,12 @@ def owner_alive(ledger: Ledger) -> bool:
     Slurm cluster's controller, which outlives the command that built it)."""
     return any(proc.start_time(entry.args["pid"]) == entry.args["started"]
                for entry in ledger.entries() if entry.op == "owner")
+
+
+def owner_place(ledger: Ledger) -> str | None:
+    """Where the ledger's entries mean what they say (`chaos.undo.record_owner`); None: anywhere
+    on this machine."""
+    return next((entry.args.get("place") for entry in ledger.entries() if entry.op == "owner"), None)
 
 
 def _namespaced_runs() -> set[str]:
@@ -104,11 +113,13 @@ def heal_run(run_id: str, report: HealReport, undos: UndoTable, directory: Path 
 
 
 def heal(undos: UndoTable, run_id: str | None = None, everything: bool = False,
-         directory: Path | None = None) -> HealReport:
+         directory: Path | None = None, place: str | None = None) -> HealReport:
     """Heal one run (`run_id`); or every run with a ledger here whose owner is dead (the
     default, safe beside live runs and beside runs that keep their ledgers elsewhere); or
     with `everything`, every run, also those found only by their namespaces' names. Then
-    each sweep of `undos` looks for the same runs' leftovers that no ledger names."""
+    each sweep of `undos` looks for the same runs' leftovers that no ledger names. A ledger
+    made at another place than this heal's (a Slurm node's, in a state folder the machine
+    shares) is left to the heal there, whatever was asked: its entries would act here."""
     report = HealReport()
     if run_id:
         candidates = [run_id]
@@ -117,7 +128,14 @@ def heal(undos: UndoTable, run_id: str | None = None, everything: bool = False,
     else:
         candidates = ledger_run_ids(directory)
     for rid in candidates:
-        if run_id is None and not everything and owner_alive(Ledger(rid, directory)):
+        ledger = Ledger(rid, directory)
+        if ledger.path.exists():
+            if (where := owner_place(ledger)) != place:
+                report.elsewhere.append(f"{rid} ({where or 'this machine'})")
+                continue
+        elif run_id is None and not everything:
+            continue  # taken back since it was listed (a Slurm run's heal takes its nodes' too)
+        if run_id is None and not everything and owner_alive(ledger):
             report.skipped_live.append(rid)
             continue
         heal_run(rid, report, undos, directory)

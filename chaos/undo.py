@@ -72,7 +72,10 @@ def undo_outstanding(ledger: Ledger, undos: UndoTable) -> list[Entry]:
     return done
 
 
-def record_owner(ledger: Ledger) -> None:
-    """Name the live process that owns the run: heal leaves a run alone while it lives."""
+def record_owner(ledger: Ledger, place: str | None = None) -> None:
+    """Name the live process that owns the run: heal leaves a run alone while it lives.
+    `place`: where alone its entries mean what they say (a Slurm node's agent names its own
+    network namespace as "this process's"): only a heal that runs there takes them back."""
     pid = os.getpid()
-    ledger.mark(ledger.record("owner", pid=pid, started=proc.start_time(pid)), "done")
+    where = {"place": place} if place else {}
+    ledger.mark(ledger.record("owner", pid=pid, started=proc.start_time(pid), **where), "done")

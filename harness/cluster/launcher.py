@@ -170,6 +170,11 @@ class Launcher:
     def running(self) -> bool:
         return self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it ended (negative: the signal that ended it); None while it runs."""
+        return self._proc.poll()
+
     def release(self) -> bool:
         """SIGKILL every process this launcher forked and forget them, so that the next trial
         can fork from it; False (the launcher is of no further use) when it was never ready,

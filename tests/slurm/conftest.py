@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -36,7 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="package")
-def slurm_env() -> Iterator[dict[str, str]]:
+def slurm_cluster() -> Iterator[dict[str, str]]:
     """A local 4-node cluster for the package's tests; the environment that names it."""
     up = chaos_cli("slurm", "up", "--nodes", str(NODES), timeout=120)
     assert up.returncode == 0, up.stderr
@@ -46,3 +47,14 @@ def slurm_env() -> Iterator[dict[str, str]]:
     finally:
         down = chaos_cli("slurm", "down", timeout=120)
         assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The cluster, as a test finds it: with no job. What a failed test left is cancelled
+    after it, so that the next test's own leftovers are its own."""
+    yield slurm_cluster
+    squeue = ["squeue", "-h", "-o", "%i"]
+    if subprocess.run(squeue, env=slurm_cluster, capture_output=True, text=True).stdout.split():
+        subprocess.run(["scancel", "--user", "root"], env=slurm_cluster, capture_output=True)
+        chaos_cli("heal", env=slurm_cluster, timeout=240)

@@ -146,16 +146,35 @@ def test_a_link_fault_an_ordinary_users_node_does_not_allow_is_refused_before_a_
     assert list((folder / "state").glob("*.jsonl")) == []
 
 
-def test_a_killed_harness_is_healed(slurm_env, tmp_path):
-    """SIGKILL of `chaos run --backend slurm` mid-trial, then `chaos heal`: no job in
-    squeue, no agent, no rank, no ledger."""
+def _agent_of(node: str) -> int:
+    """The pid of `node`'s agent (on the local cluster every node's processes are this machine's)."""
+    found = subprocess.run(["pgrep", "-f", "-x", ".*python.* -m harness.cluster.slurm.agent .*"],
+                           capture_output=True, text=True).stdout.split()
+    for pid in map(int, found):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in environ:
+            return pid
+    raise AssertionError(f"no agent of {node} among {found}")
+
+
+def test_a_killed_harness_and_agent_are_healed_on_the_node(slurm_env, tmp_path):
+    """SIGKILL of `chaos run --backend slurm` mid-fault, and of the node agent that applied the
+    fault before it could take it back, then `chaos heal`: the run's job is cancelled and a
+    heal on the nodes (srun) takes back what the agent's ledger there names: no job in
+    squeue, no agent, no filter on the node's interface, no ledger."""
+    from chaos import netlink, topology
+    from chaos.ledger import state_dir
+    from harness.cluster.slurm.local import running
     path = _scenario(tmp_path, "held", """cluster: {ranks: 4}
 faults:
-  - {kind: link_down, target: {rank: 3}, start: 2s, duration: 10s}
-hang_cap: 60s
+  - {kind: loss, percent: 10%, target: {rank: 3}, start: 2s, duration: 60s}
+hang_cap: 90s
 policies:
   baseline: {}
-""")  # node04 hears neither scancel nor srun's closed input while its link is down: 10 s
+""")
     runs = tmp_path / "runs"
     child = subprocess.Popen([CHAOS, "run", str(path), "--backend", "slurm", "--out", str(runs), "--quiet"],
                              cwd=REPO, env=slurm_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,21 +182,25 @@ policies:
     while not any('"fault_applied"' in p.read_text() for p in runs.rglob("events.jsonl")):
         assert child.poll() is None and time.monotonic() < deadline, "the run never applied its fault"
         time.sleep(0.2)
+    node = topology.host_at(running()[0].id, 3)
+    while not netlink.filter_prios(node.ns_path, node.ifname, "ingress"):  # on a moment after its answer
+        assert time.monotonic() < deadline, "the agent never put its filter on"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGSTOP)  # it cannot see its agent go, nor close the others' input
+    agent = _agent_of("node04")
+    os.kill(agent, signal.SIGKILL)
+    while Path(f"/proc/{agent}").exists() and "Z" not in Path(f"/proc/{agent}/stat").read_text().split(")")[-1][:3]:
+        time.sleep(0.05)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    # The agents hear that srun's input closed once node04's link is back (the agent itself
-    # brings it back at the end of its 10 s): a scancel sent while a node cannot be reached
-    # completes only when Slurm resends it (~2 min here; docs/slurm.md), not a test's wait
-    deadline = time.monotonic() + 40
-    while subprocess.run(["pgrep", "-f", "harness.cluster.slurm.agent"], capture_output=True).returncode == 0:
-        assert time.monotonic() < deadline, "node agents still alive 40 s after their harness died"
-        time.sleep(0.2)
+    [run_id] = {json.loads(t.read_text())["run_id"] for t in runs.rglob("trial.json")}
+    ledger = state_dir() / f"{run_id}.node04.jsonl"
+    assert ledger.exists() and netlink.filter_prios(node.ns_path, node.ifname, "ingress"), "nothing was left"
     healed = chaos_cli("heal", env=slurm_env, timeout=240)
     assert healed.returncode == 0, healed.stdout + healed.stderr
-    assert "slurm_job" in healed.stdout  # the run's allocation was cancelled by the heal, by its name
+    assert "slurm_nodes" in healed.stdout and "slurm_job" in healed.stdout, healed.stdout
     _nothing_left(slurm_env, runs)
-    up = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout  # the nodes' links are up again
-    assert "state DOWN" not in "".join(line for line in up.splitlines() if "chaos" in line)
+    assert not ledger.exists() and not netlink.filter_prios(node.ns_path, node.ifname, "ingress")
 
 
 def test_a_submission_cut_off_is_waited_for_and_its_job_cancelled(slurm_env, tmp_path, monkeypatch):

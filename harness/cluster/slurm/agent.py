@@ -42,13 +42,12 @@ from chaos.api import AppliedFault, Host, Injection
 from chaos.faults import FaultBase, fault_from_wire, parse_fault
 from chaos.inject import DutyCycle, LedgerInjection, NetlinkInjector, SignalKill, SignalStop
 from chaos.ledger import Ledger
-from chaos.mechanism import UndoTable
 from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
 from harness.cluster.slurm import nodecheck, slurmd
 from runfolder.events import CLOCK_OFFSET_ENV
-from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
+from harness.cluster.slurm.undo import NODE_UNDOS
 
 OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man switch's, a heal's on the node
 NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the folder is shared
@@ -57,6 +56,7 @@ NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the
 LINK_KINDS = ("link_down", "blackhole", "loss")
 LINK_APPLY_LEAD_S = 0.1  # a link fault goes on this long after its answer left (srun's traffic crosses the link)
 TICK_S = 0.02            # the launcher's loop turns at least this often
+LEFT_SOMETHING = 3       # the agent's exit status when its ledger is not clean: a heal on the node is due
 
 
 def boot_id() -> str:
@@ -79,7 +79,7 @@ class Agent(zygote.NodeOps):
         self.link = Host(name=node, address=address, switch_ns=OWN_NAMESPACE, port=self.ifname,
                          ns_path=OWN_NAMESPACE, ifname=self.ifname)
         self.ledger = Ledger(f"{run_id}.{node}")
-        record_owner(self.ledger)
+        record_owner(self.ledger, place=node)  # its namespace is "this process's": healed on the node only
         # A link down seen from the node is a lost carrier: its interface stays up with its
         # routes and nothing passes either way (the netns backend's switch-side port down does
         # that to a host). Setting the node's own interface down instead removes its routes:
@@ -158,7 +158,7 @@ class Agent(zygote.NodeOps):
         self.ledger.mark(entry, "done")
         self.faults[index] = LedgerInjection(
             AppliedFault(parse_fault({"kind": "slurmd_kill"}), (self.node,), f"SIGKILL to slurmd (pid {pids[0]})",
-                         time.monotonic(), t_requested), [entry], self.ledger, SLURM_UNDOS)
+                         time.monotonic(), t_requested), [entry], self.ledger, NODE_UNDOS)
         applied = self.faults[index].applied
         return {"t": applied.t_applied, "t_requested": t_requested, "mechanism": applied.mechanism}
 
@@ -192,11 +192,18 @@ class Agent(zygote.NodeOps):
     def close(self) -> None:
         for index in sorted(self.faults, reverse=True):
             self.faults.pop(index).revert()
-        undo_outstanding(self.ledger, UndoTable.combine({"chaos": UNDOS, "slurm": SLURM_UNDOS}))
+        undo_outstanding(self.ledger, NODE_UNDOS)
         self.ledger.close_if_clean()
 
+    @property
+    def clean(self) -> bool:
+        """Everything it did is taken back: its ledger is closed (the harness needs no heal on
+        the node then)."""
+        return not self.ledger.path.exists()
 
-def main(argv: list[str] | None = None) -> None:
+
+def main(argv: list[str] | None = None) -> bool:
+    """The agent until the harness closes its input; whether it left the node clean."""
     parser = argparse.ArgumentParser(prog="python -m harness.cluster.slurm.agent")
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -219,9 +226,10 @@ def main(argv: list[str] | None = None) -> None:
         agent.close()
     signal.signal(signal.SIGTERM, ended_by_slurm)
     zygote.main(agent, ready=facts)
+    return agent.clean
 
 
 if __name__ == "__main__":
-    main()
+    clean = main()
     sys.stdout.flush()
-    os._exit(0)  # skip the interpreter's teardown of torch
+    os._exit(0 if clean else LEFT_SOMETHING)  # skip the interpreter's teardown of torch

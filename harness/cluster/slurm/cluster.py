@@ -36,7 +36,7 @@ from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import DeadlineExceeded, HarnessError, UnsupportedFault
 from chaos.faults import FaultBase, NodeDown, Preempt, Requeue
 from chaos.inject import LedgerInjection, NetlinkInjector
-from chaos.ledger import Ledger
+from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, UndoTable
 from chaos.undo import UNDOS as CHAOS_UNDOS, undo_outstanding
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
@@ -58,6 +58,13 @@ def job_name(run_id: str) -> str:
     return f"{JOB_PREFIX}{run_id}"
 
 
+def placement(scheduler_args: Sequence[str]) -> list[str]:
+    """The allocation's partition and account, for an srun on the same nodes."""
+    words = list(scheduler_args)
+    return [word for i, key in enumerate(words[:-1]) if key in ("--partition", "--account")
+            for word in (key, words[i + 1])]
+
+
 class SlurmCluster(Cluster):
     def __init__(self, spec: ClusterSpec, ledger: Ledger) -> None:
         self.spec = spec
@@ -73,6 +80,7 @@ class SlurmCluster(Cluster):
         self.kernels: list[bool] = []    # per node: under the harness's own kernel (one machine)
         self.timings: dict[str, float] = {}
         self.hosts: tuple[Host, ...] = ()
+        self._nodes_entry: Entry | None = None  # the nodes the agents run on (slurm_nodes)
         self.store_port = STORE_PORT
         self._gone: set[int] = set()     # nodes whose agent ended
         self.restarts = 0                # the job's restarts seen (Slurm's RestartCnt)
@@ -138,6 +146,12 @@ class SlurmCluster(Cluster):
 
     def _start_agents(self) -> None:
         run_dir = self.spec.run_dir
+        # An agent killed before it took its faults back leaves them on its node, recorded in
+        # the node's ledger there: a heal on those nodes, unless every agent ends clean
+        self._nodes_entry = self._ledger.record(
+            "slurm_nodes", name=job_name(self.spec.run_id), conf=commands.conf_path(), nodes=self.nodes,
+            run_id=self.spec.run_id, python=sys.executable, placement=placement(self.spec.scheduler_args))
+        self._ledger.mark(self._nodes_entry, "done")
         addresses = [commands.node_info(node).get("NodeAddr", node) for node in self.nodes]
         for node, address in zip(self.nodes, addresses, strict=False):
             argv = ["srun", "--jobid", self.job_id or "", "--nodelist", node, "--nodes", "1", "--ntasks", "1",
@@ -299,12 +313,19 @@ class SlurmCluster(Cluster):
         self.restarts, self.requeue_expected = restarts, False
         for agent in self.agents:
             agent.close(1.0)
-        self.agents, self.offsets, self.kernels, self._gone = [], [], [], set()
+        self._forget_agents()
         self.nodes = commands.hostnames(nodelist)
         self._start_agents()
         self._start_control()
         self.timings = {**self.timings, "requeue_agents_s": time.monotonic() - began}
         return "ready"
+
+    def _forget_agents(self) -> None:
+        """The agents have ended: where each ended clean (its exit status says so), their nodes
+        need no heal."""
+        if self.agents and self._nodes_entry is not None and all(agent.returncode == 0 for agent in self.agents):
+            self._ledger.mark(self._nodes_entry, "undone")
+        self.agents, self.offsets, self.kernels, self._gone = [], [], [], set()
 
     def link_bytes(self) -> tuple[int, ...]:
         raise HarnessError("the slurm backend does not count a node's link bytes")
@@ -319,6 +340,7 @@ class SlurmCluster(Cluster):
             deadline = time.monotonic() + CLOSE_TIMEOUT_S
             for agent in self.agents:
                 agent.close(max(0.1, deadline - time.monotonic()))
+            self._forget_agents()
         finally:
             undo_outstanding(self._ledger, UndoTable.combine({"chaos": CHAOS_UNDOS, "slurm": UNDOS}))
 

@@ -1,15 +1,19 @@
 """What takes back the slurm backend's side effects: the run's allocation, cancelled by its
 name (`chaos-<run id>`, recorded before it was submitted, so a harness killed before it read
 the job's id still leaves a job a heal finds; one whose sbatch was cut off is waited for
-a moment, since it may register after a first look found none), a node a fault set down or drained, resumed,
-and a node's daemon a fault killed, started again (by the node's agent, or a heal there). Kept light: every heal imports it."""
+a moment, since it may register after a first look found none), what an agent killed
+before it took its faults back left on its node (a heal there, through srun), a node a fault
+set down or drained, resumed, and a node's daemon a fault killed, started again (by the
+node's agent, or a heal there). Kept light: every heal imports it."""
 from __future__ import annotations
 
 import os
 import time
 from typing import Any
 
+from chaos.ledger import state_dir
 from chaos.mechanism import UndoTable
+from chaos.undo import UNDOS as CHAOS_UNDOS
 from harness.cluster.slurm import commands
 
 
@@ -36,6 +40,31 @@ def _cancel_submission(args: dict[str, Any]) -> None:
         time.sleep(0.2)
 
 
+NODE_HEAL_IMMEDIATE_S = 30  # srun gives up when the nodes are not free by then (another job holds them)
+NODE_HEAL_TIMEOUT_S = 120.0
+
+
+def _heal_nodes(args: dict[str, Any]) -> None:
+    """What a node's agent left (it was killed before it took its faults back; its ledger is
+    on the node): the run's job is cancelled first, its agents end with it, then a heal on
+    each node, one srun task per node."""
+    nodes = args["nodes"]
+    if _gone(args):  # a local cluster taken down: its nodes' namespaces went, and what the ledgers name
+        for node in nodes:
+            state_dir().joinpath(f"{args['run_id']}.{node}.jsonl").unlink(missing_ok=True)
+        return
+    commands.cancel_named(args["name"], args.get("conf"))
+    argv = ["srun", "--job-name", args["name"], "--nodelist", ",".join(nodes), "--nodes", str(len(nodes)),
+            "--ntasks-per-node", "1", f"--immediate={NODE_HEAL_IMMEDIATE_S}", *args.get("placement", ()),
+            args["python"], "-m", "harness.cluster.slurm.nodeheal", "--run-id", args["run_id"]]
+    try:
+        commands.run(argv, timeout_s=NODE_HEAL_TIMEOUT_S, conf=args.get("conf"))
+    except commands.SlurmError as exc:
+        raise commands.SlurmError(f"the heal on nodes {','.join(nodes)} did not complete ({exc}); on each node "
+                                  f"run `{args['python']} -m harness.cluster.slurm.nodeheal --run-id "
+                                  f"{args['run_id']}`") from None
+
+
 def _resume_node(args: dict[str, Any]) -> None:
     """A node a fault set DOWN or DRAIN, back in service (one already resumed stays so)."""
     if _gone(args):
@@ -51,4 +80,6 @@ def _start_slurmd(args: dict[str, Any]) -> None:
 
 
 UNDOS = UndoTable({"slurm_job": _cancel_job, "slurm_submission": _cancel_submission,
-                   "slurm_node_state": _resume_node, "slurmd_killed": _start_slurmd})
+                   "slurm_nodes": _heal_nodes, "slurm_node_state": _resume_node, "slurmd_killed": _start_slurmd})
+# What a node's agent records, taken back by the agent or by a heal on the node (harness.cluster.slurm.nodeheal)
+NODE_UNDOS = UndoTable.combine({"chaos": CHAOS_UNDOS, "slurm": UNDOS})
