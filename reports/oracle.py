@@ -18,8 +18,10 @@ unjudged, neither kept nor broken, whatever the scenario expects.
 
 The signature is what shrinking keeps constant: each violated invariant with its cause,
 rank numbers as `rN`, counts of ranks as `N of N` and times as `N s` (a smaller schedule
-moves which ranks and how many, not what happened):
-"outcome crashed: rN-rN crashed (first rN, exit code 1)".
+moves which ranks and how many, not what happened), and a crash by how its first rank
+ended, without its error's words: one torn checkpoint read twice fails as `EOFError` and
+as `negative seek value -307`, and a crash's error is not always caught (the found file's
+"why" names it): "outcome crashed: rN-rN crashed (first rN, exit code 1)".
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ UNJUDGED = ("incomplete", "inconclusive", "bypassed", "no-fault")
 KEPT, BROKEN, NOT_JUDGED = "kept", "broken", "unjudged"
 _RANKS = re.compile(r"\br\d+\b")
 _COUNTS = re.compile(r"\b\d+ of \d+\b")  # "3 of 4 ranks exited": how many moves with the targets
+_CRASH_ERROR = re.compile(r"(crashed \(first rN, [^:()]+): .*\)$")  # reports.metrics: "(first rN, HOW: ERROR)"
 
 
 @dataclass(frozen=True)
@@ -91,5 +94,6 @@ def judge(row: Mapping[str, Any], plan: TrialPlan) -> Verdict:
 
 def signature(violations: tuple[str, ...]) -> str:
     """The violations as shrinking compares them: rank numbers as rN, figures as N."""
-    return "; ".join(_COUNTS.sub("N of N", re.sub(r"\d+(\.\d+)?\s*s\b", "N s", _RANKS.sub("rN", v)))
+    return "; ".join(_CRASH_ERROR.sub(r"\1)", _COUNTS.sub("N of N", re.sub(r"\d+(\.\d+)?\s*s\b", "N s",
+                                                                             _RANKS.sub("rN", v))))
                      for v in violations)

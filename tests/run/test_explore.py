@@ -97,6 +97,12 @@ def test_a_fault_tolerant_policy_must_recover_or_fail_fast_and_never_diverge(tmp
     crashed = judge({"outcome": "crashed", "outcome_reason": "r0-r3 crashed (first r2, exit code 1)"}, plan)
     assert crashed.verdict == BROKEN and crashed.violations == ("outcome crashed: r0-r3 crashed (first r2, exit code 1)",)
     assert crashed.signature == "outcome crashed: rN-rN crashed (first rN, exit code 1)"
+    # one torn checkpoint, read in three runs: the error's words differ, or were not caught
+    for reason in ("r1-r3 crashed (first r3, crashed: negative seek value -307)",
+                   "r0-r3 crashed (first r1, crashed: EOFError: Ran out of input (at byte 12))",
+                   "r1-r2 crashed (first r2, crashed)"):
+        assert judge({"outcome": "crashed", "outcome_reason": reason}, plan).signature == \
+            "outcome crashed: rN-rN crashed (first rN, crashed)", reason
     diverged = judge({"outcome": "recovered", "state": "diverged", "state_detail": "step 12: r1 differs"}, plan)
     assert diverged.violations == ("state diverged: step 12: r1 differs",)
     assert judge({"outcome": "hung"}, plan).verdict == BROKEN
