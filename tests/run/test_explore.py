@@ -13,6 +13,7 @@ from harness.run.explore import ExploreOptions, Weights, explorable_events, expl
 from harness.run.plan import build_plan
 from harness.run.scenario import Scenario, load_scenario
 from reports.oracle import BROKEN, KEPT, NOT_JUDGED, judge, signature
+from tests.conftest import REPO
 
 RUNNER = """\
 cluster: {ranks: 8%s}
@@ -128,6 +129,19 @@ def test_a_scenario_s_expectation_is_the_oracle_where_it_sets_one(tmp_path: Path
     missed = judge({"outcome": "failed-fast", "expect_ok": False, "expect_failures": "outcome failed-fast, not crashed"},
                    plan)
     assert missed.violations == ("outcome failed-fast, not crashed",)
+
+
+def test_drawn_schedules_are_judged_by_the_contract_not_the_scenario_s_own_expect_unless_asked(
+        tmp_path: Path, capsys) -> None:
+    """A shipped scenario's expect: (link_down.yaml: retry recovers within 40 s of its link
+    down) is for its own faults: explore leaves it out, and says so, unless --expect."""
+    from harness.run.explore_command import judged_by, schedule_scenario
+    scenario = load_scenario(REPO / "scenarios" / "link_down.yaml")
+    [schedule] = itertools.islice(schedules(scenario, ExploreOptions(policies=("retry",))), 1)
+    judged = judged_by(scenario, "link_down.yaml", own_expect=False)
+    assert "expect" not in schedule_scenario(judged, schedule) and judged.policy("retry") == scenario.policy("retry")
+    assert "link_down.yaml's expect: block is for its own faults" in capsys.readouterr().err
+    assert schedule_scenario(judged_by(scenario, "link_down.yaml", own_expect=True), schedule)["expect"]["retry"]
 
 
 def test_a_signature_stays_when_ranks_and_times_move() -> None:

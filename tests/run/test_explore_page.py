@@ -130,7 +130,7 @@ def test_resume_and_report_refuse_what_they_cannot_take(tmp_path: Path) -> None:
         read_record(tmp_path)
     record = json.loads((_explore_folder(tmp_path, end="interrupted") / "explore.json").read_text())
     given = argparse.Namespace(scenario=None, resume="F", policy=None, kinds=None, max_faults=3, weights=None,
-                               seed=7, backend=None, repeats=3, no_shrink=False, dry_run=False)
+                               seed=7, backend=None, repeats=3, no_shrink=False, dry_run=False, expect=False)
     with pytest.raises(UsageError, match="--seed is the folder's own"):
         _resumed(given, record)
     resumed = _resumed(argparse.Namespace(**{**vars(given), "seed": 0}), record)
