@@ -47,7 +47,7 @@ from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
 from harness.cluster.slurm import nodecheck, slurmd
 from runfolder.events import CLOCK_OFFSET_ENV
-from harness.cluster.slurm.undo import NODE_UNDOS
+from harness.cluster.slurm.undo import NODE_UNDOS, node_run_id
 
 OWN_NAMESPACE = "/proc/self/ns/net"  # the node's: the agent's, the dead-man switch's, a heal's on the node
 NODES_DIR = "nodes"  # under the run folder: each agent's facts, which prove the folder is shared
@@ -78,7 +78,7 @@ class Agent(zygote.NodeOps):
         self.ifname = interface_of(address)
         self.link = Host(name=node, address=address, switch_ns=OWN_NAMESPACE, port=self.ifname,
                          ns_path=OWN_NAMESPACE, ifname=self.ifname)
-        self.ledger = Ledger(f"{run_id}.{node}")
+        self.ledger = Ledger(node_run_id(run_id, node))
         record_owner(self.ledger, place=node)  # its namespace is "this process's": healed on the node only
         # A link down seen from the node is a lost carrier: its interface stays up with its
         # routes and nothing passes either way (the netns backend's switch-side port down does

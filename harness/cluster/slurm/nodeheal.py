@@ -12,7 +12,7 @@ import socket
 import sys
 
 from chaos.heal import heal
-from harness.cluster.slurm.undo import NODE_UNDOS
+from harness.cluster.slurm.undo import NODE_UNDOS, node_run_id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", required=True, help="the run whose agent ran here")
     args = parser.parse_args(argv)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    report = heal(NODE_UNDOS, f"{args.run_id}.{node}", place=node)
+    report = heal(NODE_UNDOS, node_run_id(args.run_id, node), place=node)
     print(json.dumps({"node": node, "undone": report.undone, "failed": report.failed}))
     return 1 if report.failed else 0
 

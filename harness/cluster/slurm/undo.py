@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from chaos.ledger import state_dir
+from chaos.ledger import Ledger
 from chaos.mechanism import UndoTable
 from chaos.undo import UNDOS as CHAOS_UNDOS
 from harness.cluster.slurm import commands
@@ -40,6 +40,11 @@ def _cancel_submission(args: dict[str, Any]) -> None:
         time.sleep(0.2)
 
 
+def node_run_id(run_id: str, node: str) -> str:
+    """The run id of the ledger a run's agent keeps on `node` (its place: the node)."""
+    return f"{run_id}.{node}"
+
+
 NODE_HEAL_IMMEDIATE_S = 30  # srun gives up when the nodes are not free by then (another job holds them)
 NODE_HEAL_TIMEOUT_S = 120.0
 
@@ -51,7 +56,7 @@ def _heal_nodes(args: dict[str, Any]) -> None:
     nodes = args["nodes"]
     if _gone(args):  # a local cluster taken down: its nodes' namespaces went, and what the ledgers name
         for node in nodes:
-            state_dir().joinpath(f"{args['run_id']}.{node}.jsonl").unlink(missing_ok=True)
+            Ledger(node_run_id(args["run_id"], node)).path.unlink(missing_ok=True)
         return
     commands.cancel_named(args["name"], args.get("conf"))
     argv = ["srun", "--job-name", args["name"], "--nodelist", ",".join(nodes), "--nodes", str(len(nodes)),
