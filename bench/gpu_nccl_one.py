@@ -10,7 +10,7 @@ checks instead, each in a process of its own with a deadline:
   entries, and dumps into a trial folder.
 - `two_on_one`: two ranks put on the one GPU call NCCL, as a user's 16-rank job would on
   such a machine; the lines NCCL and torch print are kept (OUT_DIR/nccl_lines.txt) with the
-  cause harness.cluster.classify gives each, to be the classifier's test data.
+  cause runfolder.classify gives each, to be the classifier's test data.
 - `device_assert`: an out-of-range index on the GPU: the CUDA error line a broken kernel
   prints, kept the same way.
 
@@ -90,7 +90,7 @@ def finish(child: subprocess.Popen) -> tuple[int | str, str]:
 
 
 def error_lines(part: str, output: str) -> list[dict[str, str | None]]:
-    from harness.cluster.classify import classify_line
+    from runfolder.classify import classify_line
     keep = ("error", "nccl", "cuda", "exception", "failed", "warn")
     return [{"part": part, "line": line, "cause": classify_line(line)}
             for line in output.splitlines() if any(k in line.lower() for k in keep)]

@@ -14,6 +14,7 @@ import pandas as pd
 from reports.checkpoints import foreign_loads, saved, shared_checkpoint_failure
 from reports.expect import FAILURE_SEPARATOR, check_expectations, expectation_json
 from reports.history import RunRecord, TrialRecord, load_run
+from reports.last_error import crash_cause
 from reports.metrics import trial_metrics
 from reports.stuck import detect_summary, read_flight, read_stacks, stuck_summary
 from reports.trajectory import check_trajectory, read_reference
@@ -30,6 +31,7 @@ def trial_row(run: RunRecord, trial: TrialRecord) -> dict[str, Any]:
     metrics["stuck_in"] = stuck_summary(read_stacks(trial.path), records, trial.info.plan.ranks, t0,
                                         read_flight(trial.path))
     metrics["at_detect"] = detect_summary(trial.path, records, trial.info.plan.ranks, t0)
+    metrics["crash_cause"] = crash_cause(trial.path, [int(r) for r in metrics["crash_order"].split()])
     trajectory = check_trajectory(records, read_reference(run.path) if trial.info.plan.job is None else None)
     metrics["trajectory"], metrics["trajectory_detail"] = trajectory.verdict, trajectory.detail
     job = trial.info.plan.job

@@ -1002,6 +1002,9 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
     times: dict[str, Any] = {**METRIC_DEFAULTS, "generations": _count_generations(events),
                              "final_world": facts.final_world or pd.NA,
                              "departed": len(facts.departures), "crashed_ranks": len(facts.crashes),
+                             # in the order they died: the first one's log holds the cause (reports.last_error)
+                             "crash_order": " ".join(f"{d.rank}" for d in sorted(facts.crashes,
+                                                                                 key=lambda d: (d.t, d.rank))),
                              "breaker_ranks": len(facts.breaker_opens),
                              "suspect_events": int((_of_kind(events, SUSPECT)["t"]
                                                     < facts.observation_end).sum())}
@@ -1077,7 +1080,7 @@ METRIC_DEFAULTS: dict[str, Any] = {
     "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
     "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "restarts": NAN, "generations": 0,
     "final_world": pd.NA, "steps_rolled_back": NAN, "departed": 0, "crashed_ranks": 0,
-    "cuda_reserved_after": NAN, "excluded_s": NAN, "suspect_events": 0, "rejoined_ranks": 0,
+    "crash_order": "",    "cuda_reserved_after": NAN, "excluded_s": NAN, "suspect_events": 0, "rejoined_ranks": 0,
     "rejoined_s": NAN,
 }
 

@@ -158,7 +158,8 @@ def _story(row: Mapping[str, Any]) -> str:
     if row.get("outcome") != "no-fault":
         parts.append(_detection_text(row))
     if row.get("outcome") == "crashed":
-        parts.append(str(row.get("outcome_reason")))
+        cause = row.get("crash_cause")
+        parts.append(str(row.get("outcome_reason")) + (f"; the log: {cause}" if cause else ""))
     else:
         parts.append(_outcome_text(row))
     return " -> ".join(parts) + _host_drops(row) + _steal(row)

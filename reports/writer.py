@@ -27,6 +27,7 @@ from runfolder.layout import (COMPARISON_PLOT, METRICS_FILE, PLOTS_DIR, REPORT_H
 KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("outcome", "outcome"),
     ("outcome_reason", "why"),
+    ("crash_cause", "a crash's cause: the last error lines of the first crashed rank's log (reports.last_error)"),
     ("not_applied", "faults not applied (their rank had exited, or their event never came)"),
     ("checkpoints", "checkpoints loaded from before the trial or from another trial (reports.checkpoints)"),
     ("state", "state (reports.state)"),

@@ -164,7 +164,7 @@ GROUP_INIT = _kind("group_init", RANK, ("gen", "world"),
                    "world: the group's size; local_rank: which of its host's processes)",
                    optional=("local_rank",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
-                   "the user's job printed an error line (harness.cluster.classify; t: when it "
+                   "the user's job printed an error line (runfolder.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
 # what says a rank saw a fault: the time to detect counts from these (reports.metrics)
 DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)

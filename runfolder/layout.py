@@ -70,6 +70,12 @@ def stacks_dir(trial_dir: Path, detect_of: int | None = None) -> Path:
     return folder if detect_of is None else folder / STACKS_AT_DETECT.format(index=detect_of)
 
 
+def rank_log(trial_dir: Path, rank: int) -> Path:
+    """What rank `rank`'s process (under torchrun: its agent and workers) printed; the
+    backends name it after the rank's host (chaos.topology.host_name)."""
+    return Path(trial_dir) / LOGS_DIR / f"r{rank:03d}.log"
+
+
 def flight_file(trial_dir: Path, rank: int) -> Path:
     """Where rank `rank` dumps its flight recorder (harness.job.flight)."""
     return Path(trial_dir) / FLIGHT_DIR / f"r{rank:03d}.json"

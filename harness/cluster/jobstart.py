@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from harness.cluster import preload, workers
-from harness.cluster.classify import classify_line
+from runfolder.classify import classify_line
 from harness.cluster.worker_stub import SERVER_ENV
 from harness.job.hook.chaos_hook import EVENTS_ENV
 from runfolder import events as kinds

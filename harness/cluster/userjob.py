@@ -7,7 +7,7 @@ processes on a rank host, both forked by the rank launcher (`harness.cluster.zyg
                  harness.cluster.preload), or by execvpe (`exec`, and any command a preloaded
                  start cannot give); stdout and stderr go into a pipe
     tap          reads that pipe: every line into the host's log, and, timestamped on
-                 arrival, each error line `harness.cluster.classify` recognises as a
+                 arrival, each error line `runfolder.classify` recognises as a
                  `job_output` event and each line matching `step_pattern` as a `step`
 
 Environment: the torchrun contract (`rank_environment`). MASTER_ADDR is rank 0's host

@@ -163,6 +163,19 @@ class PolicySpec(BaseModel):
     def rendezvous_s(self) -> float:
         return self.timeout if self.rendezvous_timeout is None else self.rendezvous_timeout
 
+    @property
+    def give_up_s(self) -> float | None:
+        """The longest this policy can take from a fault to giving up on its own (failed-fast,
+        retries exhausted, isolated, or a rank left out that waited in vain to rejoin), as an
+        upper bound: the failed collective's timeout, then per retry the longest backoff with
+        its jitter, the health check, a rendezvous that times out and a collective that does.
+        None: a policy that does not catch errors never gives up; it waits (`hung`)."""
+        if not self.catch_errors:
+            return None
+        per_try = self.jitter[1] + self.health_check_timeout + self.rendezvous_s + self.timeout
+        retrying = sum(self.backoff(attempt) + per_try for attempt in range(1, self.max_retries + 1))
+        return self.timeout + retrying + (self.rejoin_within if self.rejoin else 0.0)
+
     def backoff(self, attempt: int) -> float:
         """Backoff before retry `attempt` (1-based), without jitter: base * 2^(attempt-1), capped."""
         return min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))

@@ -25,12 +25,12 @@ from typing import Any
 
 from chaos.errors import HarnessError
 from harness.k8s.faults import CHAOS_PLURALS, TEMPLATE
+from harness.run.plan import trial_deadline_s
 from runfolder import events as kinds
 from runfolder.plan import APPLY, REVERT, TrialPlan
 
 APPLIED, RECOVERED, SUCCEEDED = "Apply", "Recover", "Succeeded"
 CONTROLLED_BY = "chaos-mesh.org/controlled-by"  # on a chaos object: its workflow node, "<template>-<5>"
-DEADLINE_FACTOR, DEADLINE_FLOOR_S = 3, 60.0       # as the orchestrator: last action + 3 x max(cap, 60 s)
 
 
 def wall_seconds(stamp: str | datetime) -> float:
@@ -257,7 +257,7 @@ def _end(plan: TrialPlan, steps: dict[int, list[float]], activity: list[float], 
             break
         idle_since = max(idle_since, t)
     origin = actions[0] - plan.actions[0].at if actions else warm  # when the Workflow's timeline began
-    deadline = origin + plan.last_action_s + DEADLINE_FACTOR * max(plan.hang_cap, DEADLINE_FLOOR_S)
+    deadline = origin + trial_deadline_s(plan)
     if now > deadline:
         ends.append((deadline, "deadline", 0.0))
     return min(ends) if ends else None

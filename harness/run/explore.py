@@ -18,8 +18,10 @@ a file can give its own):
   duration  0.5 T, 1.5 T, 3 T or none (permanent), T being the shortest timeout of the
             policies explored (a user's job: a quarter of the hang cap); a kill has none
 A drawn schedule the scenario loader refuses (two faults of one kind on a rank at once, a
-fault after a kill on one clock), or with two storage faults (every rank's checkpoint folder
-is one), is drawn again, at most `DRAWS_PER_SCHEDULE` times.
+fault after a kill on one clock), with two storage faults (every rank's checkpoint folder
+is one), or whose every fault waits for an event only a failure brings (`detect`, `retry`,
+...: none would ever be applied; harness.run.shrink.uncaused) is drawn again, at most
+`DRAWS_PER_SCHEDULE` times.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from chaos.faults import FAULT_KINDS
 from harness.run.anchor import ANCHOR_EVENTS, ANCHOR_NAMES
 from harness.run.scenario import Scenario
+from harness.run.shrink import uncaused
 
 DRAWS_PER_SCHEDULE = 20
 # the parameters of a kind that needs some, as the generator injects it
@@ -155,7 +158,8 @@ def schedules(scenario: Scenario, options: ExploreOptions) -> Iterator[Schedule]
             faults = [_fault(draw, scenario, kinds, events, t, options.weights) for _ in range(count)]
             # every rank's checkpoint folder is one on this machine: one storage fault at a time
             # (on different clocks the loader cannot tell whether two overlap)
-            if sum(f["kind"] in STORAGE_KINDS for f in faults) <= 1 and _probe(scenario, faults) is not None:
+            if (sum(f["kind"] in STORAGE_KINDS for f in faults) <= 1 and uncaused(tuple(faults)) is None
+                    and _probe(scenario, faults) is not None):
                 number += 1
                 yield Schedule(number, tuple(faults))
                 break

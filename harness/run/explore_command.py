@@ -12,7 +12,7 @@ tried.jsonl (one line per trial: schedule, policy, outcome, verdict, violations,
 a crash's cause, seconds), and per new failure signature found-NN.yaml: the schedule that
 broke the contract, shrunk (harness.run.shrink, each candidate run --repeats times) while
 the budget lasts, with an `expect:` block it fails today, and in comments the signature, a
-crash's cause (harness.run.last_error), how far it shrank, its reproduction count (the file
+crash's cause (reports.last_error), how far it shrank, its reproduction count (the file
 itself run --repeats times as `chaos run` runs it, while the budget lasts: the runs that
 broke its expect: with the found outcome) and the command that runs it again; explore.json
 (the command, settings and each session's budget) and explore.md, the page of everything
@@ -232,7 +232,7 @@ def explore_command(args: argparse.Namespace) -> int:
 
     def run(path: Path, policies: list[str]) -> list[Judged]:
         """Run one schedule's scenario file: per policy, its outcome, verdict and, where it
-        crashed, the cause (harness.run.last_error)."""
+        crashed, the cause (reports.last_error)."""
         progress.show(doing_text(path.stem, args.repeats))
         began = time.monotonic()
         run_dir, _ = run_scenario(load_scenario(path), path, policies, folder / "runs", backend,
@@ -244,7 +244,7 @@ def explore_command(args: argparse.Namespace) -> int:
         for _, row in reports.analyze_run(run_dir).iterrows():
             trial = trial_dir(run_dir, row["trial"])
             verdict = judge(row, read_trial_info(trial).plan)
-            cause = _crash_cause(trial) if row["outcome"] == "crashed" else ""
+            cause = row["crash_cause"] if row["outcome"] == "crashed" else ""
             judged.append(Judged(row["trial"], row["outcome"], verdict, cause))
             with (folder / "tried.jsonl").open("a") as tried:
                 tried.write(json.dumps({"schedule": path.stem, "faults": yaml.safe_load(path.read_text())["faults"],
@@ -330,16 +330,6 @@ class Judged(NamedTuple):
     outcome: str
     verdict: Any                     # reports.oracle.Verdict
     cause: str
-
-
-def _crash_cause(trial: Path) -> str:
-    """A crashed trial's cause: the last error lines of the log of the rank that died first."""
-    from harness.run.last_error import crash_cause
-    from reports.history import load_trial
-    from reports.metrics import trial_facts
-    record = load_trial(trial)
-    crashes = sorted(trial_facts(record.events, record.info).crashes, key=lambda d: (d.t, d.rank))
-    return crash_cause(trial, [d.rank for d in crashes])
 
 
 def reproduces(judged: list[Judged], found: Judged) -> bool:

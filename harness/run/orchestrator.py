@@ -52,7 +52,7 @@ from harness.job.gpufault import commands_dir
 from harness.run import machine as machine_speed, stacks
 from harness.run.anchor import AnchorWatch, Fired
 from harness.run.gpumem import GpuRelease
-from harness.run.plan import Plan, build_plan, placement_problem, ranks_text
+from harness.run.plan import Plan, build_plan, placement_problem, ranks_text, trial_deadline_s
 from harness.run.progress import Progress
 from harness.run.scenario import Scenario, job_checkpoint_dir
 from harness.run.traffic import Sample, TrafficWatch
@@ -395,7 +395,7 @@ class Trial:
         outstanding: dict[int, Injection] = {}  # applied and not yet reverted, by fault index
         # the settle steps' own time on top: a campaign's trial settles for minutes (harness.run.campaign)
         settling = plan.settle_steps * plan.workload["step_period"] if steps_observed else 0.0
-        deadline = t_warm + plan.last_action_s + settling + 3 * max(plan.hang_cap, 60.0)
+        deadline = t_warm + trial_deadline_s(plan) + settling
         monitor.last_activity = t_warm
         monitor.mark()
         traffic = self._traffic_watch(cluster, monitor)

@@ -19,6 +19,7 @@ from typing import Callable
 
 from chaos.faults import FaultBase
 from harness.cluster.userjob import rdzv_conf_text
+from harness.job.policies import PolicySpec
 from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.run.yaml_errors import file_line
 from runfolder.plan import APPLY, REVERT, Action, Anchor, Expectation, PlannedFault, TrialPlan
@@ -53,6 +54,21 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         anchored=_actions(scenario.faults, anchored=True))
     return Plan(trial, tuple(e.fault for e in scenario.faults), scenario.cluster.ranks_per_node,
                 scenario.cluster.slurm.sbatch_args() if scenario.cluster.slurm else ())
+
+
+# A trial with nothing left to do ends at its deadline (`deadline`, inconclusive): its last
+# action, then this many times the larger of the hang cap and the floor, or longer where the
+# policy's own time to give up is longer (a retry policy's rendezvous after rendezvous).
+DEADLINE_FACTOR, DEADLINE_FLOOR_S = 3, 60.0
+
+
+def trial_deadline_s(trial: TrialPlan) -> float:
+    """Seconds after warm-up at which `trial` ends whatever its ranks do (the orchestrator
+    adds the settle steps' own time): the policy, given a fault at the last action, has given
+    up by then and had the hang cap to show it. A user's job has no policy of the harness's."""
+    give_up = PolicySpec.model_validate(trial.policy_spec).give_up_s if trial.policy_spec else None
+    waited = DEADLINE_FACTOR * max(trial.hang_cap, DEADLINE_FLOOR_S)
+    return trial.last_action_s + max(waited, (give_up or 0.0) + trial.hang_cap)
 
 
 def placement_problem(scenario: Scenario, scenario_file: Path, device: str, reason: str) -> str | None:

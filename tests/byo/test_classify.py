@@ -1,4 +1,4 @@
-"""The output-line classifier (harness.cluster.classify) on lines recorded from real jobs.
+"""The output-line classifier (runfolder.classify) on lines recorded from real jobs.
 
 tests/byo/recorded/*.log are the whole output of `torchrun --nproc-per-node 2` running
 recorded/collective_script.py with torch 2.13 (CPU, gloo): `timeout` (rank 1 sleeps past a
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster.classify import classify_line
+from runfolder.classify import classify_line
 
 RECORDED = Path(__file__).parent / "recorded"
 

@@ -142,6 +142,31 @@ def test_retry_gives_up_after_max_retries(tmp_path):
     assert kinds(tmp_path).count("backoff") == 3 and len(sleeps) == 3
 
 
+@pytest.mark.parametrize("policy, overrides, outcome", [
+    ("timeout", {}, Outcome.FAILED_FAST),
+    ("retry", {"max_retries": 6, "rendezvous_timeout": "30s", "backoff_base": "1s", "backoff_cap": "8s"},
+     Outcome.RETRIES_EXHAUSTED),
+    ("isolation", {"max_retries": 3}, Outcome.ISOLATED),
+])
+def test_a_policy_gives_up_within_the_time_it_states(tmp_path, policy, overrides, outcome):
+    """give_up_s bounds a trial's deadline (harness.run.plan.trial_deadline_s): every wait the
+    runner makes on its way to giving up, at its longest (a failed collective its timeout, a
+    failed rendezvous its rendezvous timeout, a health check its timeout), fits in it."""
+    group = ScriptedGroup(fail_steps={2}, join_failures=99)
+    runner, sleeps = make_runner(tmp_path, policy, group, **overrides)
+    assert runner.run(max_steps=10) is outcome
+    spec = runner.policy
+    waited = (spec.timeout + (99 - group.join_failures) * spec.rendezvous_s
+              + group.calls.count("health") * spec.health_check_timeout + sum(sleeps))
+    assert spec.give_up_s is not None and waited <= spec.give_up_s
+    # the bound's slack: a collective's timeout per try (the rendezvous failed before one) and the jitter
+    assert spec.give_up_s - waited <= spec.max_retries * (spec.timeout + spec.jitter[1] - spec.jitter[0])
+
+
+def test_a_policy_that_does_not_catch_errors_never_gives_up():
+    assert policy_spec("baseline").give_up_s is None
+
+
 def test_retry_counts_failed_health_checks_as_tries(tmp_path):
     group = ScriptedGroup(fail_steps={2}, health=[False, False, True])
     runner, _ = make_runner(tmp_path, "retry", group, max_retries=3)

@@ -140,3 +140,23 @@ def test_the_comparison_draws_each_policy_s_times_its_claim_and_a_hang_as_at_lea
     assert f"{row['ttr_s']:.2f} s" in texts and f"{row['ttd_s']:.2f} s" in texts
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(legend) >= {"detect", "recover", "breaker open", "hung: at least the cap", "the document's claim"}
+
+
+def test_a_crash_s_why_names_the_cause_from_the_log_of_the_rank_that_died_first(tmp_path):
+    """The exit says that a rank crashed; its log says why (reports.last_error). r2 died first."""
+    events, trial = fakes.crashed()
+    for e in events:
+        if e["kind"] in ("exit", "rank_exited") and e["rank"] != 2:
+            e["t"] += 0.05
+    run_dir = fakes.write_run(tmp_path / "run", {"baseline": (events, trial)})
+    logs = run_dir / "trials" / "baseline" / "logs"
+    logs.mkdir()
+    (logs / "r001.log").write_text("Traceback (most recent call last):\nOSError: [Errno 5] Input/output error\n")
+    (logs / "r002.log").write_text("step 39\nTraceback (most recent call last):\n"
+                                   "RuntimeError: Timed out waiting 5000ms for recv operation to complete\n")
+    row = analyze_run(run_dir).iloc[0]
+    assert row["outcome"] == "crashed" and row["crash_order"].split()[0] == "2"
+    cause = "r2: RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+    assert row["crash_cause"] == cause
+    md = write_reports(run_dir)["report.md"].read_text()
+    assert f"the log: {cause}" in md

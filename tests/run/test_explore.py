@@ -159,6 +159,15 @@ def test_a_schedule_holds_one_storage_fault_at_most_and_the_loader_refuses_two_a
         load(tmp_path, two)
 
 
+def test_no_schedule_waits_only_for_events_that_a_failure_brings(tmp_path: Path) -> None:
+    """A lone fault on `detect` (or `retry`, `restore`, ...) would never be applied: an
+    unplanted hour ran 7 such schedules for nothing (docs/explore.md)."""
+    from harness.run.anchor import ANCHOR_EVENTS
+    for schedule in drawn(load(tmp_path, RUNNER % ""), seed=1):
+        assert any(not isinstance(f["start"], dict) or not ANCHOR_EVENTS[f["start"]["on"]].after_failure
+                   for f in schedule.faults), schedule
+
+
 def test_chaos_explore_dry_run_prints_the_first_schedules_and_the_least_time_per_trial(tmp_path: Path, capsys) -> None:
     from harness.cli import main
     (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
@@ -305,7 +314,7 @@ Root Cause (first observed failure):
 
 
 def test_a_crash_s_cause_is_the_last_error_lines_of_the_log_of_the_rank_that_died_first(tmp_path: Path) -> None:
-    from harness.run.last_error import crash_cause, last_errors
+    from reports.last_error import crash_cause, last_errors
     assert last_errors(TORCHRUN_LOG.splitlines()) == [
         "[rank2] RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
         "ChildFailedError"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.plan import build_plan, plan_text
+from harness.run.plan import build_plan, plan_text, trial_deadline_s
 from harness.run.scenario import load_scenario
 from runfolder.plan import Action, Expectation
 
@@ -73,3 +73,15 @@ def test_every_shipped_scenario_has_a_plan() -> None:
             # an anchored fault's last action: as late as its event is waited for, then its own offsets
             assert plan.last_action_s == max((e.offset + (e.duration or 0) + (f.anchor.until if f.anchor else 0)
                                               for e, f in zip(scenario.faults, plan.faults, strict=True)), default=0)
+
+
+def test_a_trial_s_deadline_covers_its_policy_s_time_to_give_up() -> None:
+    """link_down.yaml's retry (6 tries, 30 s rendezvous) gives up about 4 minutes after a
+    fault for good: past 3 x the 60 s floor, so its deadline is the policy's; the timeout
+    policy's 5 s is within the floor."""
+    scenario = load_scenario(SCENARIOS / "link_down.yaml")
+    retry, timeout = build_plan(scenario, "retry").trial, build_plan(scenario, "timeout").trial
+    give_up = scenario.policy("retry").give_up_s
+    assert give_up is not None and give_up > 3 * 60.0
+    assert trial_deadline_s(retry) == retry.last_action_s + give_up + scenario.hang_cap
+    assert trial_deadline_s(timeout) == timeout.last_action_s + 3 * 60.0

@@ -1,5 +1,6 @@
 """A crash's cause in words, from the last error lines of the log of the rank that died
-first (`chaos explore`'s progress lines, tried.jsonl and found files; docs/explore.md).
+first: the report's `crash_cause` (its "why" in the story), and `chaos explore`'s progress
+lines, tried.jsonl and found files (docs/explore.md).
 
 The report reads a crash as "r1-r3 crashed (first r3, exit code 1)": the exit, not why.
 The log of r3 says why: under torchrun, its worker's last exception
@@ -10,7 +11,7 @@ agent's, or the harness's runner's), in that order, each cut to its first senten
 
 An error line is the last line of a Python traceback (`OSError: [Errno 22] Invalid
 argument`; the module path of the exception's name left out) or a line the line classifier
-(harness.cluster.classify) names a cause for (an NCCL watchdog's, an agent's).
+(runfolder.classify) names a cause for (an NCCL watchdog's, an agent's).
 """
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from chaos.topology import host_name
-from harness.cluster.classify import classify_line
-from runfolder.layout import LOGS_DIR
+from runfolder.classify import classify_line
+from runfolder.layout import rank_log
 
 WORKER_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
 EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<name>[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<message>.*))?$")
@@ -63,7 +63,7 @@ def crash_cause(trial_dir: Path, ranks: Iterable[int]) -> str:
     died) whose log has any, as `r3: [rank2] RuntimeError: ...; then ChildFailedError`; ""
     where no log has one."""
     for rank in ranks:
-        log = Path(trial_dir) / LOGS_DIR / f"{host_name(rank)}.log"
+        log = rank_log(trial_dir, rank)
         try:
             with log.open("rb") as handle:
                 handle.seek(max(0, log.stat().st_size - TAIL_BYTES))
