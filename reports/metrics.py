@@ -141,8 +141,9 @@ from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CHECKPOINT, CHECKPO
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.checkpoints import loaded_steps
 from reports.state import check_state
+from reports.storage import storage_text
 from runfolder.info import TrialInfo
-from runfolder.plan import PlannedFault
+from runfolder.plan import PlannedFault, TrialPlan
 
 NAN = float("nan")
 POLICY_EXIT_REASONS = ("failed-fast", "retries-exhausted", "isolated")
@@ -935,18 +936,21 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_gpu_freed_columns(events))
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
-    row.update(_state_columns(events, facts))
+    row.update(_state_columns(events, facts, trial.plan))
     lost = (facts.preempted or facts.requeue)
     row["steps_lost"] = NAN if lost is None or lost.steps_lost is None else float(lost.steps_lost)
     return row
 
 
-def _state_columns(events: pd.DataFrame, facts: TrialFacts) -> dict[str, Any]:
-    """The state checker's verdict (reports.state), its line (times after fault start) and
-    the steps run again after a resume, over all ranks."""
-    verdict = check_state(events.to_dict("records"))
+def _state_columns(events: pd.DataFrame, facts: TrialFacts, plan: TrialPlan) -> dict[str, Any]:
+    """The state checker's verdict (reports.state), its line (times after fault start), the
+    storage invariants under a storage fault (reports.storage) and the steps run again after
+    a resume, over all ranks."""
+    records = events.to_dict("records")
+    verdict = check_state(records)
     t0 = facts.fault.start if facts.fault else (float(events["t"].min()) if len(events) else 0.0)
     return {"state": verdict.verdict, "state_detail": verdict.summary(t0),
+            "storage": storage_text(records, plan, verdict),
             "state_fingerprints": verdict.states, "steps_repeated": sum(verdict.repeated.values())}
 
 

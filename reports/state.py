@@ -54,6 +54,8 @@ from runfolder.plan import STATE_VERDICTS
 
 CONSISTENT, DIVERGED, NOT_OBSERVED = STATE_VERDICTS  # the names a scenario may expect
 REPLICAS_AGREE, RESTORE_IS_REAL, PROGRESS_IS_HONEST = "replicas agree", "restore is real", "progress is honest"
+# what a violation says of the job's checkpoint code, for the storage invariants (reports.storage)
+SAVE_LOST, TORN_RESTORED, FROM_SCRATCH, STEPS_APART = "save lost", "torn restored", "from scratch", "steps apart"
 RESUMED = ("restore", "start")  # `at` of a state a generation resumed from
 # what may explain a divergence: the last of these before it is named
 CONTEXT_KINDS = ("restored", "group_ready", "membership", "rejoin_admitted", "rank_start",
@@ -102,6 +104,7 @@ class Violation:
     step: int
     ranks: tuple[str, ...]  # the ranks it names (minority first)
     detail: str
+    checkpoint: str = ""    # SAVE_LOST, TORN_RESTORED, FROM_SCRATCH, STEPS_APART: a checkpoint's part in it
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,7 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                              f"at step {step}" for step, r in reversed(ordered))
             violations.append(Violation(REPLICAS_AGREE, latest.t, gen, ordered[-1][0],
                                         tuple(labels[r] for _, rs in ordered[:-1] for r in sorted(rs)),
-                                        f"generation {gen} resumed at different steps: {text}"))
+                                        f"generation {gen} resumed at different steps: {text}", STEPS_APART))
 
     # restore is real, and the absolute step of every state (a user's job: offset per process)
     saves = sorted((float(e["t"]), e["kind"], _int(e.get("step"))) for e in events
@@ -369,7 +372,7 @@ def _torn_saves(skipped: list[tuple[Mapping[str, Any], int, str, str]], saves: l
             f"rank {label} found the checkpoint of step {step} torn ({error}), though its save finished "
             f"{float(restored['t']) - done[-1]:.2f} s before: that save was lost; "
             + (f"the job resumed at step {resumed} ({step - resumed} steps lost)" if restored.get("kind") == RESTORED
-               else "no checkpoint could be read: the restore failed")))
+               else "no checkpoint could be read: the restore failed"), SAVE_LOST))
     return found
 
 
@@ -383,11 +386,13 @@ def _lost_checkpoint(s: State, step: int, saves: list[tuple[float, str, int]],
         which = "a checkpoint" if user_job else f"the checkpoint of step {saved}"
         return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,),
                          f"rank {label} resumed at {_where(s, user_job)} from scratch (the initial state) "
-                         f"though {which} was written {s.t - t:.2f} s before: the restore did not find it")
+                         f"though {which} was written {s.t - t:.2f} s before: the restore did not find it",
+                         FROM_SCRATCH)
     outcome = [kind for _, kind, saved in before if saved == step and kind != CHECKPOINT_SAVE]
     if not user_job and outcome and outcome[-1] == CHECKPOINT_FAILED:
         return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,),
-                         f"rank {label} resumed at {_where(s, user_job)}, whose save failed: a torn checkpoint")
+                         f"rank {label} resumed at {_where(s, user_job)}, whose save failed: a torn checkpoint",
+                         TORN_RESTORED)
     return None
 
 
@@ -427,7 +432,7 @@ def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: M
                   + (f"the job resumed at step {resumed[0]} ({saved - resumed[0]} steps lost)" if resumed else
                      f"no process that loaded it stepped after ({len(loads)} loads): it could not be loaded"))
         gen = max((s.gen for s in states if s.pid == _int(first.get("pid"))), default=0)
-        found.append(Violation(RESTORE_IS_REAL, float(first["t"]), gen, saved, tuple(loaders), detail))
+        found.append(Violation(RESTORE_IS_REAL, float(first["t"]), gen, saved, tuple(loaders), detail, SAVE_LOST))
     return found
 
 
@@ -480,7 +485,7 @@ def _not_real(s: State, same_params: list[tuple[State, int | None]], labels: Map
     else:
         detail = (f"rank {label} resumed at {_where(s, user_job)} from weights {_short(s.params)} that no rank "
                   "recorded before: neither a checkpoint of this run nor its initial weights")
-    return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,), detail)
+    return Violation(RESTORE_IS_REAL, s.t, s.gen, s.step, (label,), detail, "" if same_params else TORN_RESTORED)
 
 
 def _context(events: list[Mapping[str, Any]], violation: Violation) -> str:

@@ -32,6 +32,7 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("checkpoints", "checkpoints loaded from before the trial or from another trial (reports.checkpoints)"),
     ("state", "state (reports.state)"),
     ("state_detail", "state: what it rests on"),
+    ("storage", "under a storage fault, the checkpoint invariants (reports.storage)"),
     ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),
     ("trajectory_detail", "trajectory: what it rests on"),
     ("stuck_in", "stuck in, at the hang cap (reports.stuck)"),
