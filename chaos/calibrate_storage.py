@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator
 
 from chaos.api import Host
-from chaos.faults import FaultBase, IoDelay, IoError, IoStall, LoseUnsynced, parse_fault
+from chaos.faults import DiskFull, FaultBase, IoDelay, IoError, IoStall, LoseUnsynced, ReadOnly, parse_fault
 from chaos.fidelity import Family, Figure, not_measured, owned
 from chaos.fusefs import control, control_name
 from chaos.inject import NetlinkInjector, process_mechanisms
@@ -48,6 +48,7 @@ BLOCK = b"c" * 4096
 DELAY_ROUNDS, DELAY_CALLS = 5, 10        # per operation: 50 calls on, 50 off
 ERROR_CALLS, NTH_CALLS = 5000, 30
 STALL_S, RESUME_WITHIN_S = 1.0, 0.050
+FILL_CAP = 4 * 1024 * 1024             # bytes a fill writes at most: past it, no ENOSPC came
 NEEDS_FUSE = "the storage kinds need the FUSE passthrough (root, or /dev/fuse open to the user): "
 
 
@@ -288,8 +289,82 @@ def _lose_unsynced(injector: NetlinkInjector, host: Host, fault: LoseUnsynced) -
     return "; ".join(said(name) for name in expected), seen == expected
 
 
+def _fill(path: str) -> tuple[int, int | None]:
+    """Bytes a new file took before a write failed, and that write's errno (None: it never
+    failed within FILL_CAP bytes)."""
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while written < FILL_CAP:
+            try:
+                written += os.write(fd, BLOCK)
+            except OSError as exc:
+                return written, exc.errno
+    finally:
+        os.close(fd)
+    return written, None
+
+
+def _disk_full(injector: NetlinkInjector, host: Host, fault: DiskFull) -> tuple[str, bool]:
+    folder = host.storage or ""
+    # files of this measurement's own: truncating one an earlier measurement left would free
+    # room the fault's cap then counts
+    own = tempfile.mkdtemp(prefix="disk_full-", dir=folder)
+    kept, filling = os.path.join(own, "before.bin"), os.path.join(own, "filling.bin")
+    with open(kept, "wb") as f:
+        f.write(BLOCK * 4)
+    injection = injector.apply(fault, [host])
+    try:
+        written, failed = _fill(filling)
+        with open(kept, "rb") as f:
+            intact = f.read() == BLOCK * 4
+    finally:
+        injection.revert()
+    again, _ = _fill(os.path.join(own, "after.bin")) if failed is not None else (0, None)
+    budget = fault.after_bytes or 0
+    with open(kept, "rb") as f:
+        kept_after = f.read() == BLOCK * 4
+    ok = (failed == errno.ENOSPC and budget <= written < budget + len(BLOCK) and intact and kept_after
+          and again == FILL_CAP and os.path.getsize(filling) == written)
+    refused = errno.errorcode.get(failed or 0, "no error") if failed is not None else f"none in {FILL_CAP} bytes"
+    return (f"{written} bytes written, then {refused}; the file from before "
+            f"{'kept' if intact and kept_after else 'changed'}; after the end the written bytes are "
+            f"there and {again} more went in"), ok
+
+
+def _read_only(injector: NetlinkInjector, host: Host, fault: ReadOnly) -> tuple[str, bool]:
+    folder = host.storage or ""
+    kept = os.path.join(folder, "before.bin")
+    with open(kept, "wb") as f:
+        f.write(BLOCK)
+    calls: dict[str, Callable[[], Any]] = {
+        "create": lambda: os.close(os.open(os.path.join(folder, "new.bin"), os.O_WRONLY | os.O_CREAT, 0o644)),
+        "write": lambda: os.close(os.open(kept, os.O_WRONLY)),
+        "rename": lambda: os.rename(kept, os.path.join(folder, "renamed.bin")),
+        "remove": lambda: os.unlink(kept),
+    }
+    refused: dict[str, str] = {}
+    injection = injector.apply(fault, [host])
+    try:
+        for op, call in calls.items():
+            try:
+                call()
+                refused[op] = "went through"
+            except OSError as exc:
+                refused[op] = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        with open(kept, "rb") as f:
+            readable = f.read() == BLOCK
+    finally:
+        injection.revert()
+    writable, _ = _fill(os.path.join(folder, "after.bin"))
+    ok = all(v == "EROFS" for v in refused.values()) and readable and writable == FILL_CAP
+    return (f"{', '.join(f'{op} {v}' for op, v in refused.items())}; read "
+            f"{'ok' if readable else 'failed'}; after the end a write {'went in' if writable == FILL_CAP else 'failed'}"), ok
+
+
 MEASURERS: dict[str, Callable[[NetlinkInjector, Host, Any], tuple[str, bool]]] = {
     "io_delay": _io_delay, "io_error": _io_error, "io_stall": _io_stall, "lose_unsynced": _lose_unsynced,
+    "disk_full": _disk_full, "read_only": _read_only,
 }
 CONFIGURED: dict[str, Callable[[Any], str]] = {
     "io_delay": lambda f: f"{units.format_duration(f.latency)} per {'/'.join(f.ops)} call",
@@ -298,13 +373,16 @@ CONFIGURED: dict[str, Callable[[Any], str]] = {
     "io_stall": lambda f: f"calls held {units.format_duration(STALL_S)}, then go on (within "
     f"{RESUME_WITHIN_S * 1000:.0f} ms of the end)",
     "lose_unsynced": lambda f: "at the end, only what was fsynced stays",
+    "disk_full": lambda f: (f"ENOSPC once {f.after_bytes} more bytes are written (rounded up to a 4 KiB page)"
+                            if f.after_bytes else "ENOSPC on the first write") + "; what was there stays",
+    "read_only": lambda f: "create, write, rename and remove fail with EROFS; reads go on",
 }
 
 
 def measure(setting: tuple[NetlinkInjector, Host], spec: dict[str, Any]) -> Figure:
     injector, host = setting
     fault: FaultBase = parse_fault(spec)
-    refused = not_measured(injector, fault, host, NEEDS_FUSE)
+    refused = not_measured(injector, fault, host, "" if isinstance(fault, (DiskFull, ReadOnly)) else NEEDS_FUSE)
     if refused:
         return refused
     measured, ok = MEASURERS[spec["kind"]](injector, host, fault)
@@ -318,6 +396,9 @@ STORAGE = Family(
         {"kind": "io_error", "every_nth": 3, "errno": "ENOSPC", "ops": ["write", "fsync"]},
         {"kind": "io_stall", "ops": ["read", "write", "fsync"]},
         {"kind": "lose_unsynced"},
+        {"kind": "disk_full", "after_bytes": "300kib"},
+        {"kind": "disk_full"},
+        {"kind": "read_only"},
     ),
     scratch=scratch_folder,
     measure=measure,

@@ -13,7 +13,7 @@ import pytest
 
 from chaos.calibrate_slow import Share
 from chaos.calibrate_storage import delay_verdict, stall_verdict
-from tests.conftest import chaos_cli
+from tests.conftest import as_nobody, chaos_cli
 
 
 @pytest.mark.requires_root
@@ -31,6 +31,42 @@ def test_calibrate_measures_the_crash_and_the_errno_through_the_mount(state_dir)
     assert "unsynced.bin 0 bytes (empty); overwritten.bin holds its 4096 bytes from before the fault" in figures[2][1]
     assert all("via passthrough FUSE filesystem" in f[2] for f in figures)
     assert not list(state_dir.glob("*.jsonl")), "the calibration left a ledger outstanding"
+
+
+DISK_FIGURES = [
+    "ok   disk_full(after_bytes=307200)",
+    "measured 307200 bytes written, then ENOSPC; the file from before kept; after the end the written bytes are "
+    "there and 4194304 more went in",
+    "ok   disk_full(after_bytes=None)",
+    "measured 0 bytes written, then ENOSPC",
+    "ok   read_only",
+    "measured create EROFS, write EROFS, rename EROFS, remove EROFS; read ok; after the end a write went in",
+]
+
+
+def _disk_figures_hold(stdout: str) -> None:
+    lines = stdout.splitlines()
+    assert [line for line in lines if line.startswith(("ok", "MISS", "n/a"))] == DISK_FIGURES[::2], stdout
+    for measured in DISK_FIGURES[1::2]:
+        assert any(measured in line for line in lines), (measured, stdout)
+
+
+@pytest.mark.requires_root
+def test_calibrate_measures_the_kernel_s_enospc_byte_count_and_erofs(state_dir):
+    """The tmpfs's cap against `after_bytes` (300 KiB: 75 pages, exactly), ENOSPC at once
+    without one, every change refused by the read-only bind; all of it back after."""
+    done = chaos_cli("calibrate", "--kind", "disk_full", "--kind", "read_only",
+                     env={**os.environ, "CHAOS_STATE_DIR": str(state_dir)}, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _disk_figures_hold(done.stdout)
+    assert not list(state_dir.glob("*.jsonl")), "the calibration left a ledger outstanding"
+
+
+@pytest.mark.requires_root
+def test_an_ordinary_user_gets_the_same_figures_in_a_user_namespace(user_dir):
+    done = as_nobody(user_dir, "calibrate", "--kind", "disk_full", "--kind", "read_only", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _disk_figures_hold(done.stdout)
 
 
 def test_io_delay_is_judged_on_the_latency_added_to_the_passthroughs_own():
