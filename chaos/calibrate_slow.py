@@ -1,12 +1,14 @@
-"""Fidelity of `slow` (the duty cycle, chaos.inject.DutyCycle): a process that would use a
-whole CPU, its share of a CPU read from /proc over 1 s unslowed, then over 3 s slowed
-(applied through the injector and its ledger, as a trial's). `cpu_percent` is a share of
-the CPU time the rank would have, so the verdict holds the slowed share against the
-unslowed one: within 5 points of the share asked (issue 54's bar), judged only where the
-machine left the process at least 90% of a CPU unslowed (a process that competes for its CPU
-gets back less than the time it was stopped: the share is then the machine's, not the duty
-cycle's). bench/slow_share.py measures more shares the same way.
-No privilege: signalling one's own process is all it takes.
+"""Fidelity of `slow` (as root the cgroup CPU quota, chaos.cgroup; otherwise the duty
+cycle, chaos.inject.DutyCycle): a process that would use a whole CPU, its share of a CPU
+read from /proc over 1 s unslowed, then over 3 s slowed (applied through the injector and
+its ledger, as a trial's). The verdict holds the slowed share against the unslowed one:
+within 5 points of the share asked (issue 54's bar; the quota's share is of one CPU, the
+duty cycle's of the CPU time the rank would have: the two agree where the process had a
+whole CPU), judged only where the machine left the process at least 90% of a CPU unslowed
+(a process that competes for its CPU gets back less than the time it was stopped: the share
+is then the machine's, not the mechanism's). bench/slow_share.py measures more shares, both
+mechanisms side by side. As an ordinary user: the duty cycle, which only signals its own
+process.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from chaos.api import Host
+from chaos.cgroup import CfsQuota
 from chaos.faults import Slow, parse_fault
 from chaos.fidelity import Family, Figure, not_measured, owned
 from chaos.inject import NetlinkInjector, process_mechanisms
@@ -95,7 +98,8 @@ def measure(setting: tuple[NetlinkInjector, Host], spec: dict[str, Any]) -> Figu
     got = measure_share(injector, host, fault)
     busy = "" if got.ok is not None else (f"; not judged: unslowed it got {got.free:.0%} of a CPU, the bar "
                                          f"needs {FREE_ENOUGH:.0%} (a busy machine)")
-    return Figure(fault.describe(), injector.mechanism(fault), f"{fault.cpu_percent:.0%} of the CPU it would have",
+    whose = "one CPU" if isinstance(injector.mechanisms["slow"].for_fault(fault), CfsQuota) else "the CPU it would have"
+    return Figure(fault.describe(), injector.mechanism(fault), f"{fault.cpu_percent:.0%} of {whose}",
                   f"{got.of_free:.1%} ({got.slowed:.1%} of a CPU over {SLOWED_S:.0f} s, {got.free:.1%} "
                   f"unslowed){busy}", got.ok)
 

@@ -84,13 +84,17 @@ class Pause(FaultBase):
 
 
 class Slow(FaultBase):
-    """The rank runs slow: its process tree gets `cpu_percent` of the CPU time it would have,
-    by a SIGSTOP/SIGCONT duty cycle of `period` (as cpulimit does: stopped for the rest of
-    each period), so every collective it joins waits for it (fail-slow, a straggler)."""
+    """The rank runs slow (fail-slow, a straggler): its processes get `cpu_percent` of one
+    CPU per `period` (as root, a cgroup CPU quota: chaos.cgroup; a rank with CPU to spare
+    within its cap is not slowed), or with `stops` (and for an ordinary user, who has no
+    quota) are stopped for the rest of each period by a SIGSTOP/SIGCONT duty cycle, as
+    cpulimit does: a GC pause or a scheduling delay, which every collective it joins waits
+    for whatever CPU it needs."""
 
     kind: Literal["slow"] = "slow"
     cpu_percent: Fraction
     period: Annotated[Seconds, Field(gt=0, le=1)] = 0.1
+    stops: bool = False
     acts_on: ClassVar[str] = "process"
 
     @model_validator(mode="after")

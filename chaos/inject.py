@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Sequence
 
-from chaos import cmdfile, dutycycle, fusefs, netlink, probe, proc
+from chaos import cgroup, cmdfile, dutycycle, fusefs, netlink, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
@@ -109,6 +109,13 @@ class DutyCycle(Mechanism):
         return entries
 
 
+def slow_mechanism() -> Mechanism:
+    """`slow` by the kernel's CPU quota where this process may write the cgroup files (root
+    in the machine's user namespace), else by the duty cycle, which needs no privilege."""
+    hierarchy = cgroup.cpu_hierarchy() if cgroup.why_no_cpu_cap() is None else None
+    return cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle()
+
+
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
     """Per kind, the most faithful mechanism `caps` allow: netem first, then the fallbacks,
     else a refusal that says what is missing."""
@@ -132,7 +139,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "partition": NftPartition() if caps.nft_bridge else Unavailable(caps.why_not("nft_bridge")),
         "kill": SignalKill(),
         "pause": SignalStop(),
-        "slow": DutyCycle(),
+        "slow": slow_mechanism(),
         # the trial gives the run folder it writes to (harness.run.orchestrator)
         "gpu_hang": cmdfile.CommandFile(None),
         "disk_full": SizedTmpfs(),
@@ -198,7 +205,7 @@ class NetlinkInjector(Injector):
 
     def _mechanism(self, fault: FaultBase) -> Mechanism:
         try:
-            return self.mechanisms[fault.kind]  # type: ignore[attr-defined]
+            return self.mechanisms[fault.kind].for_fault(fault)  # type: ignore[attr-defined]
         except KeyError:
             raise UnsupportedFault(f"no mechanism for {fault.kind!r} on this machine") from None  # type: ignore[attr-defined]
 

@@ -82,6 +82,11 @@ class Mechanism(abc.ABC):
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         """Record the undo, then act; returns the entries to undo, in the order made."""
 
+    def for_fault(self, fault: FaultBase) -> "Mechanism":
+        """The mechanism that makes this very fault: this one, unless a setting of the fault
+        asks for another way (`slow` with `stops`: the duty cycle, never the quota)."""
+        return self
+
 
 class ClusterMechanism(Mechanism):
     """A mechanism that needs the whole cluster (a partition acts between hosts)."""

@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Any
 
-from chaos import cmdfile, fusefs, netlink, nft, proc, storage, tc, userns
+from chaos import cgroup, cmdfile, fusefs, netlink, nft, proc, storage, tc, userns
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import UndoTable
 
@@ -60,6 +60,7 @@ UNDOS = UndoTable.combine({
     "chaos.cmdfile": cmdfile.UNDOS,
     "chaos.storage": storage.UNDOS,
     "chaos.fusefs": fusefs.UNDOS,
+    "chaos.cgroup": cgroup.UNDOS,
 })
 
 

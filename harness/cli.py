@@ -176,7 +176,7 @@ def _mechanism_names(backend: str) -> Callable[[object], str]:
     else:
         from chaos.probe import capabilities, last_probe
         mechanisms = choose_mechanisms(last_probe() or capabilities())
-    return lambda fault: own(fault) or mechanisms[fault.kind].name  # type: ignore[attr-defined]
+    return lambda fault: own(fault) or mechanisms[fault.kind].for_fault(fault).name  # type: ignore[attr-defined]
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -105,16 +105,23 @@ def _fuse() -> str | None:
     return None if reason is None else f"needs FUSE for the FUSE storage faults: {reason} (.ci/fuse.sh)"
 
 
+def _cgroup_cpu() -> str | None:
+    from chaos.cgroup import why_no_cpu_cap
+    reason = why_no_cpu_cap()
+    return None if reason is None else f"needs the cgroup CPU controller for `slow`'s quota: {reason}"
+
+
 # name: why it is missing (None: present)
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "compose": _compose, "fuse": _fuse,
+    "cgroup_cpu": _cgroup_cpu,
     **{check: _probed(check) for check in PROBED}}
 # required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
 CHECKED_ELSEWHERE = {"slurm"}
 # a marker: the capability it names (requires_mechanism("tbf") names its own)
 MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
            "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose",
-           "requires_fuse": "fuse"}
+           "requires_fuse": "fuse", "requires_cgroup_cpu": "cgroup_cpu"}
 
 
 @functools.cache
