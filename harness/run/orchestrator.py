@@ -455,6 +455,9 @@ class Trial:
                     self.sleep(POLL_S)
                     signals.check()
                     continue
+            if anchors.waiting and not pending and steps_observed and set(monitor.live) <= frozen_for_good(
+                    outstanding, plan):  # the events they wait for come from ranks that can never move
+                self._not_come(anchors.give_up(), recorder, "every live rank is frozen by a fault that never heals")
             waiting = bool(pending or anchors.waiting)
             # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))

@@ -117,6 +117,18 @@ def test_a_trial_whose_every_live_rank_is_frozen_for_good_ends_at_once_not_at_th
     assert row["outcome"] != "hung"
 
 
+def test_a_fault_still_waiting_for_its_event_when_every_live_rank_is_frozen_is_not_applied(tmp_path: Path) -> None:
+    """Found by `chaos explore` (a timeout policy read as hung): a fault anchored on an event
+    no frozen rank can record kept the trial waiting until the hang cap."""
+    anchored = HELD + "  - {kind: link_down, target: {rank: 2}, start: {on: step, nth: 500}, duration: 1s}\n"
+    _, result, events, _, _ = run_trial(tmp_path, anchored)
+    assert result.end == "held"
+    killed = next(e["t"] for e in events if e["kind"] == "fault_applied" and e["index"] == 1)
+    end = next(e["t"] for e in events if e["kind"] == "trial_end")
+    assert end - killed < 2.0 and [e for e in events if e["kind"] == "hang_detected"] == []
+    assert [e["index"] for e in events if e["kind"] == "fault_not_applied"] == [2]
+
+
 def test_a_rank_frozen_for_good_beside_live_ones_still_waits_for_the_hang_cap(tmp_path: Path) -> None:
     _, result, _, _, _ = run_trial(tmp_path, HELD.replace("ranks: [0, 1, 3]", "ranks: [0, 1]"))
     assert result.end == "hung"
