@@ -271,14 +271,17 @@ def chaos_namespaces() -> set[str]:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """What the runs recorded under `folder` left on this host: namespaces named after
-    their run ids, their ledgers, and rank processes still alive."""
+    """What the runs recorded under `folder` left on this host: namespaces and CPU cgroups
+    named after their run ids, their ledgers, and rank processes still alive."""
+    from chaos.cgroup import cpu_hierarchy
     from chaos.ledger import state_dir
     found = []
     namespaces = chaos_namespaces()
+    hierarchy = cpu_hierarchy()
     for trial in folder.rglob("trial.json"):
         run_id = json.loads(trial.read_text())["run_id"]
         found += sorted(n for n in namespaces if n.startswith(f"chaos-{run_id}-"))
+        found += sorted(str(p) for p in Path(hierarchy.mount).glob(f"chaos-{run_id}-*")) if hierarchy else []
         if (state_dir() / f"{run_id}.jsonl").exists():
             found.append(f"ledger {run_id}")
         events = trial.parent / "events.jsonl"
