@@ -142,6 +142,7 @@ from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CHECKPOINT, CHECKPO
 from reports.checkpoints import loaded_steps
 from reports.state import check_state
 from reports.storage import storage_text
+from reports.straggler import straggler_text
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault, TrialPlan
 
@@ -937,6 +938,8 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
     row.update(_state_columns(events, facts, trial.plan))
+    row["stragglers"] = straggler_text(events.to_dict("records"), float(trial.plan.workload.get("step_period") or 0.0),
+                                       bool(trial.plan.policy_spec.get("detector")))
     lost = (facts.preempted or facts.requeue)
     row["steps_lost"] = NAN if lost is None or lost.steps_lost is None else float(lost.steps_lost)
     return row

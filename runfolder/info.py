@@ -70,6 +70,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       `restore_failed` (no checkpoint could be read: every rank fails) and `restored` gains
       `unreadable` and `torn` (the newer checkpoints a restore skipped, and why). A version
       1-17 trial reads as one with none of these
+  19  the built-in runner's `step` gains `compute`, the seconds of its local part before the
+      all-reduce (reports.straggler scores ranks by it); a version 1-18 step reads as one
+      whose compute time was not recorded
 """
 from __future__ import annotations
 
@@ -83,7 +86,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 18
+FORMAT_VERSION = 19
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

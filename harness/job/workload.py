@@ -10,6 +10,7 @@ parameters, `WorkloadSpec`, are in harness.job.config (no torch there).
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any, Callable
 
 import torch
@@ -34,6 +35,7 @@ class Workload:
             torch.nn.Linear(spec.hidden, spec.classes)).to(device)
         self.velocity = [torch.zeros_like(p) for p in self.model.parameters()]
         self.step = 0  # the next step to run
+        self.compute_s = 0.0  # the last step's local part (train_step)
         self._initial = copy.deepcopy(self.state())
         self._teacher = torch.Generator().manual_seed(seed ^ 0x5EED)
         self._target = torch.randn(spec.features, spec.classes, generator=self._teacher).to(device)
@@ -44,8 +46,12 @@ class Workload:
         return x, (x @ self._target).argmax(dim=1)
 
     def train_step(self, all_reduce: AllReduce, world_size: int) -> float:
-        """One data-parallel step: local gradients, one all-reduce of all of them, update."""
+        """One data-parallel step: local gradients, one all-reduce of all of them, update.
+        `compute_s`: the wall seconds of the local part (what a straggler score compares:
+        the all-reduce's wait equalises every rank's step)."""
+        began = time.perf_counter()
         loss, flat = self.local_gradients()
+        self.compute_s = time.perf_counter() - began
         all_reduce(flat)
         flat /= world_size
         self.apply(flat)
