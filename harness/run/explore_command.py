@@ -16,8 +16,10 @@ crash's cause (reports.last_error), how far it shrank, its reproduction count (t
 itself run --repeats times as `chaos run` runs it, while the budget lasts: the runs that
 broke its expect: with the found outcome) and the command that runs it again; explore.json
 (the command, settings and each session's budget) and explore.md, the page of everything
-tried (harness.run.explore_page). --resume FOLDER goes on with an interrupted folder's seeded
-draw after its last schedule; --report FOLDER rebuilds its page.
+tried (harness.run.explore_page). --resume FOLDER goes on with an interrupted folder: first
+the findings it was still shrinking (a drawn trial that broke the contract with no found
+file yet: shrunk again from the drawn schedule), then its seeded draw after its last
+schedule; --report FOLDER rebuilds its page.
 Exit status 1 when a trial broke its contract, 0 when none did within the budget.
 """
 from __future__ import annotations
@@ -184,7 +186,7 @@ def _budget_s(args: argparse.Namespace, record: dict[str, Any] | None) -> float:
 
 def explore_command(args: argparse.Namespace) -> int:
     from harness.run.explore_page import (RECORD_FORMAT, ExploreProgress, doing_text, found_files, last_drawn,
-                                          read_record, read_tried, write_page, write_record)
+                                          read_record, read_tried, unfinished, write_page, write_record)
     if args.report:
         if args.scenario or args.resume:
             raise UsageError(f"--report {args.report}: it rebuilds a folder's page and runs nothing; leave out "
@@ -282,7 +284,28 @@ def explore_command(args: argparse.Namespace) -> int:
         schedule = next(drawn)
     progress = ExploreProgress(Progress(quiet=args.quiet), budget, time.monotonic, per_schedule,
                                schedules=schedule.number - 1, found=len(found))
+
+    def investigate(schedule: Schedule, drawn_run: Judged) -> None:
+        """Shrink a drawn trial that broke the contract, write its found file, rerun it."""
+        policy, _, verdict, _ = drawn_run
+        fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
+        shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats, progress.fits)
+        written = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS)
+        # the written file run as a user runs it (judged by its expect: block), while the budget lasts
+        reruns = _reproduce(run, written, policy, args.repeats, progress.fits)
+        _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS, reruns)
+        found[verdict.signature] = written
+        progress.found = len(found)
+        print(f"  found: {written}\n  {_shrink_text(schedule, shrunk)}\n  "
+              f"{_reproduced_text(drawn_run, reruns)}", flush=True)
+
     try:
+        # a session that ended while it shrank: its finding first, from its drawn trial (with
+        # no budget left, written as drawn: the found file without shrinking)
+        for line in unfinished(tried, set(found)):
+            print(f"schedule {line['schedule']} {line['policy']:10} {line['outcome']:18} broken: "
+                  f"{line['signature']} (an earlier session's; shrinking it again)", flush=True)
+            investigate(Schedule(int(line["schedule"]), tuple(line["faults"])), _judged(line))
         while progress.fits():
             path = folder / "schedules" / f"{schedule.number:03d}.yaml"
             path.write_text(yaml.safe_dump(schedule_scenario(scenario, schedule), sort_keys=False))
@@ -292,19 +315,8 @@ def explore_command(args: argparse.Namespace) -> int:
                 print(f"schedule {schedule.number:3d} {policy:10} {outcome:18} {verdict.verdict}"
                       + (f": {verdict.signature}" if verdict.signature else "") + (f"; why: {cause}" if cause else ""),
                       flush=True)
-                if verdict.verdict != BROKEN or verdict.signature in found:
-                    continue
-                fails = _fails_alike(run, folder, scenario, schedule.number, policy, verdict.signature)
-                shrunk = None if args.no_shrink else shrink(schedule.faults, (1, 1), fails, args.repeats,
-                                                            progress.fits)
-                written = _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS)
-                # the written file run as a user runs it (judged by its expect: block), while the budget lasts
-                reruns = _reproduce(run, written, policy, args.repeats, progress.fits)
-                _write_found(folder, len(found) + 1, scenario, schedule, shrunk, drawn_run, TOLERANT_ENDS, reruns)
-                found[verdict.signature] = written
-                progress.found = len(found)
-                print(f"  found: {written}\n  {_shrink_text(schedule, shrunk)}\n  "
-                      f"{_reproduced_text(drawn_run, reruns)}", flush=True)
+                if verdict.verdict == BROKEN and verdict.signature not in found:
+                    investigate(schedule, drawn_run)
             schedule = next(drawn)
     except (KeyboardInterrupt, Terminated):
         session.update(end="interrupted", elapsed_s=round(progress.elapsed_s(), 1))
@@ -342,12 +354,21 @@ def reproduces(judged: list[Judged], found: Judged) -> bool:
                for j in judged)
 
 
+def _judged(line: dict[str, Any]) -> Judged:
+    """A drawn trial as tried.jsonl keeps it."""
+    from reports.oracle import Verdict
+    return Judged(line["policy"], line["outcome"], Verdict(line["verdict"], tuple(line["violations"]), line["signature"]),
+                  line.get("cause", ""))
+
+
 def _fails_alike(run: Callable[[Path, list[str]], list[Judged]], folder: Path, scenario: Scenario,
                  number: int, policy: str, signature: str) -> Callable[[tuple[dict[str, Any], ...]], bool]:
     """What runs one shrinking candidate of schedule `number`: written as NNN-sK.yaml, run
     under `policy`, true when it broke the contract with the same signature (the candidate is
-    judged as the drawn schedule was: shrinking keeps the failure's words, not only its outcome)."""
-    numbers = itertools.count(1)
+    judged as the drawn schedule was: shrinking keeps the failure's words, not only its outcome).
+    K goes on after the candidates an earlier session wrote."""
+    written = [int(p.stem.rsplit("-s", 1)[1]) for p in (folder / "schedules").glob(f"{number:03d}-s*.yaml")]
+    numbers = itertools.count(max(written, default=0) + 1)
 
     def fails(faults: tuple[dict[str, Any], ...]) -> bool:
         candidate = folder / "schedules" / f"{number:03d}-s{next(numbers)}.yaml"

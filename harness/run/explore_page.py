@@ -130,6 +130,16 @@ def last_drawn(tried: list[dict[str, Any]]) -> int:
     return max((int(m[1]) for line in tried if (m := DRAWN.match(line["schedule"]))), default=0)
 
 
+def unfinished(tried: list[dict[str, Any]], found: set[str]) -> list[dict[str, Any]]:
+    """The drawn trials that broke the contract with a signature no found file has: a
+    session ended while it shrank or reran them. The first trial of each signature."""
+    first: dict[str, dict[str, Any]] = {}
+    for line in tried:
+        if DRAWN.match(line["schedule"]) and line["verdict"] == "broken" and line["signature"] not in found:
+            first.setdefault(line["signature"], line)
+    return list(first.values())
+
+
 @dataclass(frozen=True)
 class FoundFile:
     path: Path

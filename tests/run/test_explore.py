@@ -330,3 +330,19 @@ def test_a_crash_s_cause_is_the_last_error_lines_of_the_log_of_the_rank_that_die
                                              "archive: failed finding central directory; then ChildFailedError")
     assert crash_cause(tmp_path, [0, 2, 1]).startswith("r1: OSError")  # r0's log has no error line, r2 none
     assert crash_cause(tmp_path, [0]) == ""
+
+
+def test_a_resumed_folder_shrinks_first_what_its_last_session_found_and_did_not_finish() -> None:
+    """tried.jsonl after a session stopped mid-shrink: drawn 004 broke (two trials of one
+    signature), candidates 004-s1.. ran, no found file; 006 broke with a signature already
+    found. Only 004's first trial is taken up again."""
+    from harness.run.explore_page import unfinished
+    row = {"faults": [], "outcome": "hung", "violations": ["outcome hung"], "cause": ""}
+    tried = [{**row, "schedule": "003", "policy": "timeout", "verdict": "kept", "signature": ""},
+             {**row, "schedule": "004", "policy": "timeout", "verdict": "broken", "signature": "A"},
+             {**row, "schedule": "004", "policy": "retry", "verdict": "broken", "signature": "A"},
+             {**row, "schedule": "004-s1", "policy": "timeout", "verdict": "broken", "signature": "A"},
+             {**row, "schedule": "found-01", "policy": "timeout", "verdict": "broken", "signature": "B"},
+             {**row, "schedule": "006", "policy": "timeout", "verdict": "broken", "signature": "B"}]
+    assert [(r["schedule"], r["policy"]) for r in unfinished(tried, {"B"})] == [("004", "timeout")]
+    assert unfinished(tried, {"A", "B"}) == []
