@@ -417,14 +417,27 @@ class SlurmdKill(SchedulerFault):
     kind: Literal["slurmd_kill"] = "slurmd_kill"
 
 
+class StepDelay(FaultBase):
+    """Each step of the rank takes `delay` longer while the fault is on: a slow data loader,
+    a slow input pipeline. Played by the rank's own process before each step (the built-in
+    runner; a user's job through its step hook, before its optimizer's step) from a command
+    file (chaos.cmdfile): a rank whose peers wait for it every step, with no stop, no lost
+    packet and no error."""
+
+    kind: Literal["step_delay"] = "step_delay"
+    delay: Annotated[Seconds, Field(gt=0, le=60)]
+    acts_on: ClassVar[str] = "process"
+
+
 # The closed set of kinds. A new kind is one class here plus its mechanism in chaos.inject
 # (a scheduler's kinds: in the backend that has the scheduler).
 FAULT_KINDS: tuple[type[FaultBase], ...] = (
     LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole, Partition, Kill, Pause,
-    Slow, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown, Drain,
-    SlurmdKill)
+    Slow, StepDelay, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced, Preempt, Requeue, NodeDown,
+    Drain, SlurmdKill)
 Fault = Annotated[Union[LinkDown, Loss, Delay, Bandwidth, Duplicate, Corrupt, Reorder, Blackhole,
-                        Partition, Kill, Pause, Slow, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall, LoseUnsynced,
+                        Partition, Kill, Pause, Slow, StepDelay, GpuHang, DiskFull, ReadOnly, IoError, IoDelay, IoStall,
+                        LoseUnsynced,
                         Preempt, Requeue, NodeDown, Drain, SlurmdKill],
                   Field(discriminator="kind")]
 _FAULT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Fault)

@@ -233,11 +233,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         why = backend.why_not_here()
         traits = backend.traits
         if not traits.network_faults:
-            faults = "kill, pause, gpu_hang; no link faults"
+            faults = "kill, pause, slow, step_delay, gpu_hang; no link faults"
         elif traits.link_kinds is None:
             faults = "every fault kind but a scheduler's"
         else:
-            faults = (f"kill, pause, gpu_hang, {', '.join(traits.link_kinds)} on a node's own link, "
+            faults = (f"kill, pause, slow, step_delay, gpu_hang, {', '.join(traits.link_kinds)} on a node's own link, "
                       f"{', '.join(traits.scheduler_kinds)}")
         print(f"  {name:7} {'no   (' + why + ')' if why else 'yes'}: {backend.traits.summary}; {faults}")
     print(describe_host(ClusterConfig().ranks))

@@ -1,5 +1,5 @@
 """Straggler detectors scored against the ground truth only a harness has: which rank a
-`slow` fault slowed, and from when to when.
+`slow` or `step_delay` fault slowed, and from when to when.
 
 A synchronous all-reduce equalises every rank's step time, so a step's duration cannot say
 which rank is slow. Three detectors are scored, each per window of WINDOW steps (flagged at
@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping
 from runfolder.events import FAULT_APPLIED, FAULT_REVERTED, STEP, STRAGGLER
 
 WINDOW, THRESHOLD = 8, 0.7
+SLOWING = ("slow", "step_delay")  # the fault kinds that make a rank a straggler
 WAIT_THRESHOLD, WAIT_FLOOR_S = 0.5, 0.02
 
 
@@ -75,11 +76,11 @@ class Score:
 
 
 def slowed(events: Iterable[Mapping[str, Any]]) -> list[Slowed]:
-    """Each slow fault's ranks and window, from the harness's own records."""
+    """Each slowing fault's ranks and window, from the harness's own records."""
     applied: dict[int, tuple[frozenset[int], float]] = {}
     windows = []
     for e in sorted(events, key=lambda e: float(e["t"])):
-        if e.get("fault_kind") != "slow":
+        if e.get("fault_kind") not in SLOWING:
             continue
         if e.get("kind") == FAULT_APPLIED:
             applied[int(e["index"])] = (frozenset(int(r) for r in e.get("targets") or ()), float(e["t"]))

@@ -33,7 +33,8 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("state", "state (reports.state)"),
     ("state_detail", "state: what it rests on"),
     ("storage", "under a storage fault, the checkpoint invariants (reports.storage)"),
-    ("stragglers", "under a slow fault, the straggler detectors against the slowed ranks (reports.straggler)"),
+    ("stragglers", "under a slow or step_delay fault, the straggler detectors against the slowed ranks "
+                   "(reports.straggler)"),
     ("trajectory", "trajectory against a fault-free run (reports.trajectory)"),
     ("trajectory_detail", "trajectory: what it rests on"),
     ("stuck_in", "stuck in, at the hang cap (reports.stuck)"),

@@ -71,8 +71,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       `unreadable` and `torn` (the newer checkpoints a restore skipped, and why). A version
       1-17 trial reads as one with none of these
   19  the built-in runner's `step` gains `compute`, the seconds of its local part before the
-      all-reduce (reports.straggler scores ranks by it); a version 1-18 step reads as one
-      whose compute time was not recorded
+      all-reduce (reports.straggler scores ranks by it); a plan's faults gain `step_delay`,
+      and a `slow` its `stops` (false: as root a cgroup CPU quota). A version 1-18 step reads
+      as one whose compute time was not recorded; its plan's slow reads with stops false,
+      though it ran as the duty cycle (then every user's; its `fault_applied` names it)
 """
 from __future__ import annotations
 

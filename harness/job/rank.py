@@ -28,6 +28,7 @@ def main(config: dict[str, Any]) -> int:
     from harness.job.detector import FailureDetector, HeartbeatClient, floor_for, not_ahead
     from harness.job import flight
     from harness.job.gpufault import HangWatcher, command_file, spin_kernel
+    from harness.job.stepdelay import StepDelays, step_delay_file
     from runfolder import events as kinds
     from runfolder.events import EventRecorder
     from harness.job.group import GlooGroup, gloo_environment
@@ -76,7 +77,8 @@ def main(config: dict[str, Any]) -> int:
         runner_class, checkpointer_class = planted(cfg.policy.planted_defect)  # shipped ones unless planted
         runner = runner_class(
             cfg.policy, group, workload, checkpointer_class(cfg.checkpoint_dir), recorder,
-            random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector)
+            random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector,
+            step_delay=StepDelays(step_delay_file(Path(cfg.events_path).parent, cfg.rank)).due)
         outcome = runner.run(cfg.max_steps)
     except Terminated:
         return leave(ExitReason.TERMINATED)

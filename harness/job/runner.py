@@ -115,8 +115,10 @@ class FaultTolerantRunner:
                  sleep: Callable[[float], None] = time.sleep,
                  detector: FailureDetector | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 free_accelerator: Callable[[], dict[str, int | None]] = free_accelerator_memory) -> None:
+                 free_accelerator: Callable[[], dict[str, int | None]] = free_accelerator_memory,
+                 step_delay: Callable[[], float] = lambda: 0.0) -> None:
         self.policy = policy
+        self.step_delay = step_delay  # a step_delay fault's wait before each step (harness.job.stepdelay)
         self.group = group
         self.workload = workload
         self.checkpoints = checkpoints
@@ -183,6 +185,8 @@ class FaultTolerantRunner:
 
     def _step(self) -> Failure | None:
         """One paced training step; returns the failure if a collective failed."""
+        if (delay := self.step_delay()) > 0:  # a slow input pipeline, before the step its `dur` times
+            self.sleep(delay)
         started = self.clock()
         step, gen = self.workload.step, self.group.generation
         reduce = functools.partial(self.group.all_reduce, watch=self._watch)

@@ -21,7 +21,8 @@ from typing import Any
 
 from chaos.errors import UsageError
 from chaos.faults import (Bandwidth, Blackhole, Corrupt, Delay, Duplicate, FaultBase, FuseStorageFault, Kill, LinkDown,
-                          LinkFault, Loss, Partition, Pause, Reorder, Slow, StorageFault)
+                          LinkFault, Loss, Partition, Pause, Reorder, Slow, StepDelay,
+                          StorageFault)
 from chaos.tc import tbf_sizes
 from chaos.topology import host_index, host_name
 from harness.k8s.env import duration_text
@@ -170,6 +171,8 @@ NO_EQUIVALENT: tuple[tuple[type[FaultBase], str], ...] = (
             "a pause image, so the rank restarts from scratch, and container-kill kills it"),
     (Slow, "Chaos Mesh's StressChaos adds CPU load beside the rank; it cannot cap the rank's own CPU share (the "
            "harness's SIGSTOP/SIGCONT duty cycle)"),
+    (StepDelay, "the rank waits before each step on a command file the harness writes in its run folder; "
+                "Chaos Mesh has no fault a training step waits on (its IOChaos latency is on a volume's calls)"),
 )
 
 

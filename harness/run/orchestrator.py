@@ -35,7 +35,7 @@ from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, TargetGone, UsageError
 from chaos.faults import FaultBase
 from chaos.heal import heal
-from chaos.cmdfile import CommandFile
+from chaos.cmdfile import CommandFile, StepDelayFile
 from chaos.inject import default_mechanisms
 from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
@@ -152,12 +152,12 @@ class TrialResult:
 def trial_mechanisms(backend: Backend, cluster: Cluster, trial_dir: Path) -> dict[str, Mechanism]:
     """Per fault kind, the mechanism a trial injects with: the probed defaults where the
     backend has links (probing needs root), the cluster's own over them, and last the
-    trial's own delivery of gpu_hang (its command file in this trial's folder), which no
-    backend's default can know."""
+    trial's own delivery of gpu_hang and step_delay (their command files in this trial's
+    folder), which no backend's default can know."""
     # a backend that declares its own link kinds (a Slurm node's agent) makes them its own way
     probed = backend.traits.network_faults and backend.traits.link_kinds is None
     return {**(default_mechanisms() if probed else {}), **cluster.mechanisms(),
-            "gpu_hang": CommandFile(commands_dir(trial_dir))}
+            "gpu_hang": CommandFile(commands_dir(trial_dir)), "step_delay": StepDelayFile(commands_dir(trial_dir))}
 
 
 

@@ -121,6 +121,34 @@ def test_the_one_line_opt_in_records_steps_without_torch_optim(tmp_path):
     assert [e["kind"] for e in kinds_by_rank(events)[0]] == ["rank_start", "step", "step", "step"]
 
 
+def test_a_step_delay_command_holds_each_optimizer_step_while_its_file_is_there(tmp_path):
+    """The step_delay fault in a user's job: the hook waits the command's delay before each
+    optimizer step (chaos.cmdfile.StepDelayFile writes it; harness.job.stepdelay reads it)."""
+    import json
+    from harness.job.stepdelay import step_delay_file
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            model(torch.ones(1, 4)).sum().backward()
+            opt.step()
+    """))
+    events = tmp_path / "events.jsonl"
+    command = step_delay_file(tmp_path, 0)
+    command.parent.mkdir()
+    command.write_text(json.dumps({"id": "test.1", "delay_s": 0.3}))
+    done = run_ranks([sys.executable, str(script)], events, 1, tmp_path)
+    assert done[0].returncode == 0, done[0].stdout
+    gaps = [e["dur"] for e in kinds_by_rank(events)[0] if e["kind"] == "step" and e["dur"] is not None]
+    assert len(gaps) == 3 and min(gaps) >= 0.3, gaps
+    command.unlink()  # the fault's revert: no wait
+    done = run_ranks([sys.executable, str(script)], tmp_path / "after.jsonl", 1, tmp_path)
+    gaps = [e["dur"] for e in kinds_by_rank(tmp_path / "after.jsonl")[0] if e["kind"] == "step" and e["dur"] is not None]
+    assert max(gaps) < 0.3, gaps
+
+
 def test_python_processes_the_job_starts_do_not_measure(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import chaos_hook; "

@@ -43,7 +43,7 @@ def test_every_kind_parses_from_its_scenario_form():
         "corrupt": {"percent": "0.1%"}, "reorder": {"percent": "25%", "latency": "10ms"},
         "blackhole": {"direction": "to_host"}, "partition": {"groups": [["r000"], [1, 2]]},
         "kill": {"signal": "TERM"}, "pause": {}, "slow": {"cpu_percent": "25%", "period": "50ms"},
-        "gpu_hang": {"duration": "10s"},
+        "gpu_hang": {"duration": "10s"}, "step_delay": {"delay": "200ms"},
         "preempt": {"signal": "USR1", "lead": "30s", "requeue": True}, "requeue": {}, "node_down": {},
         "drain": {}, "slurmd_kill": {},
         "disk_full": {"after_bytes": "1mib"}, "read_only": {},

@@ -126,6 +126,29 @@ def test_backoff_is_exponential_capped_with_seeded_jitter(tmp_path):
     assert sleeps == [b + rng.uniform(0.1, 1.0) for b in base]  # reproducible from the seed
 
 
+def test_a_step_delay_is_waited_before_each_step_and_left_out_of_its_duration(tmp_path):
+    group = ScriptedGroup()
+    runner, sleeps = make_runner(tmp_path, "timeout", group)
+    runner.step_delay = lambda: 0.25
+    assert runner.run(max_steps=3) is Outcome.STOPPED
+    assert sleeps == [0.25, 0.25, 0.25]
+    assert all(e["dur"] < 0.25 for e in events(tmp_path) if e["kind"] == "step")
+
+
+def test_the_delay_is_the_command_s_while_its_file_exists(tmp_path):
+    import json
+    from harness.job.stepdelay import StepDelays, step_delay_file
+    path = step_delay_file(tmp_path, 3)
+    assert path == tmp_path / "commands" / "r003.step_delay"
+    delays = StepDelays(path)
+    assert delays.due() == 0.0
+    path.parent.mkdir()
+    path.write_text(json.dumps({"id": "r.1", "delay_s": 0.2}))
+    assert delays.due() == 0.2 and delays.due() == 0.2
+    path.unlink()
+    assert delays.due() == 0.0
+
+
 def test_timeout_policy_fails_fast_and_releases(tmp_path):
     group = ScriptedGroup(fail_steps={3})
     runner, sleeps = make_runner(tmp_path, "timeout", group)

@@ -59,7 +59,7 @@ def test_every_shipped_trial_exports_valid_manifests_or_is_refused_with_its_reas
         if load_scenario(path).job is not None:
             assert ": job: a scenario that runs your own training job cannot be exported yet" in message
             return
-        assert POLICY_REFUSAL.search(message) or (fault and fault.group(1) in ("pause", "slow")), message
+        assert POLICY_REFUSAL.search(message) or (fault and fault.group(1) in ("pause", "slow", "step_delay")), message
         return
     assert admission_problems(exported(export)) == []
     assert (FAULTS_FILE in export.files) == bool(load_scenario(path).faults)
@@ -80,6 +80,11 @@ def test_every_shipped_timeline_of_mappable_kinds_exports_and_validates(path, ap
         return
     if "slow" in kinds:
         with pytest.raises(UsageError, match=r"faults\.\d+: slow has no exact equivalent in Chaos Mesh: .*cannot cap"):
+            export_trial(carried(path, tmp_path), "timeout", api=api)
+        return
+    if "step_delay" in kinds:
+        with pytest.raises(UsageError, match=r"faults\.\d+: step_delay has no exact equivalent in Chaos Mesh: .*command "
+                                             r"file"):
             export_trial(carried(path, tmp_path), "timeout", api=api)
         return
     export = export_trial(carried(path, tmp_path), "timeout", api=api)

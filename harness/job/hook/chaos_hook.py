@@ -39,6 +39,7 @@ _recorder: Any = None
 _steps = 0
 _depth = 0  # optimizer steps in progress (one inside another: ZeroRedundancyOptimizer's)
 _last: float | None = None
+_delays: Any = None  # the step_delay command of this process's host (harness.job.stepdelay), once read
 _in_checkpoint = 0  # checkpoint calls in progress: a distributed checkpoint's own torch.save is not one
 
 
@@ -93,12 +94,21 @@ def step(state: Any = None, *_hook_args: Any) -> None:
 
 
 def _before_step(optimizer: Any, *_: Any) -> None:
-    """torch's optimizer pre-hook: before the first step, the state the process starts from."""
-    global _depth
+    """torch's optimizer pre-hook: before the first step, the state the process starts from;
+    before every step, a step_delay fault's wait (harness.job.stepdelay)."""
+    global _depth, _delays
     _depth += 1
-    if _depth == 1 and _steps == 0 and (recorder := _open()) is not None:
+    if _depth != 1 or (recorder := _open()) is None:
+        return
+    if _steps == 0:
         _record_state(recorder, optimizer, "start")
         _serve_flight(recorder)
+    if _delays is None:
+        from pathlib import Path
+        from harness.job.stepdelay import StepDelays, step_delay_file
+        _delays = StepDelays(step_delay_file(Path(os.environ[EVENTS_ENV]).parent, int(os.environ[HOST_RANK_ENV])))
+    if (delay := _delays.due()) > 0:
+        time.sleep(delay)
 
 
 def _serve_flight(recorder: Any) -> None:
