@@ -85,6 +85,12 @@ class State:
         return self.rank, self.local_rank
 
     @property
+    def process(self) -> tuple[int, int]:
+        """(rank, pid): a pid alone is not one process across hosts (every container's first
+        process is pid 1)."""
+        return self.rank, self.pid
+
+    @property
     def values(self) -> tuple[str | None, str | None]:
         return self.params, self.optim
 
@@ -185,6 +191,11 @@ def states_of(events: Iterable[Mapping[str, Any]]) -> list[State]:
     return [replace(s, epoch=(s.gen, processes[(*s.replica, s.gen)].index(s.pid))) for s in found]
 
 
+def _process(event: Mapping[str, Any]) -> tuple[int, int]:
+    """An event's process as State.process names it."""
+    return _int(event.get("rank")), _int(event.get("pid"))
+
+
 def _short(value: str | None) -> str:
     return "none" if value is None else value[:8]
 
@@ -265,26 +276,26 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     # restore is real, and the absolute step of every state (a user's job: offset per process)
     saves = sorted((float(e["t"]), e["kind"], _int(e.get("step"))) for e in events
                    if e.get("kind") in (CHECKPOINT, CHECKPOINT_SAVE, CHECKPOINT_FAILED))
-    offsets: dict[int, int | None] = {}
+    offsets: dict[tuple[int, int], int | None] = {}
     absolute: list[tuple[State, int | None]] = []
     recorded = Recorded()
     checked = unchecked = 0
     for s in states:
         if s.at == "start":
             if not recorded.before(s.epoch):
-                offsets[s.pid] = 0
+                offsets[s.process] = 0
             else:
                 candidates = [(e, a) for e, a in recorded.with_params(s.epoch, s.params) if _comparable(e, s)]
                 exact = [a for e, a in candidates if e.optim == s.optim]
                 checked += 1
                 if exact:
-                    offsets[s.pid] = max(exact)
+                    offsets[s.process] = max(exact)
                 else:
-                    offsets[s.pid] = max(a for _, a in candidates) if candidates else None
+                    offsets[s.process] = max(a for _, a in candidates) if candidates else None
                     violations.append(_not_real(s, candidates, labels, user_job))
-            step = offsets[s.pid]
+            step = offsets[s.process]
         else:
-            offset = offsets.get(s.pid, 0)
+            offset = offsets.get(s.process, 0)
             step = None if offset is None else offset + s.step
             if s.at == "restore" and step is not None:
                 before = [e for e in recorded.at_step(s.epoch, step) if _comparable(e, s)]
@@ -321,16 +332,16 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
         if s.at in RESUMED:
             if top is not None and step < top:
                 rolled_back[label] = rolled_back.get(label, 0) + top - step
-            last_step.pop((s.pid, s.gen, s.local_rank), None)
+            last_step.pop((s.process, s.gen, s.local_rank), None)
             continue
-        previous = last_step.get((s.pid, s.gen, s.local_rank))
+        previous = last_step.get((s.process, s.gen, s.local_rank))
         if previous is not None and step <= previous:
             violations.append(Violation(PROGRESS_IS_HONEST, s.t, s.gen, s.step, (label,),
                                         f"rank {label} recorded step {step} after step {previous} "
                                         f"in generation {s.gen} with no resume between"))
         if top is not None and step <= top:
             repeated[label] = repeated.get(label, 0) + 1
-        last_step[(s.pid, s.gen, s.local_rank)] = step
+        last_step[(s.process, s.gen, s.local_rank)] = step
         reached[s.replica] = max(step, top if top is not None else step)
 
     # at one instant, the cause before its symptom: a rank that did not restore (restore is
@@ -396,7 +407,7 @@ def _lost_checkpoint(s: State, step: int, saves: list[tuple[float, str, int]],
     return None
 
 
-def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: Mapping[int, int | None],
+def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: Mapping[tuple[int, int], int | None],
                 labels: Mapping[tuple[int, int], str]) -> list[Violation]:
     """Loads of a file one of the job's saves left (the same inode in the same folder: a
     rename keeps it) that read what none of them left there (its modification time or size
@@ -416,10 +427,10 @@ def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: M
             lost.setdefault((str(load["path"]), read), (left[-1], []))[1].append(load)
     found = []
     for (path, read), ((saved_t, saved_file, save), loads) in lost.items():
-        saved = (offsets.get(_int(save.get("pid"))) or 0) + _int(save.get("step"))
+        saved = (offsets.get(_process(save)) or 0) + _int(save.get("step"))
         resumed = sorted({step for load in loads for s in states
-                          if s.pid == _int(load.get("pid")) and s.at == "start" and s.t >= float(load["t"])
-                          and (step := offsets.get(s.pid)) is not None})
+                          if s.process == _process(load) and s.at == "start" and s.t >= float(load["t"])
+                          and (step := offsets.get(s.process)) is not None})
         if resumed and resumed[0] >= saved:
             continue
         loaders = sorted({labels.get((_int(e.get("rank")), _int(e.get("local_rank"))), str(_int(e.get("rank"))))
@@ -431,7 +442,7 @@ def _lost_saves(events: list[Mapping[str, Any]], states: list[State], offsets: M
                   f"({saved_file[2]} bytes, {float(first['t']) - saved_t:.2f} s before): that save was lost; "
                   + (f"the job resumed at step {resumed[0]} ({saved - resumed[0]} steps lost)" if resumed else
                      f"no process that loaded it stepped after ({len(loads)} loads): it could not be loaded"))
-        gen = max((s.gen for s in states if s.pid == _int(first.get("pid"))), default=0)
+        gen = max((s.gen for s in states if s.process == _process(first)), default=0)
         found.append(Violation(RESTORE_IS_REAL, float(first["t"]), gen, saved, tuple(loaders), detail, SAVE_LOST))
     return found
 

@@ -351,3 +351,13 @@ def test_a_restore_past_a_torn_checkpoint_whose_save_had_finished_is_a_lost_save
     assert verdict.verdict == DIVERGED and verdict.first.invariant == RESTORE_IS_REAL
     assert verdict.first.detail.startswith("rank 0 found the checkpoint of step 12 torn (RuntimeError: ")
     assert verdict.first.detail.endswith("that save was lost; the job resumed at step 10 (2 steps lost)")
+
+
+def test_ranks_whose_processes_share_a_pid_are_told_apart_by_their_rank():
+    """On the docker backend every rank's process is its container's pid 1: one rank's steps
+    are not another's, whatever their pid says."""
+    h = job_with_restore()
+    for e in h.events:
+        e["pid"] = 1
+    verdict = check_state(h.events)
+    assert verdict.verdict == CONSISTENT, verdict.violations
