@@ -90,6 +90,10 @@ class DutyCycle(Mechanism):
     name = "SIGSTOP/SIGCONT duty cycle of the rank's process tree (as cpulimit)"
     ready_timeout_s = 10.0
 
+    def __init__(self, instead_of_quota: str | None = None) -> None:
+        if instead_of_quota:  # says why a slow that asked for a CPU cap gets stops
+            self.name = f"{DutyCycle.name}; no CPU quota here: {instead_of_quota}"
+
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Slow)
         pid = _require_pid(fault, host)
@@ -112,8 +116,9 @@ class DutyCycle(Mechanism):
 def slow_mechanism() -> Mechanism:
     """`slow` by the kernel's CPU quota where this process may write the cgroup files (root
     in the machine's user namespace), else by the duty cycle, which needs no privilege."""
-    hierarchy = cgroup.cpu_hierarchy() if cgroup.why_no_cpu_cap() is None else None
-    return cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle()
+    why_not = cgroup.why_no_cpu_cap()
+    hierarchy = cgroup.cpu_hierarchy() if why_not is None else None
+    return cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle(why_not)
 
 
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
