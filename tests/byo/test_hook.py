@@ -146,7 +146,7 @@ def test_a_step_delay_command_holds_each_optimizer_step_while_its_file_is_there(
     command.unlink()  # the fault's revert: no wait
     done = run_ranks([sys.executable, str(script)], tmp_path / "after.jsonl", 1, tmp_path)
     gaps = [e["dur"] for e in kinds_by_rank(tmp_path / "after.jsonl")[0] if e["kind"] == "step" and e["dur"] is not None]
-    assert max(gaps) < 0.3, gaps
+    assert sorted(gaps)[1] < 0.1, gaps  # the median of three: a loaded machine may hold one step
 
 
 def test_python_processes_the_job_starts_do_not_measure(tmp_path):
