@@ -79,3 +79,12 @@ class StepDelayFile(CommandFile):
     def command(self, fault: FaultBase) -> dict[str, Any]:
         assert isinstance(fault, StepDelay)
         return {"delay_s": fault.delay}
+
+
+def command_mechanisms(directory: Path | None) -> dict[str, Mechanism]:
+    """The kinds a rank plays from a command file, each with its mechanism writing into
+    `directory` (a trial's commands folder; None: none yet, as for a plan's description)."""
+    return {"gpu_hang": CommandFile(directory), "step_delay": StepDelayFile(directory)}
+
+
+COMMAND_KINDS = tuple(command_mechanisms(None))

@@ -146,8 +146,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "pause": SignalStop(),
         "slow": slow_mechanism(),
         # the trial gives the run folder it writes to (harness.run.orchestrator)
-        "gpu_hang": cmdfile.CommandFile(None),
-        "step_delay": cmdfile.StepDelayFile(None),
+        **cmdfile.command_mechanisms(None),
         "disk_full": SizedTmpfs(),
         "read_only": ReadOnlyBind(),
         **{kind: fuse for kind in ("io_error", "io_delay", "io_stall", "lose_unsynced")},

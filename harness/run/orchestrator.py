@@ -35,7 +35,7 @@ from chaos.api import AppliedFault, Injection, Injector
 from chaos.errors import HarnessError, TargetGone, UsageError
 from chaos.faults import FaultBase
 from chaos.heal import heal
-from chaos.cmdfile import CommandFile, StepDelayFile
+from chaos.cmdfile import command_mechanisms
 from chaos.inject import default_mechanisms
 from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
@@ -157,7 +157,7 @@ def trial_mechanisms(backend: Backend, cluster: Cluster, trial_dir: Path) -> dic
     # a backend that declares its own link kinds (a Slurm node's agent) makes them its own way
     probed = backend.traits.network_faults and backend.traits.link_kinds is None
     return {**(default_mechanisms() if probed else {}), **cluster.mechanisms(),
-            "gpu_hang": CommandFile(commands_dir(trial_dir)), "step_delay": StepDelayFile(commands_dir(trial_dir))}
+            **command_mechanisms(commands_dir(trial_dir))}
 
 
 

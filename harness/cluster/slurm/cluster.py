@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from chaos.api import AppliedFault, Host, Injection, Injector
+from chaos.cmdfile import COMMAND_KINDS
 from chaos.errors import DeadlineExceeded, HarnessError, UnsupportedFault
 from chaos.faults import FaultBase, NodeDown, Preempt, Requeue
 from chaos.inject import LedgerInjection, NetlinkInjector
@@ -288,7 +289,7 @@ class SlurmCluster(Cluster):
         return exits
 
     def injector(self, ledger: Ledger, mechanisms: dict[str, Mechanism]) -> Injector:
-        return AgentInjector(self, NetlinkInjector(ledger, {kind: mechanisms[kind] for kind in COMMAND_FILE_KINDS},
+        return AgentInjector(self, NetlinkInjector(ledger, {kind: mechanisms[kind] for kind in COMMAND_KINDS},
                                                    undos=CHAOS_UNDOS),
                              ledger)
 
@@ -365,30 +366,27 @@ class AgentInjection(Injection):
         return self._t if self._t is not None else time.monotonic()
 
 
-# the kinds a rank plays from a command file in the run folder, which every node shares:
-# the harness writes them itself, as on any backend
-COMMAND_FILE_KINDS = ("gpu_hang", "step_delay")
-
-
 class AgentInjector(Injector):
     """Faults through the node agents: each applies on its node what is aimed at it."""
 
     def __init__(self, cluster: SlurmCluster, local: Injector, ledger: Ledger) -> None:
         self.cluster = cluster
-        self.local = local  # gpu_hang, step_delay: a command file in the shared run folder
+        # the kinds a rank plays from a command file: the harness writes it into the run
+        # folder, which every node shares, as on any backend
+        self.local = local
         self.ledger = ledger
         self._count = 0
 
     def mechanism(self, fault: FaultBase) -> str:
         kind = fault.kind  # type: ignore[attr-defined]
-        if kind in COMMAND_FILE_KINDS:
+        if kind in COMMAND_KINDS:
             return self.local.mechanism(fault)
         return SlurmBackend.planned_mechanism(fault) or kind
 
     def apply(self, fault: FaultBase, hosts: Sequence[Host], revert_after: float | None = None,
               heals_after: float | None = None) -> Injection:
         kind = fault.kind  # type: ignore[attr-defined]
-        if kind in COMMAND_FILE_KINDS:
+        if kind in COMMAND_KINDS:
             return self.local.apply(fault, hosts, revert_after)
         if fault.acts_on == "scheduler" and kind != "slurmd_kill":
             return self._scheduler(fault, hosts)
