@@ -937,19 +937,20 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_gpu_freed_columns(events))
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
-    row.update(_state_columns(events, facts, trial.plan))
-    row["stragglers"] = straggler_text(events.to_dict("records"), float(trial.plan.workload.get("step_period") or 0.0),
+    records = events.to_dict("records")  # once: the judges of recorded histories read records
+    row.update(_state_columns(records, events, facts, trial.plan))
+    row["stragglers"] = straggler_text(records, float(trial.plan.workload.get("step_period") or 0.0),
                                        bool(trial.plan.policy_spec.get("detector")))
     lost = (facts.preempted or facts.requeue)
     row["steps_lost"] = NAN if lost is None or lost.steps_lost is None else float(lost.steps_lost)
     return row
 
 
-def _state_columns(events: pd.DataFrame, facts: TrialFacts, plan: TrialPlan) -> dict[str, Any]:
+def _state_columns(records: list[dict[str, Any]], events: pd.DataFrame, facts: TrialFacts,
+                   plan: TrialPlan) -> dict[str, Any]:
     """The state checker's verdict (reports.state), its line (times after fault start), the
     storage invariants under a storage fault (reports.storage) and the steps run again after
     a resume, over all ranks."""
-    records = events.to_dict("records")
     verdict = check_state(records)
     t0 = facts.fault.start if facts.fault else (float(events["t"].min()) if len(events) else 0.0)
     return {"state": verdict.verdict, "state_detail": verdict.summary(t0),
