@@ -6,7 +6,10 @@
     read_only   the directory bind-mounted over itself and made read-only: a real EROFS
 
 Ranks enter only a network namespace of their own and share the harness's mount namespace,
-so what is mounted here is what their file calls see. Both kinds are undone by one op,
+so what is mounted here is what their file calls see. A container has a mount namespace of
+its own: what is mounted here reaches it only by propagation, from a folder the backend made
+shared (`share_below`) and the container binds `rslave`. So every mount below is made whole
+before it is attached (a read-only bind is read-only in every copy propagation makes). Both kinds are undone by one op,
 `unmount_storage`: a lazy unmount (a file a process still holds open there stays its own;
 every new call sees the directory below). Before a disk_full's tmpfs goes, what it holds is
 copied back to the directory below, so a full disk loses no write that succeeded (a file
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import abc
 import ctypes
+import errno
 import os
 import shutil
+import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
@@ -30,8 +35,13 @@ from chaos.faults import DiskFull, FaultBase
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import Mechanism, UndoTable
 
-MS_RDONLY, MS_REMOUNT, MS_BIND = 0x1, 0x20, 0x1000
+MS_REMOUNT, MS_BIND, MS_SHARED = 0x20, 0x1000, 1 << 20
 MNT_DETACH = 2
+# the mount API of Linux 5.12+ (the same numbers on every architecture that has them): a
+# bind made read-only while detached, then attached
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_EMPTY_PATH, AT_FDCWD = 1, 0o2000000, 0x1000, -100
+MOVE_MOUNT_F_EMPTY_PATH, MOUNT_ATTR_RDONLY = 0x4, 0x1
 # tmpfs reads size=0 as no limit: a directory that holds nothing yet keeps this file, one
 # page, so that its tmpfs can be full from the start
 FILLER = ".chaos-disk-full"
@@ -47,6 +57,28 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
         raise InjectionError(f"mount {fstype or 'bind'} on {target}: {os.strerror(code)}")
 
 
+def _syscall(number: int, what: str, *args: Any) -> int:
+    result = _libc.syscall(number, *args)
+    if result < 0:
+        code = ctypes.get_errno()
+        raise InjectionError(f"{what}: {os.strerror(code)}"
+                             + (" (Linux 5.12 or later has it)" if code == errno.ENOSYS else ""))
+    return result
+
+
+def _read_only_bind(path: str) -> None:
+    """`path` bind-mounted over itself, read-only from the moment it is attached."""
+    tree = _syscall(SYS_OPEN_TREE, f"clone {path}", AT_FDCWD, path.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+    try:
+        attr = struct.pack("QQQQ", MOUNT_ATTR_RDONLY, 0, 0, 0)  # struct mount_attr: set, clr, propagation, userns_fd
+        _syscall(SYS_MOUNT_SETATTR, f"make the bind of {path} read-only", tree, b"", AT_EMPTY_PATH,
+                 attr, ctypes.c_size_t(len(attr)))
+        _syscall(SYS_MOVE_MOUNT, f"attach the read-only bind on {path}", tree, b"", AT_FDCWD, path.encode(),
+                 MOVE_MOUNT_F_EMPTY_PATH)
+    finally:
+        os.close(tree)  # a clone never attached is freed with it
+
+
 def _unescape(field: str) -> str:
     """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
     for code in ("040", "011", "012", "134"):
@@ -54,12 +86,21 @@ def _unescape(field: str) -> str:
     return field
 
 
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as lines:
+        return [_unescape(line.split()[4]) for line in lines]
+
+
 def mounted(path: str) -> bool:
     """Whether something is mounted on `path` (a bind mount of a directory over itself
     included, which os.path.ismount cannot see)."""
-    target = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as lines:
-        return any(_unescape(line.split()[4]) == target for line in lines)
+    return os.path.realpath(path) in _mount_points()
+
+
+def mounts_below(path: str) -> list[str]:
+    """The mount points at or below `path`."""
+    top = os.path.realpath(path)
+    return [p for p in _mount_points() if p == top or p.startswith(top.rstrip("/") + "/")]
 
 
 def _unmount_storage(args: dict[str, Any]) -> None:
@@ -102,6 +143,31 @@ def _copy_back(source: str, target: str, before: list[str] | tuple[str, ...]) ->
 UNDOS = UndoTable({"unmount_storage": _unmount_storage})
 
 
+def ledgered_mount(ledger: Ledger, path: str, make: Callable[[], None], copy_back: bool = False,
+                   before: list[str] | None = None) -> Entry:
+    """`make()` mounts on `path`, its undo (`unmount_storage`) recorded first; a mount half
+    made (one of two) is taken back here."""
+    entry = ledger.record("unmount_storage", path=path, copy_back=copy_back, before=before or [])
+    try:
+        make()
+    except BaseException:
+        _unmount_storage(entry.args)
+        ledger.mark(entry, "undone")
+        raise
+    ledger.mark(entry, "done")
+    return entry
+
+
+def share_below(path: str, ledger: Ledger) -> Entry:
+    """`path` bind-mounted over itself and made shared, so that the mounts storage faults
+    make below it reach a container that binds it `rslave` after the container started
+    (this host's / may be private, as it is on the machines CI runs on)."""
+    def bind_shared() -> None:
+        _mount(path, path, None, MS_BIND, None)
+        _mount(None, path, None, MS_SHARED, None)
+    return ledgered_mount(ledger, os.path.realpath(path), bind_shared)
+
+
 class StorageMechanism(Mechanism):
     """A mount over the target's checkpoint directory: one storage fault at a time there."""
 
@@ -129,16 +195,8 @@ class KernelMount(StorageMechanism):
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         path = self.directory(fault, host)
-        before = sorted(os.listdir(path))
-        entry = ledger.record("unmount_storage", path=path, copy_back=self.copies_back, before=before)
-        try:
-            self.mount(fault, path, ledger.run_id)
-        except BaseException:
-            _unmount_storage(entry.args)  # half made (one of two mounts): taken back here
-            ledger.mark(entry, "undone")
-            raise
-        ledger.mark(entry, "done")
-        return [entry]
+        return [ledgered_mount(ledger, path, lambda: self.mount(fault, path, ledger.run_id), self.copies_back,
+                               sorted(os.listdir(path)))]
 
     @abc.abstractmethod
     def mount(self, fault: FaultBase, path: str, run_id: str) -> None:
@@ -171,5 +229,4 @@ class ReadOnlyBind(KernelMount):
     name = "read-only bind mount over the checkpoint directory (EROFS)"
 
     def mount(self, fault: FaultBase, path: str, run_id: str) -> None:
-        _mount(path, path, None, MS_BIND, None)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        _read_only_bind(path)

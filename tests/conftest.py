@@ -272,10 +272,11 @@ def chaos_namespaces() -> set[str]:
 
 def leftovers(folder: Path) -> list[str]:
     """What the runs recorded under `folder` left on this host: namespaces and CPU cgroups
-    named after their run ids, their ledgers, and rank processes still alive."""
+    named after their run ids, their ledgers, rank processes still alive, and mounts below it."""
     from chaos.cgroup import cpu_hierarchy
     from chaos.ledger import state_dir
-    found = []
+    from chaos.storage import mounts_below
+    found = [f"mount on {path}" for path in mounts_below(str(folder))]
     namespaces = chaos_namespaces()
     hierarchy = cpu_hierarchy()
     for trial in folder.rglob("trial.json"):

@@ -45,7 +45,8 @@ class Traits:
     ranks_per_host: bool = False  # several ranks may share one host (cluster.ranks_per_node)
     scheduler_kinds: tuple[str, ...] = ()  # the scheduler's own fault kinds it makes (preempt, ...)
     # storage faults mount over the ranks' checkpoint folder in the harness's mount namespace:
-    # only where the ranks share it
+    # where the ranks share it, or where their own mount namespaces receive its mounts
+    # (chaos.storage.share_below)
     storage_faults: bool = False
     # trials may run at once without sharing a machine: each gets hosts of its own from a
     # scheduler (`chaos nightly --parallel N`); on one machine they would skew each other's times

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +14,7 @@ from chaos.errors import FaultConflict
 from chaos.faults import DiskFull, ReadOnly, parse_fault
 from chaos.heal import HealReport, heal_run
 from chaos.inject import NetlinkInjector
-from chaos.storage import FILLER, ReadOnlyBind, SizedTmpfs, mounted
+from chaos.storage import FILLER, ReadOnlyBind, SizedTmpfs, mounted, share_below
 from chaos.undo import UNDOS
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
@@ -84,3 +86,37 @@ def test_a_heal_from_the_ledger_alone_removes_the_mount(storage, fault):
     assert not mounted(str(directory)) and report.failed == []
     assert (directory / "step-00000010.pt").read_bytes() == b"ten" * 1000
     heal_run(ledger.run_id, HealReport(), UNDOS)  # idempotent
+
+
+# A process in a mount namespace of its own, as a container's rank is: ready, it waits for a
+# line, then writes into the checkpoint folder and prints the errno it got (0: written).
+WRITER = """
+import os, sys
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    with open(os.path.join(sys.argv[1], "new.pt"), "wb") as f:
+        f.write(b"x" * 1_000_000)
+    print(0)
+except OSError as e:
+    print(e.errno)
+"""
+
+
+@pytest.mark.parametrize(("fault", "code"), [(DiskFull(), errno.ENOSPC), (ReadOnly(), errno.EROFS)])
+def test_a_fault_reaches_a_mount_namespace_made_before_it_through_a_shared_folder(storage, fault, code):
+    """The docker backend's path: its containers' mount namespaces exist before the fault's
+    mount; the trial folder is shared and bound rslave there. A read-only bind remounted
+    read-only after it was attached would reach them writable."""
+    host, ledger, directory = storage
+    share_below(str(directory.parent), ledger)
+    writer = subprocess.Popen(["unshare", "--mount", "--propagation", "slave", sys.executable, "-c", WRITER,
+                               str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "ready\n"  # its namespace exists: the fault comes after
+        injection = NetlinkInjector(ledger, MECHANISMS).apply(fault, [host])
+        out, _ = writer.communicate("go\n", timeout=30)
+    finally:
+        writer.kill()
+    assert int(out) == code
+    injection.revert()

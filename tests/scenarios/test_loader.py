@@ -200,7 +200,7 @@ faults:
     ("/tmp/checkpoint.pt", "", [":5:", "faults.0.kind", "names no path under {trial_dir}", "{trial_dir}/ckpt/"]),
     ("{trial_dir}/checkpoint.pt", "", [":5:", "the trial's own folder", "events and logs", "{trial_dir}/ckpt/"]),
     ("{trial_dir}/../elsewhere/checkpoint.pt", "", [":5:", "outside the trial's folder"]),
-    ("{trial_dir}/ckpt/checkpoint.pt", ", backend: docker", [":5:", "faults.0.kind", "--backend netns or local"]),
+    ("{trial_dir}/ckpt/checkpoint.pt", ", backend: slurm", [":5:", "faults.0.kind", "--backend netns or docker or local"]),
 ])
 def test_a_storage_fault_without_a_checkpoint_folder_of_its_own_is_refused(
         tmp_path: Path, path: str, backend: str, words: list[str]) -> None:

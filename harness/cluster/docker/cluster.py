@@ -27,6 +27,7 @@ from chaos.undo import undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
 from chaos.inject import DutyCycle
+from chaos.storage import share_below
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
 from harness.cluster.backends import undo_table
 from harness.cluster.docker.engine import (
@@ -133,7 +134,9 @@ class DockerCluster(Cluster):
     def _create_kwargs(self, rank: int) -> dict[str, Any]:
         run_dir = str(self.spec.run_dir.resolve())
         volumes = dict(self._mounts)
-        volumes[run_dir] = {"bind": run_dir, "mode": "rw"}
+        # rslave: a storage fault's mount below the trial folder, made after the container
+        # started, reaches it (the folder is shared: `up`)
+        volumes[run_dir] = {"bind": run_dir, "mode": "rw,rslave"}
         job_dir = self.spec.job_dir and str(self.spec.job_dir.resolve())
         if job_dir and not any(job_dir == p or job_dir.startswith(p + os.sep) for p in volumes):
             volumes[job_dir] = {"bind": job_dir, "mode": "ro"}
@@ -361,7 +364,7 @@ class DockerBackend(Backend):
     name = "docker"
     traits = Traits("a Docker container per rank on the harness's own switch",
                     needs_root=True, user_namespace=False, network_faults=True,
-                    link_counters=True, host_sysctls=True)
+                    link_counters=True, host_sysctls=True, storage_faults=True)
     # From the first `start_rank` to the first step on every rank: each container imports
     # torch on its own (16 on 2 shared cores: 25-45 s measured); the netns backend forks
     # loaded ranks in well under a second. An orchestrator's warm-up deadline should allow it.
@@ -393,6 +396,7 @@ class DockerBackend(Backend):
             (spec.run_dir / sub).mkdir(parents=True, exist_ok=True)
         cluster = DockerCluster(spec, ledger, launchers, layout, client, template, image, mounts, python, gpus)
         try:
+            share_below(str(spec.run_dir), ledger)
             cluster.build_switch()
             cluster.create_containers()
             cluster.start_control()
