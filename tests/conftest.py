@@ -105,6 +105,16 @@ def _fuse() -> str | None:
     return None if reason is None else f"needs FUSE for the FUSE storage faults: {reason} (.ci/fuse.sh)"
 
 
+def _fuse_user() -> str | None:
+    """FUSE for an ordinary user too: /dev/fuse open to every user, as distributions make it."""
+    reason = _fuse()
+    mode = os.stat("/dev/fuse").st_mode & 0o777 if reason is None else 0
+    if reason is None and mode & 0o006 != 0o006:
+        reason = (f"needs /dev/fuse open to an ordinary user for the rootless FUSE faults: it is mode {mode:o} "
+                  "(.ci/fuse.sh makes it 666, as udev does)")
+    return reason
+
+
 def _cgroup_cpu() -> str | None:
     from chaos.cgroup import why_no_cpu_cap
     reason = why_no_cpu_cap()
@@ -114,14 +124,14 @@ def _cgroup_cpu() -> str | None:
 # name: why it is missing (None: present)
 CAPABILITIES: dict[str, Callable[[], str | None]] = {
     "root": _root, "gpu": _gpu, "uml_netem": _uml_netem, "docker": _docker, "compose": _compose, "fuse": _fuse,
-    "cgroup_cpu": _cgroup_cpu,
+    "fuse_user": _fuse_user, "cgroup_cpu": _cgroup_cpu,
     **{check: _probed(check) for check in PROBED}}
 # required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
 CHECKED_ELSEWHERE = {"slurm"}
 # a marker: the capability it names (requires_mechanism("tbf") names its own)
 MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
            "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose",
-           "requires_fuse": "fuse", "requires_cgroup_cpu": "cgroup_cpu"}
+           "requires_fuse": "fuse", "requires_fuse_user": "fuse_user", "requires_cgroup_cpu": "cgroup_cpu"}
 
 
 @functools.cache
@@ -328,9 +338,10 @@ def user_dir():
 
 def as_nobody(folder: Path, *args: str, **kwargs) -> subprocess.Popen | subprocess.CompletedProcess:
     """`chaos ARGS` (with python=True: `python ARGS`) as uid 65534, with its state folder
-    (ledgers) in `folder`; env=: the environment to start from (default this process's)."""
+    (ledgers) in `folder`; env=: the environment to start from (default this process's);
+    prefix=: a command that execs the rest (argv) as root first."""
     program = str(Path(sys.executable).parent / "python") if kwargs.pop("python", False) else CHAOS
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", program, *args]
+    argv = [*kwargs.pop("prefix", ()), "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", program, *args]
     env = {**kwargs.pop("env", os.environ), "HOME": str(folder), "USER": "nobody",
            "CHAOS_STATE_DIR": str(folder / "state")}
     if kwargs.pop("background", False):
