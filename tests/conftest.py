@@ -8,14 +8,8 @@ session fails at collection, naming it and why, instead of turning its tests int
 CHAOS_TEST_HIDE takes the capabilities it names for missing (tests/test_require.py shows
 CI failing and a user's machine skipping on one).
 
-`host_left_clean` (session-wide, automatic): the run fails when the session left anything
-of a run on the host (namespaces, ledgers, containers, project processes, any process the
-tests started that still lives, torchrun's own log folders in /tmp), and what was left is
-removed. Things of runs whose
-live owner is not this session (CI beside us), or whose owner is dead and whose run
-folder or ledger is not under this session's temp folder, are not ours and are left
-alone (`harness.cluster.host`). `stop_child` ends a helper harness a test started, whatever
-happens."""
+The session's host check is tests/session.py's, registered by the repository's conftest.py.
+`stop_child` ends a helper harness a test started, whatever happens."""
 from __future__ import annotations
 
 import dataclasses
@@ -212,56 +206,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                 + "\n".join(f"  {name}: {why_missing(name)}\n    needed by {ids[0]}"
                                             + (f" and {len(ids) - 1} more" if len(ids) > 1 else "")
                                             for name, ids in lacking.items()))
-
-
-def _descendants(me: int) -> list[str]:
-    from chaos import proc
-    from harness.cluster.host import descends_from
-    return [f"process {pid} (started by the tests, state {proc.state(pid)}): {_command_line(pid)}"
-            for pid in (int(e) for e in os.listdir("/proc") if e.isdigit())
-            if pid != me and descends_from(pid, me)]
-
-
-def _command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return " ".join(a.decode(errors="replace") for a in f.read().split(b"\0") if a)[:300]
-    except OSError:
-        return "(gone)"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def host_left_clean(tmp_path_factory: pytest.TempPathFactory):
-    """Fail the session if it left anything of a run on the host; remove it either way."""
-    from harness.cluster import host
-    before = host.snapshot()
-    torch_logs = set(_torchrun_log_dirs())
-    yield
-    me = os.getpid()
-    strays = _descendants(me)
-    for item in strays:
-        proc_kill(int(item.split()[1]))
-    runs = host.runs_under(tmp_path_factory.getbasetemp())  # the tests' run folders and ledgers
-    left = host.left_since(before, me, runs)
-    report = host.remove(left, runs)
-    # torchrun run without --log-dir makes a folder of its own in /tmp and never removes it
-    stray_logs = sorted(set(_torchrun_log_dirs()) - torch_logs)
-    for folder in stray_logs:
-        shutil.rmtree(folder, ignore_errors=True)
-    problems = (strays + [str(i) for i in left] + [f"could not remove: {f}" for f in report.failed]
-                + [f"torchrun's log folder {f} (give it --log-dir)" for f in stray_logs])
-    if problems:
-        pytest.fail("the test session left this behind (now removed):\n  " + "\n  ".join(problems))
-
-
-def _torchrun_log_dirs() -> list[str]:
-    return [str(p) for p in Path(tempfile.gettempdir()).glob("torchelastic_*")]
-
-
-def proc_kill(pid: int) -> None:
-    from chaos import proc
-    proc.send_signal(pid, signal.SIGKILL, proc.start_time(pid), gone_ok=True)
-    proc.reap(pid, proc.KILLED_WITHIN_S)
 
 
 def stop_child(child: subprocess.Popen, grace_s: float = 30.0, run_id: str | None = None) -> None:
