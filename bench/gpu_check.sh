@@ -4,7 +4,7 @@
 #
 #   bench/gpu_check.sh OUT_DIR
 #   GPU_CHECK_PARTS="tests gpu_hang" bench/gpu_check.sh OUT_DIR   # only these parts (a rerun):
-#       tests gpu_hang gpu_hang_fd fingerprint tune gpu_kill nccl gloo_cuda_link netem
+#       tests gpu_hang gpu_hang_fd fingerprint tune gpu_slow gpu_kill nccl gloo_cuda_link netem
 #
 # Its Python: this checkout's .venv when it has one; else $PYTHON or python3, the
 # machine's own with its CUDA torch. Then the project's other dependencies that Python
@@ -96,7 +96,8 @@ print("placement:", json.load(open(f"{run}/run.json")).get("placement"))
 table = reports.analyze_run(run)
 table.to_csv(csv, index=False)
 cols = ["policy", "outcome", "ttd_s", "ttr_s", "breaker_open_s", "released_s", "gpu_released_s",
-        "cuda_reserved_after", "gpu_freed_after_kill_s", "link_bytes_before", "link_bytes_during", "state"]
+        "cuda_reserved_after", "gpu_freed_after_kill_s", "link_bytes_before", "link_bytes_during",
+        "steps_per_s_before", "steps_per_s_during", "state"]
 print(table[[c for c in cols if c in table]].to_string(index=False))
 PYEOF
     grep -h "gpu_hang .*a kernel spins" "$run"/trials/*/logs/* 2>/dev/null | head -3
@@ -151,6 +152,24 @@ if wanted tune; then  # chaos tune where GPU nodes are: no namespace (local back
     cp "$OUT"/tunes/*/tune.md "$OUT/tune.md" 2>/dev/null
     "$PY" -c "import glob, json, sys; print('placement:', json.load(open(glob.glob(sys.argv[1])[0]))['placement'])" \
         "$OUT/tunes/*/runs/*-measure-*/run.json" || say "chaos tune left no measurement"
+fi
+# slow's GPU settings (chaos.nvml: root only): rank 1's GPU clock locked at its lowest for
+# 10 s, its throughput against before; then the GPU's clock and power limit as they are
+# after the run (the revert gives them back)
+if wanted gpu_slow && [ "$(id -u)" = 0 ]; then
+    scenario gpu_slow local 4 cuda gloo "{kind: slow, gpu_clock: $("$PY" -c "
+import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(1 % n.nvmlDeviceGetCount())
+print(min(n.nvmlDeviceGetSupportedGraphicsClocks(h, n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_MEM))))"), target: {rank: 1}, start: 2s, duration: 10s}" \
+        "  timeout: {timeout: 30s}"
+    part gpu_slow 90
+    "$PY" -c "
+import pynvml as n; n.nvmlInit()
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    print(f'GPU {i} after: graphics clock {n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_GRAPHICS)} MHz,',
+          f'power limit {n.nvmlDeviceGetPowerManagementLimit(h) // 1000} W')" || say "NVML could not be asked after gpu_slow"
+elif wanted gpu_slow; then
+    say "gpu_slow skipped: NVML lets only root set a GPU's clock"
 fi
 wanted gpu_kill && scenario gpu_kill local 16 cuda gloo "{kind: kill, target: {rank: 5}, start: 2s}" "  timeout: {timeout: 5s}"
 wanted gpu_kill && part gpu_kill 70

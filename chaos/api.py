@@ -27,6 +27,7 @@ class Host:
     ifname: str = "eth0"      # the host-side end of the link
     pid: int | None = None    # the process on the host (a rank), for process faults
     storage: str | None = None  # the rank's checkpoint directory, for storage faults
+    gpu: int | None = None  # the rank's GPU (this machine's index), for a GPU's settings
 
     @property
     def has_link(self) -> bool:

@@ -84,25 +84,50 @@ class Pause(FaultBase):
 
 
 class Slow(FaultBase):
-    """The rank runs slow (fail-slow, a straggler): its processes get `cpu_percent` of one
-    CPU per `period` (as root, a cgroup CPU quota: chaos.cgroup; a rank with CPU to spare
-    within its cap is not slowed), or with `stops` (and for an ordinary user, who has no
-    quota) are stopped for the rest of each period by a SIGSTOP/SIGCONT duty cycle, as
-    cpulimit does: a GC pause or a scheduling delay, which every collective it joins waits
-    for whatever CPU it needs."""
+    """The rank runs slow (fail-slow, a straggler), by one of three settings:
+
+    cpu_percent   its processes get that share of one CPU per `period` (as root, a cgroup
+                  CPU quota: chaos.cgroup; a rank with CPU to spare within its cap is not
+                  slowed), or with `stops` (and for an ordinary user, who has no quota) are
+                  stopped for the rest of each period by a SIGSTOP/SIGCONT duty cycle, as
+                  cpulimit does: a GC pause or a scheduling delay, which every collective it
+                  joins waits for whatever CPU it needs
+    gpu_clock     its GPU's graphics clock locked at that many MHz (NVML, root: chaos.nvml)
+    power_limit   its GPU's power limit set to that many watts (NVML, root), a thermal or
+                  power-capped node"""
 
     kind: Literal["slow"] = "slow"
-    cpu_percent: Fraction
+    cpu_percent: Fraction | None = None
     period: Annotated[Seconds, Field(gt=0, le=1)] = 0.1
     stops: bool = False
+    gpu_clock: Annotated[int, Field(gt=0)] | None = None    # MHz
+    power_limit: Annotated[int, Field(gt=0)] | None = None  # W
     acts_on: ClassVar[str] = "process"
 
     @model_validator(mode="after")
-    def _a_share(self) -> "Slow":
-        if not 0.01 <= self.cpu_percent <= 0.99:
+    def _one_setting(self) -> "Slow":
+        given = [k for k in ("cpu_percent", "gpu_clock", "power_limit") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give one of cpu_percent (e.g. 20%), gpu_clock (MHz, e.g. 900) and "
+                             f"power_limit (W, e.g. 150){f', not {given[0]} and {given[1]}' if given else ''}")
+        if self.cpu_percent is not None and not 0.01 <= self.cpu_percent <= 0.99:
             raise ValueError(f"cpu_percent: expected 1% to 99% (got {self.cpu_percent:.0%}); "
                              "0% is a pause (kind: pause), 100% no fault")
+        if self.stops and self.cpu_percent is None:
+            raise ValueError(f"stops: a duty cycle of the rank's CPU share; {given[0]} sets its GPU: remove stops")
         return self
+
+    @property
+    def gpu_setting(self) -> str | None:
+        """The GPU setting it makes (gpu_clock or power_limit), None for a CPU share."""
+        return "gpu_clock" if self.gpu_clock is not None else "power_limit" if self.power_limit is not None else None
+
+    def describe(self) -> str:
+        if self.gpu_setting == "gpu_clock":
+            return f"slow(gpu_clock={self.gpu_clock} MHz)"
+        if self.gpu_setting == "power_limit":
+            return f"slow(power_limit={self.power_limit} W)"
+        return f"slow(cpu_percent={self.cpu_percent}, period={self.period}, stops={self.stops})"
 
 
 class GpuHang(FaultBase):

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Sequence
 
-from chaos import cgroup, cmdfile, dutycycle, fusefs, netlink, probe, proc
+from chaos import cgroup, cmdfile, dutycycle, fusefs, netlink, nvml, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
@@ -113,12 +113,30 @@ class DutyCycle(Mechanism):
         return entries
 
 
-def slow_mechanism() -> Mechanism:
-    """`slow` by the kernel's CPU quota where this process may write the cgroup files (root
-    in the machine's user namespace), else by the duty cycle, which needs no privilege."""
-    why_not = cgroup.why_no_cpu_cap()
-    hierarchy = cgroup.cpu_hierarchy() if why_not is None else None
-    return cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle(why_not)
+class SlowBySetting(Mechanism):
+    """`slow`: its CPU share by `cpu`, a GPU setting (gpu_clock, power_limit) by `gpu`."""
+
+    def __init__(self, cpu: Mechanism, gpu: Mechanism) -> None:
+        self.cpu, self.gpu = cpu, gpu
+        self.name = cpu.name
+
+    def for_fault(self, fault: FaultBase) -> Mechanism:
+        return (self.gpu if isinstance(fault, Slow) and fault.gpu_setting else self.cpu).for_fault(fault)
+
+    def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
+        return self.for_fault(fault).apply(fault, host, ledger)
+
+
+def slow_mechanism(cpu: Mechanism | None = None) -> Mechanism:
+    """`slow`'s CPU share by the kernel's CPU quota where this process may write the cgroup
+    files (root in the machine's user namespace), else by the duty cycle, which needs no
+    privilege (`cpu`: the backend's own way); its GPU settings by NVML, where root may."""
+    if cpu is None:
+        why_not = cgroup.why_no_cpu_cap()
+        hierarchy = cgroup.cpu_hierarchy() if why_not is None else None
+        cpu = cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle(why_not)
+    no_gpu = nvml.why_no_gpu_settings()
+    return SlowBySetting(cpu, nvml.NvmlSetting() if no_gpu is None else Unavailable(no_gpu))
 
 
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:

@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Any
 
-from chaos import cgroup, cmdfile, fusefs, netlink, nft, proc, storage, tc, userns
+from chaos import cgroup, cmdfile, fusefs, netlink, nft, nvml, proc, storage, tc, userns
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import UndoTable
 
@@ -61,6 +61,7 @@ UNDOS = UndoTable.combine({
     "chaos.storage": storage.UNDOS,
     "chaos.fusefs": fusefs.UNDOS,
     "chaos.cgroup": cgroup.UNDOS,
+    "chaos.nvml": nvml.UNDOS,
 })
 
 

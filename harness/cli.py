@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario, reproduce_command
+    from harness.run.scenario import load_scenario, refuse_what_this_machine_cannot_set, reproduce_command
     from harness.run.scaling import scaled_to_cores, scaling_note
 
     overrides = {}
@@ -88,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(scenario, Path(args.scenario), policies, _mechanism_names(scenario.cluster.backend)))
         return 0
+    refuse_what_this_machine_cannot_set(args.scenario, scenario)
     require_privileges("chaos run", scenario.cluster.backend)
     out = Path(args.out)
     try:

@@ -162,6 +162,7 @@ def _skip_reason(scenario: Scenario) -> str | None:
     mechanisms = default_mechanisms() if backend.traits.network_faults else process_mechanisms()
     for event in scenario.faults:
         mechanism = mechanisms.get(event.fault.kind)  # type: ignore[attr-defined]
+        mechanism = mechanism and mechanism.for_fault(event.fault)  # a setting may need its own way
         if isinstance(mechanism, Unavailable):
             return f"{event.fault.kind} cannot be injected here: {mechanism.reason}"  # type: ignore[attr-defined]
     return None

@@ -18,9 +18,10 @@ around the link), and the error handling the policy needs.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Literal
+
+from chaos.nvml import nvml
 
 Device = Literal["cpu", "cuda"]
 Comm = Literal["gloo", "nccl"]
@@ -92,30 +93,10 @@ def job_device_env(placement: Placement, host: int, ifname: str) -> dict[str, st
     return {} if gpu is None else {"CUDA_VISIBLE_DEVICES": str(gpu), **nccl_on_the_link(host, ifname)}
 
 
-@contextlib.contextmanager
-def _nvml() -> Iterator[Any]:
-    """pynvml, initialised; None without a driver or without nvidia-ml-py. NVML never
-    initialises CUDA (a process that forks ranks must not)."""
-    try:
-        import pynvml
-    except ImportError:
-        yield None
-        return
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        yield None
-        return
-    try:
-        yield pynvml
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def visible_gpus() -> int:
     """GPUs NVML shows on this host (0 where it cannot be asked)."""
-    with _nvml() as nvml:
-        return 0 if nvml is None else int(nvml.nvmlDeviceGetCount())
+    with nvml() as lib:
+        return 0 if lib is None else int(lib.nvmlDeviceGetCount())
 
 
 def describe_host(ranks: int) -> str:
@@ -127,11 +108,11 @@ def describe_host(ranks: int) -> str:
 def gpu_memory_by_pid() -> dict[int, int] | None:
     """Bytes of GPU memory each process holds, over every GPU; None where NVML cannot be
     asked: nothing can be observed."""
-    with _nvml() as nvml:
-        if nvml is None:
+    with nvml() as lib:
+        if lib is None:
             return None
         held: dict[int, int] = {}
-        for i in range(nvml.nvmlDeviceGetCount()):
-            for p in nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(i)):
+        for i in range(lib.nvmlDeviceGetCount()):
+            for p in lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(i)):
                 held[p.pid] = held.get(p.pid, 0) + (p.usedGpuMemory or 0)
         return held

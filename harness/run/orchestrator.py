@@ -586,7 +586,8 @@ class Trial:
         applied (recorded as not applied, like a process gone before: the trial goes on)."""
         planned, fault = self.plan.faults[index], self.faults[index]
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage) for rank in targets]
+        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage, gpu=self.placement.gpu_of(rank))
+                 for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
         dead_man = None if on_phase is None else on_phase + DEAD_MAN_MARGIN_S

@@ -385,6 +385,11 @@ class Scenario(Frozen):
         if self.variants and self.job is None:
             raise ValueError("variants: they vary a user's job; add 'job:' or use 'policies:'")
         for i, event in enumerate(self.faults):
+            setting = getattr(event.fault, "gpu_setting", None)
+            if setting and self.cluster.device == "cpu":
+                raise ValueError(f"faults.{i}.{setting}: sets the rank's GPU, and the ranks run on the CPU "
+                                 "(cluster.device: cpu); set cluster.device: cuda (or auto on a GPU node), "
+                                 "or slow the rank by cpu_percent")
             if self.job is not None and event.fault.kind == "gpu_hang":
                 raise ValueError(f"faults.{i}.kind: 'gpu_hang' is queued by the harness's rank code, and "
                                  "a user's job (job:) has none; use kind: pause for a silent stall, "
@@ -614,6 +619,27 @@ def reproduce_command(scenario_file: Path, policies: str | Sequence[str], seed: 
         if overrides.get(key) is not None:
             words += [option, str(overrides[key])]
     return shlex.join(words + ["--seed", str(seed)])
+
+
+def refuse_what_this_machine_cannot_set(path: Path | str, scenario: Scenario) -> None:
+    """A fault setting that only some machines can make (`slow`'s GPU clock or power limit:
+    NVML, root), refused before anything runs, file:line: field: why and the fix. Apart from
+    `load_scenario`, which judges the file alone: a test session skips such a scenario, saying
+    why, and `--dry-run` shows what a run would use."""
+    from chaos.faults import Slow
+    from chaos.nvml import why_no_gpu_settings
+    settings = [(i, event.fault.gpu_setting) for i, event in enumerate(scenario.faults)
+                if isinstance(event.fault, Slow) and event.fault.gpu_setting]
+    if not settings:
+        return
+    why = why_no_gpu_settings()
+    if why is None:
+        return
+    i, field = settings[0]
+    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    line = line_of(root, ("faults", i, field))
+    raise UsageError(f"{path}{f':{line}' if line else ''}: faults.{i}.{field}: a GPU setting, and {why}; "
+                     "run it on a GPU node as root, or slow the rank by cpu_percent")
 
 
 def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> Scenario:

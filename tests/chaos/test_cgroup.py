@@ -53,11 +53,12 @@ def child_of(pid: int) -> int:
 
 
 def test_root_gets_the_quota_and_an_ordinary_user_the_duty_cycle(monkeypatch):
-    assert isinstance(slow_mechanism(), cgroup.CfsQuota)
+    share = Slow(cpu_percent="20%")
+    assert isinstance(slow_mechanism().for_fault(share), cgroup.CfsQuota)
     # `stops` asks for the duty cycle whoever runs it
     assert isinstance(slow_mechanism().for_fault(Slow(cpu_percent="20%", stops=True)), DutyCycle)
     monkeypatch.setattr(cgroup.os, "geteuid", lambda: 65534)
-    assert isinstance(slow_mechanism(), DutyCycle)
+    assert isinstance(slow_mechanism().for_fault(share), DutyCycle)
     assert slow_mechanism().name.endswith("no CPU quota here: the cgroup files are the machine's root's "
                                           "(an ordinary user, or a user namespace)")
 

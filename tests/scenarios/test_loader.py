@@ -213,3 +213,39 @@ def test_a_storage_fault_without_a_checkpoint_folder_of_its_own_is_refused(
 def test_a_storage_fault_acts_on_the_folder_its_job_names(tmp_path: Path) -> None:
     scenario = load_text(tmp_path, STORAGE_JOB.format(path="{trial_dir}/ckpt/checkpoint.pt", backend=""))
     assert scenario.job is not None and job_checkpoint_dir(scenario.job) == "ckpt"
+
+
+GPU_SLOW = """\
+cluster: {{ranks: 2, device: {device}}}
+faults:
+  - {{kind: slow, {setting}, target: {{rank: 1}}, start: 1s, duration: 5s}}
+"""
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("gpu_clock: 900, power_limit: 150", ["faults.0", "give one of cpu_percent", "not gpu_clock and power_limit"]),
+    ("gpu_clock: 900, stops: true", ["faults.0.stops", "remove stops"]),
+])
+def test_slow_takes_one_setting(tmp_path: Path, setting: str, words: list[str]) -> None:
+    message = error_of(tmp_path, GPU_SLOW.format(device="cuda", setting=setting))
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_a_gpu_setting_on_ranks_that_run_on_the_cpu_is_refused_with_its_line(tmp_path: Path) -> None:
+    message = error_of(tmp_path, GPU_SLOW.format(device="cpu", setting="power_limit: 150"))
+    assert ":3: faults.0.power_limit: sets the rank's GPU, and the ranks run on the CPU" in message
+    assert "set cluster.device: cuda" in message
+
+
+def test_chaos_run_refuses_a_gpu_setting_this_machine_cannot_make(tmp_path: Path) -> None:
+    from chaos.nvml import why_no_gpu_settings
+    from tests.conftest import chaos_cli
+    why = why_no_gpu_settings()
+    if why is None:
+        pytest.skip("this machine can set its GPUs' clocks: nothing to refuse")
+    scenario = tmp_path / "gpu.yaml"
+    scenario.write_text(GPU_SLOW.format(device="cuda", setting="gpu_clock: 900"))
+    done = chaos_cli("run", str(scenario), "--out", str(tmp_path / "runs"))
+    assert done.returncode == 2 and not (tmp_path / "runs").exists()
+    assert f"{scenario}:3: faults.0.gpu_clock: a GPU setting, and {why}; run it on a GPU node as root" in done.stderr

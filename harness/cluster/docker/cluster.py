@@ -26,7 +26,7 @@ from chaos.errors import ChaosError, HarnessError
 from chaos.undo import undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
-from chaos.inject import DutyCycle
+from chaos.inject import DutyCycle, slow_mechanism
 from chaos.storage import share_below
 from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
 from harness.cluster.backends import undo_table
@@ -123,9 +123,10 @@ class DockerCluster(Cluster):
     def mechanisms(self) -> dict[str, Mechanism]:
         """Process faults through the engine (`docker kill`, `docker pause`/`unpause`), to
         merge over `chaos.inject.default_mechanisms()`; link faults need nothing of docker.
-        `slow` by the duty cycle: a container's processes are in the engine's cgroup, which
-        the harness's CPU quota would take them out of."""
-        return {"kill": EngineKill(self), "pause": EnginePause(self), "slow": DutyCycle()}
+        `slow`'s CPU share by the duty cycle: a container's processes are in the engine's
+        cgroup, which the harness's CPU quota would take them out of (its GPU settings are
+        the machine's, as on the netns backend)."""
+        return {"kill": EngineKill(self), "pause": EnginePause(self), "slow": slow_mechanism(DutyCycle())}
 
     # bring-up
     def build_switch(self) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 from chaos import netlink, proc
 from chaos.api import AppliedFault, Host, Injection
 from chaos.faults import FaultBase, fault_from_wire, parse_fault
-from chaos.inject import DutyCycle, LedgerInjection, NetlinkInjector, SignalKill, SignalStop
+from chaos.inject import DutyCycle, LedgerInjection, NetlinkInjector, SignalKill, SignalStop, slow_mechanism
 from chaos.ledger import Ledger
 from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
@@ -86,7 +86,7 @@ class Agent(zygote.NodeOps):
         # its sends fail at once, and a 20 s outage recovered 3 s sooner than on netns.
         mechanisms = {"link_down": BpfDrop(own_interface=True), "blackhole": BpfDrop(own_interface=True),
                       "loss": BpfDrop(own_interface=True),
-                      "kill": SignalKill(), "pause": SignalStop(), "slow": DutyCycle()}
+                      "kill": SignalKill(), "pause": SignalStop(), "slow": slow_mechanism(DutyCycle())}
         self.injector = NetlinkInjector(self.ledger, mechanisms, hosts=(self.link,), undos=UNDOS)
         self.faults: dict[int, Injection] = {}
         self.scheduled: list[tuple[float, int, FaultBase, float | None, float | None]] = []  # link faults announced
