@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from chaos.faults import Slow
 from chaos.inject import choose_mechanisms
 from chaos.probe import CHECKS, capabilities
 
@@ -23,6 +24,8 @@ def doctor_command(args: argparse.Namespace) -> int:
     print("fault kinds:")
     for kind, mech in choose_mechanisms(caps).items():
         print(f"  {kind:10} {mech.name}")
+        if kind == "slow":  # its GPU settings have a way of their own
+            print(f"  {'':10} gpu_clock, power_limit: {mech.for_fault(Slow(gpu_clock=1)).name}")
     return 0
 
 

@@ -116,3 +116,13 @@ def test_a_rank_without_a_gpu_and_a_machine_without_nvml_are_refused_with_the_re
     mechanism = slow_mechanism()
     assert "NVML cannot be asked" in mechanism.for_fault(Slow(gpu_clock=900)).name
     assert mechanism.for_fault(Slow(cpu_percent="20%")).name == mechanism.name
+
+
+@pytest.mark.requires_root
+def test_doctor_says_what_slow_s_gpu_settings_get_here():
+    from tests.conftest import chaos_cli
+    done = chaos_cli("doctor", timeout=120)
+    assert done.returncode == 0, done.stderr
+    why = nvml.why_no_gpu_settings()
+    expected = nvml.NvmlSetting.name if why is None else f"unavailable: {why}"
+    assert f"gpu_clock, power_limit: {expected}" in done.stdout, done.stdout
