@@ -241,6 +241,10 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     user_job = any(s.at == "start" for s in states)
     labels = {s.replica: replica_label(s.replica, local_ranks) for s in states}
     violations: list[Violation] = []
+    # a resume from a peer's memory read no checkpoint: what happened to the saves is not its
+    # to answer for (its state is still judged against what was recorded at its step)
+    from_peers = {(_int(e.get("rank")), _int(e.get("pid")), _int(e.get("gen"))) for e in events
+                  if e.get("kind") == RESTORED and e.get("source") == "peer"}
 
     # replicas agree: one fingerprint per (generation, step), the latest of each replica
     points: dict[tuple[tuple[int, int], int], dict[tuple[int, int], State]] = {}
@@ -306,7 +310,7 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                     if s.values not in {e.values for e in before}:
                         same = [(e, step) for e in before if e.params == s.params]
                         violations.append(_not_real(s, same, labels, user_job, recorded=before))
-        if s.at in RESUMED and s.epoch > (0, 0) and step is not None:
+        if s.at in RESUMED and s.epoch > (0, 0) and step is not None and (s.rank, s.pid, s.gen) not in from_peers:
             problem = _lost_checkpoint(s, step, saves, labels, user_job)
             if problem is not None:
                 violations.append(problem)

@@ -27,9 +27,10 @@ class History:
                 self.state(rank, step, gen, fp(step), optim=f"m{step}")
 
 
-def job_with_restore(restored: dict[int, tuple[int, str, str]] | None = None) -> History:
+def job_with_restore(restored: dict[int, tuple[int, str, str]] | None = None, source: str = "checkpoint") -> History:
     """4 ranks: steps 1-13 in gen 0, a failure, gen 1 resumes at checkpoint step 10, steps 11-15.
-    `restored` overrides what a rank resumed from: rank -> (step, params, optim)."""
+    `restored` overrides what a rank resumed from: rank -> (step, params, optim); `source`:
+    where the restores read it (checkpoint | peer)."""
     h = History()
     for rank in range(4):
         h.state(rank, 0, 0, "w0", at="restore", optim="m0")
@@ -37,7 +38,7 @@ def job_with_restore(restored: dict[int, tuple[int, str, str]] | None = None) ->
     h.emit("fault_applied", None, index=0, fault_kind="link_down", targets=[2])
     for rank in range(4):
         step, fp, optim = (restored or {}).get(rank, (10, "w10", "m10"))
-        h.emit("restored", rank, step=step, gen=1, source="checkpoint")
+        h.emit("restored", rank, step=step, gen=1, source=source)
         h.state(rank, step, 1, fp, at="restore", optim=optim)
     for step in range(11, 16):
         for rank in range(4):
@@ -247,6 +248,17 @@ def test_a_resume_from_a_save_that_failed_is_a_torn_checkpoint():
     # a failed save of another step, the one restored written: consistent
     fine = with_saves(job_with_restore(), [("checkpoint", 10), ("checkpoint_failed", 5)])
     assert check_state(fine.events).verdict == CONSISTENT
+
+
+def test_a_resume_from_a_peer_at_the_step_of_a_failed_save_read_no_checkpoint():
+    # found by `chaos explore` (elastic, 16 ranks): a read-only checkpoint folder failed the
+    # save of step 20, the saving rank was killed during it, and the survivors took step 20
+    # from a peer's memory: the state they resumed is real, and judged as such
+    peer = with_saves(job_with_restore(source="peer"), [("checkpoint_failed", 10)])
+    assert check_state(peer.events).verdict == CONSISTENT
+    wrong = with_saves(job_with_restore({3: (10, "x10", "m10")}, source="peer"), [("checkpoint_failed", 10)])
+    verdict = check_state(wrong.events)
+    assert verdict.verdict == DIVERGED and "whose save failed" not in verdict.first.detail
 
 
 def test_a_user_job_that_starts_over_though_it_saved_a_checkpoint_is_named():
