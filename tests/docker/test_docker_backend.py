@@ -22,6 +22,7 @@ from chaos.faults import Kill, LinkDown, Pause
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.ledger import Ledger
+from chaos.storage import mounts_below
 from harness.cluster.api import ClusterSpec
 from harness.cluster.backends import undo_table
 from harness.cluster.docker.cluster import DockerBackend, DockerCluster
@@ -229,7 +230,7 @@ def test_ctrl_c_leaves_nothing(run_id: str, tmp_path: Path) -> None:
     with _harness(run_id, tmp_path) as child:
         child.send_signal(signal.SIGINT)
         assert child.wait(timeout=60) != 0
-        assert leftovers(run_id) == []
+        assert leftovers(run_id) == [] and mounts_below(str(tmp_path)) == []  # the shared trial folder too
         assert not Ledger(run_id).path.exists()
 
 
@@ -253,7 +254,8 @@ def test_containers_leave_once_their_harness_is_killed(run_id: str, tmp_path: Pa
         assert time.monotonic() - killed >= lease.TIMEOUT_S - 1  # by the lease, not by anything sooner
         report = heal(undo_table(), run_id)  # the owner is dead: the ledger path removes containers and the switch
         assert any(u.startswith("docker_container") for u in report.undone)
-        assert leftovers(run_id) == []
+        assert any(u.startswith("unmount_storage") for u in report.undone)  # the shared trial folder
+        assert leftovers(run_id) == [] and mounts_below(str(tmp_path)) == []
         assert not Ledger(run_id).path.exists()
 
 
