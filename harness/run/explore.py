@@ -16,7 +16,8 @@ a file can give its own):
             only events the job records and one of the policies explored can (no `breaker`
             where none has a breaker: PolicySpec.never_records)
   duration  0.5 T, 1.5 T, 3 T or none (permanent), T being the shortest timeout of the
-            policies explored (a user's job: a quarter of the hang cap); a kill has none
+            policies explored, at most the hang cap (a user's job: a quarter of the hang
+            cap); a kill has none
 A drawn schedule the scenario loader refuses (two faults of one kind on a rank at once, a
 fault after a kill on one clock), with two storage faults (every rank's checkpoint folder
 is one), or whose every fault waits for an event only a failure brings (`detect`, `retry`,
@@ -79,11 +80,15 @@ class Schedule:
 
 
 def scale_s(scenario: Scenario, policies: tuple[str, ...]) -> float:
-    """T: the shortest timeout of the policies explored (a user's job has none the harness
-    knows: a quarter of the hang cap), which durations and start times are drawn around."""
+    """T: the shortest timeout of the policies explored, at most the hang cap (a user's job
+    has none the harness knows: a quarter of the hang cap), which durations and start times
+    are drawn around. A timeout past the hang cap is none to a trial, which calls a job that
+    long without a step hung: drawn around the document's 6 h baseline, one schedule took
+    hours (a disk_full at 9406 s for 9 h)."""
     if scenario.job is not None:
         return scenario.hang_cap / 4
-    return min(scenario.policy(name).timeout for name in policies or scenario.trial_names())
+    return min(min(scenario.policy(name).timeout, scenario.hang_cap)
+               for name in policies or scenario.trial_names())
 
 
 def _probe(scenario: Scenario, faults: list[dict[str, Any]]) -> Scenario | None:

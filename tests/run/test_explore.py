@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos import units
 from chaos.errors import UsageError
 from harness.run.explore import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
 from harness.run.plan import build_plan
@@ -43,6 +44,15 @@ def test_the_same_seed_draws_the_same_schedules_and_each_one_loads(tmp_path: Pat
     for schedule in first[:40]:
         assert 1 <= len(schedule.faults) <= 3
         Scenario.model_validate({**scenario.model_dump(mode="json", exclude={"faults"}), "faults": schedule.faults})
+
+
+def test_the_baseline_s_hours_long_timeout_draws_times_around_the_hang_cap(tmp_path: Path) -> None:
+    """A timeout longer than the hang cap is none to a trial: drawn around 6 h, one schedule
+    of the baseline put a disk_full at 9406 s for 9 h."""
+    scenario = load(tmp_path, RUNNER % "" + "hang_cap: 20s\n")
+    seconds = [units.parse_duration(f[field]) for schedule in drawn(scenario, policies=("baseline",))
+               for f in schedule.faults for field in ("start", "duration") if isinstance(f.get(field), str)]
+    assert seconds and max(seconds) <= 3 * 20
 
 
 def test_the_default_distribution_leans_on_events_and_draws_every_count_up_to_max_faults(tmp_path: Path) -> None:
