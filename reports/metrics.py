@@ -4,7 +4,7 @@ All times are seconds on the run's one clock (monotonic, shared by every process
 trial); reported times are relative to the first fault's start unless a name says otherwise.
 Definitions (the one definition of each; every report repeats them):
 
-  fault start / end   t of fault_applied / fault_reverted of the first fault (index order);
+  fault start / end   t of fault_applied / fault_reverted of the first fault applied;
                       end is NaN for a fault that did not heal while the harness watched
                       (kill, or reverted only at teardown). A gpu_hang (a kernel spinning
                       on the rank's GPU) is silent like pause and judged by the same rules;
@@ -340,7 +340,9 @@ def _field(row: pd.Series, name: str, default: Any = None) -> Any:
 
 
 def fault_windows(events: pd.DataFrame) -> tuple[FaultWindow, ...]:
-    """Applied faults in index order, each with the time it was reverted (NaN if never)."""
+    """Applied faults in the order they were applied (a fault anchored on an event may come
+    after one listed below it: the first applied is the trial's fault, whose detection and
+    recovery the report measures), each with the time it was reverted (NaN if never)."""
     # A revert at teardown ends the harness's cleanup, not the fault: it never healed in view.
     healed = _of_kind(events, FAULT_REVERTED)
     healed = healed[~_flagged(healed, "teardown")]
@@ -353,7 +355,7 @@ def fault_windows(events: pd.DataFrame) -> tuple[FaultWindow, ...]:
                                    end=float(reverted.get(int(row["index"]), NAN)),
                                    requested=float(row["t_requested"]),
                                    reaches=tuple(int(r) for r in _field(row, "reaches", None) or ())))
-    return tuple(sorted(windows, key=lambda w: (w.index, w.start)))
+    return tuple(sorted(windows, key=lambda w: (w.start, w.index)))
 
 
 def _flagged(events: pd.DataFrame, column: str) -> pd.Series:

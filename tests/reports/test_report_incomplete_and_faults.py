@@ -153,3 +153,21 @@ def test_the_plot_labels_every_fault_with_its_figures():
     labels = timeline_figure(frame, "t", trial_metrics(frame, trial)).axes[0].get_legend_handles_labels()[1]
     assert "#0 link_down" in labels
     assert "#1 link_down: detect 1.5 s, recover 4.0 s" in labels
+
+
+def test_the_trial_s_fault_is_the_first_applied_not_the_first_listed():
+    """Found by `chaos explore` (elastic): a fault anchored on an event, listed first, came
+    after a link down listed second; every rank detected the link down, and the trial read
+    inconclusive ("0 ranks detected the fault") as its detections were counted from the
+    anchored one's start."""
+    h = fakes.History(policy="retry", timeout=1.5)
+    h.steps(0.0, fakes.FAULT_AT)
+    h.fault(targets=(2,), start=fakes.FAULT_AT, end=13.0, index=1)
+    h.each(None, 11.5, "collective_error", step=60, gen=0, phase="step", cause="timeout", error="Timed out")
+    h.each(None, 13.9, "restored", step=60, gen=1, source="checkpoint")
+    h.fault(kind="read_only", targets=(3,), start=13.95, end=20.0, index=0)  # on the new generation
+    h.steps(14.0, 30.0, gen=1)
+    h.end(30.0, survivors=list(range(fakes.RANKS)))
+    row = metrics_of(h.done())
+    assert row["outcome"] == "recovered" and row["fault"] == "link_down" and row["ttd_s"] == 1.5
+    assert abs(row["f0_start_s"] - 3.95) < 1e-9 and row["f1_start_s"] == 0.0
