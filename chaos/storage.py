@@ -9,13 +9,15 @@ Ranks enter only a network namespace of their own and share the harness's mount 
 so what is mounted here is what their file calls see. A container has a mount namespace of
 its own: what is mounted here reaches it only by propagation, from a folder the backend made
 shared (`share_below`) and the container binds `rslave`. So every mount below is made whole
-before it is attached (a read-only bind is read-only in every copy propagation makes). Both kinds are undone by one op,
-`unmount_storage`: a lazy unmount (a file a process still holds open there stays its own;
-every new call sees the directory below). Before a disk_full's tmpfs goes, what it holds is
-copied back to the directory below, so a full disk loses no write that succeeded (a file
-removed on the tmpfs, as a rotation removes an old checkpoint, is removed below too). The
-entry is written before the first mount, so a revert, `chaos heal` after a SIGKILL and a
-later run's heal run the same undo. The kinds the kernel has no filesystem for (io_error,
+before it is attached (a read-only bind is read-only in every copy propagation makes).
+
+Both kinds (and the shared folder) are undone by one op, `unmount_storage`: a lazy unmount
+(a file a process still holds open there stays its own; every new call sees the directory
+below). Before a disk_full's tmpfs goes, what it holds is copied back to the directory
+below, so a full disk loses no write that succeeded (a file removed on the tmpfs, as a
+rotation removes an old checkpoint, is removed below too). The entry is written before the
+first mount, so a revert, `chaos heal` after a SIGKILL and a later run's heal run the same
+undo. The kinds the kernel has no filesystem for (io_error,
 io_delay, io_stall) are a FUSE passthrough on the same directory: chaos.fusefs.
 """
 from __future__ import annotations
