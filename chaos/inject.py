@@ -114,14 +114,19 @@ class DutyCycle(Mechanism):
 
 
 class SlowBySetting(Mechanism):
-    """`slow`: its CPU share by `cpu`, a GPU setting (gpu_clock, power_limit) by `gpu`."""
+    """`slow`: its CPU share by `cpu`; a GPU setting (gpu_clock, power_limit) through NVML
+    where root may, asked only when a fault names one (NVML's start costs every process
+    that builds mechanisms, and most never set a GPU)."""
 
-    def __init__(self, cpu: Mechanism, gpu: Mechanism) -> None:
-        self.cpu, self.gpu = cpu, gpu
+    def __init__(self, cpu: Mechanism) -> None:
+        self.cpu = cpu
         self.name = cpu.name
 
     def for_fault(self, fault: FaultBase) -> Mechanism:
-        return (self.gpu if isinstance(fault, Slow) and fault.gpu_setting else self.cpu).for_fault(fault)
+        if not (isinstance(fault, Slow) and fault.gpu_setting):
+            return self.cpu.for_fault(fault)
+        why_not = nvml.why_no_gpu_settings()
+        return nvml.NvmlSetting() if why_not is None else Unavailable(why_not)
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         return self.for_fault(fault).apply(fault, host, ledger)
@@ -135,8 +140,7 @@ def slow_mechanism(cpu: Mechanism | None = None) -> Mechanism:
         why_not = cgroup.why_no_cpu_cap()
         hierarchy = cgroup.cpu_hierarchy() if why_not is None else None
         cpu = cgroup.CfsQuota(hierarchy, DutyCycle()) if hierarchy is not None else DutyCycle(why_not)
-    no_gpu = nvml.why_no_gpu_settings()
-    return SlowBySetting(cpu, nvml.NvmlSetting() if no_gpu is None else Unavailable(no_gpu))
+    return SlowBySetting(cpu)
 
 
 def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
