@@ -60,7 +60,7 @@ def test_a_trial_that_loads_an_earlier_run_s_or_another_trial_s_checkpoint_is_re
     scenario = load_scenario(path)
     earlier = run_ranks([sys.executable, str(SCRIPT), "--ckpt", str(shared / "ck.pt"), "--sleep", "0", "--steps", "10"],
                         tmp_path / "earlier.jsonl", 2, shared)  # a run before this one left ck.pt behind
-    assert [d.returncode for d in earlier] == [0, 0]
+    assert [d.returncode for d in earlier] == [0, 0], [d.stdout[-2000:] for d in earlier]
     time.sleep(1.1)  # its file a whole second older than the first trial
     run_dir = start_run(tmp_path / "runs", scenario, path, ["first", "second"], "local", "chaos run shared.yaml")
     first = record_trial(run_dir, scenario, "first", 20, shared)
