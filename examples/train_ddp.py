@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000, help="stop after this many steps")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--step-period", type=float, default=0.25, help="seconds per step at least (pacing)")
+    parser.add_argument("--step-period", type=float, default=0.25, help="seconds each step pauses after its update (pacing)")
     parser.add_argument("--timeout", type=float, default=None, help="training collectives' timeout in seconds")
     parser.add_argument("--init-timeout", type=float, default=None,
                         help="seconds for every rank to reach init_process_group")
@@ -121,7 +121,6 @@ def main() -> None:
     generator = torch.Generator().manual_seed(rank)
 
     while step < args.steps:
-        started = time.monotonic()
         inputs = torch.randn(args.batch, 64, generator=generator).to(device)
         labels = torch.randint(0, 10, (args.batch,), generator=generator).to(device)
         loss = nn.functional.cross_entropy(ddp(inputs), labels)
@@ -141,7 +140,10 @@ def main() -> None:
         if stop:
             print(f"rank {rank}: SIGTERM at step {step}: saved, exiting", flush=True)
             break
-        time.sleep(max(0.0, args.step_period - (time.monotonic() - started)))
+        # every rank pauses alike once the all-reduce has released them all: pacing to a
+        # period from its own start would keep a rank that started late late for good,
+        # and its peers waiting for it in every step (a straggler no fault made)
+        time.sleep(args.step_period)
     # Every rank finishes its last collective before any tears down: a rank whose peer
     # closed the connection mid-teardown can abort in gloo's destructor.
     dist.barrier()

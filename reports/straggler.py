@@ -7,8 +7,9 @@ the window's last step):
 
     compute score    the way NVIDIA's straggler module scores ranks (nvidia-resiliency-ext,
                      `straggler`, its relative score): each rank's median compute time (the
-                     built-in runner's `step` events' `compute`, the wall time of the local
-                     part before the all-reduce); the fastest rank's median over its own,
+                     `step` events' `compute`: the built-in runner's wall time of the local
+                     part before the all-reduce; a user's job's step less its wait from its
+                     last gradient to its optimizer step); the fastest rank's median over its own,
                      under THRESHOLD (0.7, that module's default) flags it
     wait score       who the others wait for: each rank's median wait in the all-reduce
                      (the step's `dur` less its `compute`) over the median of every rank's;
@@ -24,8 +25,9 @@ Scored per trial with a slow fault: a flag of a slowed rank while its fault is o
 one window after its end: a window straddles it) is a true one; any other flag is false.
 Precision is the true flags' share of the ranks flagged, recall the slowed ranks flagged,
 and the time to flag the first true flag after its fault began. "not observed" where the
-trial recorded no compute times (a user's job; a run folder before format 19), or where
-no failure detector ran (the heartbeats).
+trial recorded no compute times (a run folder before format 19; a user's job before format
+20, or one whose parameters take no gradient hook), or where no failure detector ran (the
+heartbeats).
 """
 from __future__ import annotations
 
@@ -148,6 +150,13 @@ def heartbeat_flags(events: Iterable[Mapping[str, Any]], detector: bool) -> list
                   if e.get("kind") == STRAGGLER and e.get("peer") is not None and not _nan(e.get("peer")))
 
 
+def _median_step(events: list[Mapping[str, Any]]) -> float:
+    """The steps' median duration: the pace of a job that sets its own (a user's job)."""
+    durations = [float(e["dur"]) for e in events if e.get("kind") == STEP and e.get("dur") is not None
+                 and not _nan(e.get("dur"))]
+    return statistics.median(durations) if durations else 0.0
+
+
 def _nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
@@ -163,13 +172,14 @@ def score(name: str, flags: list[tuple[float, int]] | None, truth: list[Slowed],
 
 def straggler_text(events: Iterable[Mapping[str, Any]], step_period: float, detector: bool) -> str:
     """The report's line for a trial with a slow fault ("" without one): each detector's
-    flags, precision, recall and time to flag against the slowed ranks."""
+    flags, precision, recall and time to flag against the slowed ranks. `step_period`: the
+    workload's pace (0: the job's own, its median step)."""
     events = list(events)
     truth = slowed(events)
     if not truth:
         return ""
     ranks = frozenset().union(*(w.ranks for w in truth))
-    slack = WINDOW * step_period
+    slack = WINDOW * (step_period or _median_step(events))
     scores = [score("compute score", compute_flags(events), truth, slack),
               score("wait score", wait_flags(events), truth, slack),
               score("heartbeats", heartbeat_flags(events, detector), truth, slack)]

@@ -82,8 +82,9 @@ STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
              "a training step completed (a user's job: loss null, dur null for its first; "
              "local_rank: which of its host's processes, from the hook; cpu_s with a process's "
              "first step: the CPU seconds it had used since it started, its imports included; "
-             "compute: the built-in runner's seconds of the step before its all-reduce, "
-             "which a straggler score compares across ranks)",
+             "compute: the seconds of the step before its all-reduce (a user's job: the step "
+             "less the wait from its last gradient to its optimizer step), which a straggler "
+             "score compares across ranks)",
              optional=("local_rank", "cpu_s", "compute"))
 STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "a fingerprint of the rank's training state (harness.job.fingerprint): fingerprint "

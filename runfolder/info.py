@@ -75,6 +75,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       and a `slow` its `stops` (false: as root a cgroup CPU quota). A version 1-18 step reads
       as one whose compute time was not recorded; its plan's slow reads with stops false,
       though it ran as the duty cycle (then every user's; its `fault_applied` names it)
+  20  a user's job's `step` gains `compute` too: the step less its wait from its last
+      gradient to its optimizer step (the hook times its parameters' gradients). A version
+      1-19 user's job's step reads as one whose compute time was not recorded
 """
 from __future__ import annotations
 
@@ -88,7 +91,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 19
+FORMAT_VERSION = 20
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

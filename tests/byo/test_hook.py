@@ -149,6 +149,31 @@ def test_a_step_delay_command_holds_each_optimizer_step_while_its_file_is_there(
     assert sorted(gaps)[1] < 0.1, gaps  # the median of three: a loaded machine may hold one step
 
 
+def test_a_user_job_s_compute_times_name_the_rank_its_peers_wait_for(tmp_path):
+    """DDP equalises the two ranks' steps; their compute times (the step less the wait from
+    the last gradient to the optimizer step) tell the one delayed 150 ms a step from the one
+    that waits for it in the all-reduce, and the compute score flags it alone."""
+    import json
+    import statistics
+    from harness.job.stepdelay import step_delay_file
+    from reports.straggler import compute_flags, wait_flags
+    command = step_delay_file(tmp_path, 1)
+    command.parent.mkdir()
+    command.write_text(json.dumps({"id": "test.1", "delay_s": 0.15}))
+    events = tmp_path / "events.jsonl"
+    done = run_ranks([sys.executable, str(EXAMPLE), "--steps", "17", "--step-period", "0.02",
+                      "--checkpoint", str(tmp_path / "c.pt"), "--checkpoint-every", "100"], events, 2, tmp_path)
+    assert [d.returncode for d in done] == [0, 0], [d.stdout[-2000:] for d in done]
+    steps = {rank: [e for e in got if e["kind"] == "step"] for rank, got in kinds_by_rank(events).items()}
+    for rank in (0, 1):
+        assert "compute" not in steps[rank][0] and all(e["compute"] <= e["dur"] for e in steps[rank][1:])
+    compute = {rank: statistics.median(e["compute"] for e in steps[rank][1:]) for rank in (0, 1)}
+    wait = {rank: statistics.median(e["dur"] - e["compute"] for e in steps[rank][1:]) for rank in (0, 1)}
+    assert compute[1] >= 0.15 > compute[0] and wait[0] >= 0.1 > wait[1], (compute, wait)
+    assert {rank for _, rank in compute_flags(steps[0] + steps[1])} == {1}
+    assert {rank for _, rank in wait_flags(steps[0] + steps[1])} == {1}
+
+
 def test_python_processes_the_job_starts_do_not_measure(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import chaos_hook; "

@@ -75,3 +75,14 @@ def test_the_report_line_scores_both_detectors_and_says_what_was_not_observed():
     assert straggler_text(no_compute, PERIOD, detector=False) == (
         "slowed r2; compute score: not observed; wait score: not observed; heartbeats: not observed")
     assert straggler_text(history(slow_rank=None), PERIOD, detector=True) == ""
+
+
+def test_a_user_job_s_window_past_its_fault_is_measured_by_its_own_steps():
+    """A user's job has no workload pace: a window that straddles the fault's end (4 slowed
+    steps of 8, flagged 0.76 s after the end) is held a window of its median step (2 s)."""
+    events = history(slow_rank=2, start_step=23, end_step=28)
+    for e in events:
+        if e["kind"] == "step":
+            e["dur"] = PERIOD  # a real job's step lasts its period, its wait included
+    assert straggler_text(events, 0.0, detector=False).startswith(
+        "slowed r2; compute score: flagged r2 in 2.01 s (precision 1.00, recall 1 of 1); ")

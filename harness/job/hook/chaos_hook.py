@@ -5,9 +5,10 @@ optimizer step hooks to be registered once torch.optim.optimizer is imported (an
 watcher: a script that never imports torch pays nothing). Before the process's first
 optimizer step the hook records the state it starts from (a `state` event at start: the
 weights it initialised or restored) and from then on answers the harness's SIGUSR2 with its
-flight recorder (`flight_ready`; harness.job.flight.serve), and after every CHAOS_STATE_EVERY-th step the state
-it reached: fingerprints of the optimizer's parameters and of its per-parameter state
-(harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
+flight recorder (`flight_ready`; harness.job.flight.serve). Each step records its compute
+time (the step less its wait from its last gradient to the optimizer step), and every
+CHAOS_STATE_EVERY-th step the state it reached: fingerprints of the optimizer's parameters
+and of its per-parameter state (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
 scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
 records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
 their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
@@ -41,6 +42,9 @@ _depth = 0  # optimizer steps in progress (one inside another: ZeroRedundancyOpt
 _last: float | None = None
 _delays: Any = None  # the step_delay command of this process's host (harness.job.stepdelay), once read
 _in_checkpoint = 0  # checkpoint calls in progress: a distributed checkpoint's own torch.save is not one
+_grads_done: float | None = None  # when the step's last gradient was accumulated (its local work done)
+_wait: float | None = None  # from then to its optimizer step: the step's wait for its peers
+_timed = False  # every parameter of the first optimizer stepped notes its gradient (_time_gradients)
 
 
 def _open() -> Any:
@@ -79,36 +83,66 @@ def step(state: Any = None, *_hook_args: Any) -> None:
     """Record one training step of this process, and with `state` (a model, a state dict,
     an optimizer) its fingerprint on the cadence. Also torch's optimizer post-hook, which
     passes the optimizer (and its step's args)."""
-    global _steps, _last
+    global _steps, _last, _wait
     recorder = _open()
     if recorder is None:
         return
     now = time.monotonic()
     _steps += 1
-    first = {"cpu_s": round(time.process_time(), 3)} if _steps == 1 else {}  # its start's cost, imports included
+    extra = {"cpu_s": round(time.process_time(), 3)} if _steps == 1 else {}  # its start's cost, imports included
+    dur = None if _last is None else now - _last
+    if dur is not None and _wait is not None and 0 <= _wait <= dur:
+        extra["compute"] = round(dur - _wait, 5)
     recorder.emit("step", t=now, step=_steps, gen=_generation(),
-                  loss=None, dur=None if _last is None else round(now - _last, 6), local_rank=_local_rank(), **first)
-    _last = now
+                  loss=None, dur=None if dur is None else round(dur, 6), local_rank=_local_rank(), **extra)
+    _last, _wait = now, None
     if state is not None and _steps % int(os.environ.get(STATE_EVERY_ENV, "1")) == 0:
         _record_state(recorder, state, "step")
 
 
 def _before_step(optimizer: Any, *_: Any) -> None:
-    """torch's optimizer pre-hook: before the first step, the state the process starts from;
-    before every step, a step_delay fault's wait (harness.job.stepdelay)."""
-    global _depth, _delays
+    """torch's optimizer pre-hook: before the first step, the state the process starts from
+    and the gradient hooks that time its steps (`_time_gradients`); before every step, the
+    wait since its last gradient, then a step_delay fault's wait (harness.job.stepdelay: a
+    slow data loader is local work, not waiting)."""
+    global _depth, _delays, _wait, _timed
     _depth += 1
     if _depth != 1 or (recorder := _open()) is None:
         return
+    if _timed and _last is not None and _grads_done is not None and _grads_done > _last:
+        _wait = time.monotonic() - _grads_done
     if _steps == 0:
         _record_state(recorder, optimizer, "start")
         _serve_flight(recorder)
+        _timed = _time_gradients(optimizer)
     if _delays is None:
         from pathlib import Path
         from harness.job.stepdelay import StepDelays, step_delay_file
         _delays = StepDelays(step_delay_file(Path(os.environ[EVENTS_ENV]).parent, int(os.environ[HOST_RANK_ENV])))
     if (delay := _delays.due()) > 0:
         time.sleep(delay)
+
+
+def _time_gradients(optimizer: Any) -> bool:
+    """Note when each of the optimizer's parameters has its gradient: the last one of a step
+    ends the rank's own work. What follows until its optimizer step is the data-parallel
+    wait for its peers (DDP's all-reduce of the last bucket, or the job's own), and a
+    step's duration less that wait is its compute time, which straggler scores compare
+    (reports.straggler): a synchronous collective makes every rank's step equally long.
+    False where a parameter takes no such hook (its steps then carry no compute)."""
+    try:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.requires_grad:
+                    param.register_post_accumulate_grad_hook(_gradient_done)
+    except (AttributeError, RuntimeError):  # not a leaf tensor, or a subclass without the hook
+        return False
+    return True
+
+
+def _gradient_done(_param: Any) -> None:
+    global _grads_done
+    _grads_done = time.monotonic()
 
 
 def _serve_flight(recorder: Any) -> None:
