@@ -32,6 +32,9 @@ Definitions (the one definition of each; every report repeats them):
   crash               a departure by exit reason crashed, by SIGABRT (crashed-by-abort:
                       NCCL's watchdog tore it down), by a signal that no kill fault
                       explains, or by a non-zero exit code with no policy exit reason.
+                      In teardown: a crash of a user's job's process after it destroyed
+                      its process groups (group_destroyed; gloo can abort a process at
+                      exit when DDP outlives its group).
   TTD                 first detection (collective_error, or a failure detector's suspect)
                       on any rank at or after fault start (and before the observation
                       end), minus fault start; also the
@@ -59,7 +62,8 @@ Definitions (the one definition of each; every report repeats them):
                       it over its processes per host (rank_start: torchrun's restart into
                       fewer hosts, --nnodes MIN:MAX).
   user's job          (trial plan `job`) also detects by a rank's departure after fault
-                      start that no kill fault explains (cause "exit"), and by classified
+                      start that no kill fault explains and that is not a crash in
+                      teardown (cause "exit"), and by classified
                       error lines of its output (job_output).
   steps not observed  a user's job that made no step by its start_timeout while every rank
                       lived (steps_not_observed): TTD from exits and classified lines as
@@ -130,13 +134,13 @@ import itertools
 import math
 import signal as signals
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import pandas as pd
 
 from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CHECKPOINT, CHECKPOINT_SAVE, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
-                              FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, JOB_REQUEUED, GPU_MEMORY_RELEASED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
+                              FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, JOB_REQUEUED, GPU_MEMORY_RELEASED, GROUP_DESTROYED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
 from reports.checkpoints import loaded_steps
@@ -174,6 +178,7 @@ class Departure:
     t: float   # when the process was gone (the later of its exit event and its reaping)
     how: str   # an exit reason, "killed" (by a kill fault), "signal SIGx" or "exit code N"
     error: str = ""
+    in_teardown: bool = False  # a crash after its process destroyed its process groups (a user's job)
 
 
 @dataclass(frozen=True)
@@ -461,13 +466,14 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
                observation_end: float) -> dict[int, Departure]:
     """Ranks whose process ended before the observation end and was not started again."""
     gone: dict[int, Departure] = {}
-    lifecycle = _of_kind(events, RANK_START, EXIT, RANK_EXITED)
+    lifecycle = _of_kind(events, RANK_START, EXIT, RANK_EXITED, GROUP_DESTROYED)
     lifecycle = lifecycle[lifecycle["t"] < observation_end]
     for rank in ranks:
         own = lifecycle[lifecycle["rank"] == rank]
         starts = own[own["kind"] == RANK_START]
         if len(starts):
             own = own[own["t"] >= starts["t"].max()]
+        destroyed = own[own["kind"] == GROUP_DESTROYED] if len(own) else None
         exits, reaped = own[own["kind"] == EXIT], own[own["kind"] == RANK_EXITED]
         if not len(exits) and not len(reaped):
             continue
@@ -486,7 +492,10 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
             how = f"exit code {int(code)}"
         else:
             continue  # a normal end (max steps reached, or asked to stop)
-        gone[rank] = Departure(rank=rank, t=t, how=how, error=error)
+        departure = Departure(rank=rank, t=t, how=how, error=error)
+        if is_crash(departure) and destroyed is not None and len(destroyed[destroyed["rank"] == rank]):
+            departure = replace(departure, in_teardown=True)
+        gone[rank] = departure
     return gone
 
 
@@ -506,8 +515,9 @@ def _with_exits(detections: dict[int, float], cause: str, gone: dict[int, Depart
                 fault: FaultWindow) -> tuple[dict[int, float], str]:
     """A user's job may just exit, saying nothing the classifier knows: its rank's departure
     after fault start detects (unless a kill fault ended it: that is the fault, not a
-    detection). Cause "exit" when an exit came first."""
-    exits = {r: d.t for r, d in gone.items() if d.how != "killed" and d.t >= fault.start}
+    detection; nor a crash in its teardown, once it had destroyed its process groups).
+    Cause "exit" when an exit came first."""
+    exits = {r: d.t for r, d in gone.items() if d.how != "killed" and not d.in_teardown and d.t >= fault.start}
     merged = {r: min(t for t in (detections.get(r), exits.get(r)) if t is not None)
               for r in {*detections, *exits}}
     first_exit = min(exits.values(), default=math.inf)
@@ -752,7 +762,11 @@ def _crashed(f: TrialFacts) -> str | None:
         return None
     first = min(crashes, key=lambda d: d.t)
     detail = f": {first.error}" if first.error else ""
-    return f"{ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
+    said = f"{ranks_text([d.rank for d in crashes])} crashed (first r{first.rank}, {first.how}{detail})"
+    if all(d.in_teardown for d in crashes):
+        said += (" in teardown, after destroy_process_group(): its training was done; not counted as "
+                 "a detection of the fault")
+    return said
 
 
 def _exited_clean(f: TrialFacts) -> str | None:

@@ -166,6 +166,10 @@ GROUP_INIT = _kind("group_init", RANK, ("gen", "world"),
                    "torch.distributed.init_process_group returned; gen: torchrun's restart count, "
                    "world: the group's size; local_rank: which of its host's processes)",
                    optional=("local_rank",))
+GROUP_DESTROYED = _kind("group_destroyed", RANK, ("gen",),
+                        "a user's job's process destroyed its process groups (the hook: "
+                        "torch.distributed.destroy_process_group() returned): what follows is its "
+                        "teardown", optional=("local_rank",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (runfolder.classify; t: when it "
                    "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")

@@ -76,8 +76,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       as one whose compute time was not recorded; its plan's slow reads with stops false,
       though it ran as the duty cycle (then every user's; its `fault_applied` names it)
   20  a user's job's `step` gains `compute` too: the step less its wait from its last
-      gradient to its optimizer step (the hook times its parameters' gradients). A version
-      1-19 user's job's step reads as one whose compute time was not recorded
+      gradient to its optimizer step (the hook times its parameters' gradients), and its
+      events `group_destroyed` (destroy_process_group() returned: a crash after it is in
+      teardown). A version 1-19 user's job's step reads as one whose compute time was not
+      recorded, and a crash of its process as one in training
 """
 from __future__ import annotations
 

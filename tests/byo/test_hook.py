@@ -60,7 +60,8 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     by_rank = kinds_by_rank(events)
     for rank in (0, 1):
         own = [e for e in by_rank[rank] if not e["kind"].startswith("checkpoint_")]
-        assert [e["kind"] for e in own] == ["rank_start", "group_init", "state", "flight_ready"] + ["step", "state"] * 5
+        assert [e["kind"] for e in own] == ["rank_start", "group_init", "state", "flight_ready"] + \
+            ["step", "state"] * 5 + ["group_destroyed"]
         assert own[0]["world"] == 2 and own[0]["policy"] == "default"
         assert (own[1]["gen"], own[1]["world"]) == (0, 2)  # init_process_group returned
         states = [e for e in own if e["kind"] == "state"]

@@ -1,6 +1,7 @@
 """Metrics and outcomes of synthetic event histories (pure logic: no harness, no root)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -306,6 +307,27 @@ def test_a_non_zero_exit_without_a_policy_reason_is_a_crash():
     h.end(20.0)
     row = metrics_of(h.done())
     assert row["outcome"] == "crashed" and "r2" in row["outcome_reason"] and "exit code 70" in row["outcome_reason"]
+
+
+@pytest.mark.parametrize("teardown", [True, False])
+def test_a_user_job_s_rank_that_aborts_after_destroying_its_group_is_no_detection(teardown):
+    """A user's job runs to its end through a pause; r1 aborts at exit, after its
+    destroy_process_group() (gloo, when DDP outlives the group): a crash, said as one in
+    teardown, and no detection of the fault. Without the group destroyed, it is both."""
+    h = fakes.History(policy="default")
+    h.plan = dataclasses.replace(h.plan, job={"command": ["python", "train.py"]})
+    h.steps(0.0, fakes.FAULT_AT + 3.0)
+    h.fault(kind="pause", end=fakes.FAULT_AT + 1.0)
+    h.each(None if teardown else [0, 2, 3], fakes.FAULT_AT + 3.05, "group_destroyed", gen=0)
+    for r in (0, 2, 3):
+        h.harness(fakes.FAULT_AT + 3.1, "rank_exited", rank=r, pid=100 + r, exitcode=0, signal=None)
+    h.harness(fakes.FAULT_AT + 3.2, "rank_exited", rank=1, pid=101, exitcode=None, signal=6)
+    h.harness(fakes.FAULT_AT + 3.3, "trial_end", reason="all-exited")
+    row = metrics_of(h.done())
+    assert row["outcome"] == "crashed" and "r1 crashed (first r1, crashed-by-abort)" in row["outcome_reason"]
+    assert ("in teardown, after destroy_process_group(): its training was done" in row["outcome_reason"]) \
+        is teardown, row["outcome_reason"]
+    assert math.isnan(row["ttd_s"]) is teardown, row["ttd_s"]
 
 
 def test_a_hang_outranks_the_crashes_that_came_before_it():

@@ -13,7 +13,8 @@ scripts without torch.optim; `step(model)` (a module, a state dict or an optimiz
 records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
 their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
 `checkpoint_load` with the file's path and identity, and once torch.distributed is,
-init_process_group to record `group_init`. All do nothing when CHAOS_EVENTS_PATH is not set.
+init_process_group and destroy_process_group to record `group_init` and `group_destroyed`.
+All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
 
@@ -243,8 +244,10 @@ def _watch_dcp(module: Any) -> None:
 
 def _watch_group(module: Any) -> None:
     """torch.distributed's init_process_group records `group_init` once it returned: the
-    process (a worker torchrun started again, too) is in its group."""
-    init = module.init_process_group
+    process (a worker torchrun started again, too) is in its group; destroy_process_group()
+    of every group, `group_destroyed`: what the process does after it is its teardown (a
+    crash there is not its training's: reports.metrics)."""
+    init, destroy = module.init_process_group, module.destroy_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         result = init(*args, **kwargs)
@@ -252,9 +255,17 @@ def _watch_group(module: Any) -> None:
         if recorder is not None:
             recorder.emit("group_init", gen=_generation(), world=module.get_world_size(), local_rank=_local_rank())
         return result
-    init_process_group.__wrapped__ = init  # type: ignore[attr-defined]
-    init_process_group.__doc__ = init.__doc__
-    module.init_process_group = init_process_group
+
+    def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        result = destroy(group, *args, **kwargs)
+        recorder = _open()
+        if recorder is not None and group is None:
+            recorder.emit("group_destroyed", gen=_generation(), local_rank=_local_rank())
+        return result
+    for wrapper, wrapped in ((init_process_group, init), (destroy_process_group, destroy)):
+        wrapper.__wrapped__ = wrapped  # type: ignore[attr-defined]
+        wrapper.__doc__ = wrapped.__doc__
+    module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
 
 
 def _after_import(name: str, then: Any) -> None:
