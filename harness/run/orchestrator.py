@@ -103,11 +103,15 @@ class Monitor:
                 continue
             self.last_activity = max(self.last_activity, ev["t"])
             rank = ev["rank"]
+            worker = (rank, ev.get("local_rank", 0))
             if ev["kind"] == kinds.STEP:
                 self.step_of[rank] = ev["step"]
-                worker = (rank, ev.get("local_rank", 0))
                 self.steps_since[worker] = self.steps_since.get(worker, 0) + 1
                 self.steps_made[worker] = self.steps_made.get(worker, 0) + 1
+            elif ev["kind"] in (kinds.GROUP_READY, kinds.GROUP_INIT):
+                # a rank in a group formed again settles by its steps in that group: those
+                # before it are not the recovery's (the report's `resumed` counts from there)
+                self.steps_since.pop(worker, None)
             elif ev["kind"] == kinds.BREAKER_OPEN:
                 self.breakers.setdefault(rank, ev["t"])
             elif ev["kind"] == kinds.COLLECTIVE_ERROR:
@@ -131,7 +135,8 @@ class Monitor:
         return [r for r in range(self.ranks) if r not in self.exited]
 
     def all_made(self, steps: int, frozen: Collection[int] = ()) -> bool:
-        """Every live rank but the `frozen` ones made `steps` since the mark (and one did)."""
+        """Every live rank but the `frozen` ones made `steps` since the mark, or since it last
+        joined a group formed after it (and one did)."""
         moving = [r for r in self.live if r not in frozen]
         return bool(moving) and all(self.fewest(self.steps_since, r, missing=-1) >= steps for r in moving)
 
