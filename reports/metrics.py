@@ -134,7 +134,7 @@ import itertools
 import math
 import signal as signals
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
@@ -178,7 +178,7 @@ class Departure:
     t: float   # when the process was gone (the later of its exit event and its reaping)
     how: str   # an exit reason, "killed" (by a kill fault), "signal SIGx" or "exit code N"
     error: str = ""
-    in_teardown: bool = False  # a crash after its process destroyed its process groups (a user's job)
+    in_teardown: bool = False  # it ended after its process destroyed its process groups (a user's job)
 
 
 @dataclass(frozen=True)
@@ -473,7 +473,6 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
         starts = own[own["kind"] == RANK_START]
         if len(starts):
             own = own[own["t"] >= starts["t"].max()]
-        destroyed = own[own["kind"] == GROUP_DESTROYED] if len(own) else None
         exits, reaped = own[own["kind"] == EXIT], own[own["kind"] == RANK_EXITED]
         if not len(exits) and not len(reaped):
             continue
@@ -492,10 +491,8 @@ def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[Fault
             how = f"exit code {int(code)}"
         else:
             continue  # a normal end (max steps reached, or asked to stop)
-        departure = Departure(rank=rank, t=t, how=how, error=error)
-        if is_crash(departure) and destroyed is not None and len(destroyed[destroyed["rank"] == rank]):
-            departure = replace(departure, in_teardown=True)
-        gone[rank] = departure
+        gone[rank] = Departure(rank=rank, t=t, how=how, error=error,
+                               in_teardown=bool((own["kind"] == GROUP_DESTROYED).any()))
     return gone
 
 

@@ -8,9 +8,9 @@ weights it initialised or restored) and from then on answers the harness's SIGUS
 flight recorder (`flight_ready`; harness.job.flight.serve). Each step records its compute
 time (the step less its wait from its last gradient to the optimizer step), and every
 CHAOS_STATE_EVERY-th step the state it reached: fingerprints of the optimizer's parameters
-and of its per-parameter state (harness.job.fingerprint, computed where the tensors live). `step()` is the opt-in for
-scripts without torch.optim; `step(model)` (a module, a state dict or an optimizer) also
-records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
+and of its per-parameter state (harness.job.fingerprint, computed where the tensors live).
+`step()` is the opt-in for scripts without torch.optim; `step(model)` (a module, a state
+dict or an optimizer) also records that state. Once torch.serialization (and torch.distributed.checkpoint) is imported,
 their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
 `checkpoint_load` with the file's path and identity, and once torch.distributed is,
 init_process_group and destroy_process_group to record `group_init` and `group_destroyed`.
