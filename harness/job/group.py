@@ -16,6 +16,13 @@ thread, which drops it there (torch releases the GIL in that destructor): its th
 and its sockets close at the collective timeout, while this rank forms the next
 generation on a fresh store prefix at once.
 
+Every store call is bounded (harness.job.store): the join as a whole by the rendezvous
+timeout, so a store that stops answering (its host gone, paused or cut off, or this
+rank's own link down) ends the join as a rendezvous failure the policy handles, never a
+wait without end. Each generation's group talks to the store over a connection of its own,
+shut down when the group is left: a group still forming or connecting against a silent
+store is abandoned with it, and the rank's other calls never queue behind it.
+
 Membership: generation N's members (original rank ids) are agreed under `gen<N>/members`
 by compare-and-set from the empty value: the first proposal wins and every rank reads it.
 Ranks are renumbered by their position in it.
@@ -43,12 +50,19 @@ import torch
 import torch.distributed as dist
 
 from harness.job.control import GENERATION_KEY, REJOIN_REQUESTS_KEY
+from harness.job.store import Connection, DeadlineStore, StoreUnanswered, call_by
 
 POLL_INTERVAL_S = 0.005
 WATCH_INTERVAL_S = 0.02
 RENDEZVOUS_SLICE_S = 0.5
 WATCHED_RENDEZVOUS_SLICE_S = 0.05
 RENDEZVOUS_REPORT_S = 5.0
+# A store call that ends a join may run this long past the join's deadline: a wait's cancel
+# acknowledged, or the generation bumped after a rendezvous that timed out.
+STORE_GRACE_S = 0.4
+# A collective's error is gloo's to raise at the group's timeout; past this much more, the
+# op is abandoned as timed out (a lazily connected pair waits on the store, unbounded).
+COLLECTIVE_GRACE_S = 2.0
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
 
@@ -147,12 +161,14 @@ def new_process_group(comm: str, store: dist.Store, rank: int, size: int, timeou
 class GlooGroup:
     """One process group per generation under one store (gloo, or NCCL with `comm`)."""
 
-    def __init__(self, store: dist.Store, store_address: tuple[str, int], rank: int,
+    def __init__(self, store_address: tuple[str, int], rank: int,
                  world_size: int, timeout_s: float, rendezvous_timeout_s: float,
                  on_wait: Callable[[int, int], None] = lambda gen, arrived: None,
-                 on_reaped: Callable[[int, float], None] = lambda gen, secs: None, comm: str = "gloo") -> None:
+                 on_reaped: Callable[[int, float], None] = lambda gen, secs: None, comm: str = "gloo",
+                 store_timeout_s: float = 60.0) -> None:
         self.comm = comm
-        self.store = store
+        # calls outside a join (the rejoin paths) are bounded by the rendezvous timeout too
+        self.store = DeadlineStore(store_address, store_timeout_s, rendezvous_timeout_s)
         self.store_address = store_address
         self.member = rank
         self.members = tuple(range(world_size))
@@ -165,6 +181,7 @@ class GlooGroup:
         self.on_reaped = on_reaped  # called by the reaper: (generation, seconds it lingered)
         self.generation = -1
         self._pg: Any = None        # the ProcessGroupGloo of `generation`
+        self._pg_store: Connection | None = None  # its own connection to the store
         self._pending: Any = None   # its work not yet completed, if a wait was abandoned
         self._requests_seen = 0     # rejoin/requests when group rank 0 last found some
 
@@ -178,41 +195,67 @@ class GlooGroup:
         gives a reason), until all have arrived; only then is the gloo group formed. A rank
         whose rendezvous fails bumps the generation, so that late ranks never count into a
         generation the others left. Raises NotAMember when the agreed members exclude it.
+
+        The whole join is bounded by the rendezvous timeout (store calls, each ending within
+        STORE_GRACE_S of it), except that a group whose rendezvous completed late still gets
+        the collective timeout to form: what gloo allows its own connects.
         """
+        started = time.monotonic()
+        deadline = started + self.rendezvous_timeout_s
         try:
             if failed_generation is None:
-                gen = int(self.store.get(GENERATION_KEY))
+                gen = int(self.store.get(GENERATION_KEY, deadline))
             else:
                 old, new = str(failed_generation), str(failed_generation + 1)
-                gen = int(self.store.compare_set(GENERATION_KEY, old, new))
+                gen = int(self.store.compare_set(GENERATION_KEY, old, new, deadline))
             self.generation = gen
-            members = self._agree(gen, self.members if proposal is None else proposal)
+            members = self._agree(gen, self.members if proposal is None else proposal, deadline)
             if self.member not in members:
                 raise NotAMember(gen, members)
             self.members, self.rank, self.world_size = members, members.index(self.member), len(members)
-            stopped = self._rendezvous(gen, watch)
+            stopped = self._rendezvous(gen, watch, started, deadline)
             if stopped is not None:
-                self.store.compare_set(GENERATION_KEY, str(gen), str(gen + 1))
+                self._bump_past(gen)
                 cause, reason = stopped
                 raise CollectiveError(reason, cause, "join")
-            self._pg = new_process_group(self.comm, dist.PrefixStore(f"gen{gen}/", self.store),
-                                         self.rank, self.world_size, self.timeout)
-        except (RuntimeError, ValueError) as exc:  # DistError derives from RuntimeError
+            self._form(gen, max(deadline, time.monotonic() + self.timeout.total_seconds()))
+        except (RuntimeError, ValueError) as exc:  # DistError and StoreUnanswered derive from RuntimeError
             raise CollectiveError(_short(exc), "rendezvous", "join") from exc
         return self.generation
 
-    def _agree(self, gen: int, proposal: tuple[int, ...]) -> tuple[int, ...]:
-        agreed = self.store.compare_set(f"gen{gen}/members", "", json.dumps(sorted(proposal)))
+    def _bump_past(self, gen: int) -> None:
+        """Move the generation past `gen`, so that late ranks never count into it. A store
+        that does not answer is let be: the next join bumps from `gen` itself."""
+        try:
+            self.store.compare_set(GENERATION_KEY, str(gen), str(gen + 1), time.monotonic() + STORE_GRACE_S)
+        except StoreUnanswered:
+            pass
+
+    def _form(self, gen: int, deadline: float) -> None:
+        """This generation's group, over a store connection of its own, formed by `deadline`."""
+        conn = self.store.connect(deadline)
+        try:
+            self._pg = call_by(deadline, "forming the group", self.store_address,
+                               lambda: new_process_group(self.comm, dist.PrefixStore(f"gen{gen}/", conn.store),
+                                                         self.rank, self.world_size, self.timeout),
+                               conn.abandon)
+        except BaseException:
+            conn.abandon()
+            raise
+        self._pg_store = conn
+
+    def _agree(self, gen: int, proposal: tuple[int, ...], deadline: float | None = None) -> tuple[int, ...]:
+        agreed = self.store.compare_set(f"gen{gen}/members", "", json.dumps(sorted(proposal)), deadline)
         return tuple(json.loads(agreed))
 
-    def _rendezvous(self, gen: int, watch: Watch | None) -> tuple[str, str] | None:
-        """Wait until every member arrived; returns (cause, reason) if it stopped waiting."""
+    def _rendezvous(self, gen: int, watch: Watch | None, started: float, deadline: float
+                    ) -> tuple[str, str] | None:
+        """Wait until every member arrived, up to `deadline`; returns (cause, reason) if it
+        stopped waiting. Raises StoreUnanswered for a store that stopped answering."""
         complete, arrived_key = f"gen{gen}/complete", f"gen{gen}/arrived"
-        arrived = self.store.add(arrived_key, 1)
+        arrived = self.store.add(arrived_key, 1, deadline)
         if arrived == self.world_size:
-            self.store.set(complete, "1")
-        started = time.monotonic()
-        deadline = started + self.rendezvous_timeout_s
+            self.store.set(complete, "1", deadline)
         slice_s = RENDEZVOUS_SLICE_S if watch is None else WATCHED_RENDEZVOUS_SLICE_S
         next_report = 0.0
         while (left := deadline - time.monotonic()) > 0:
@@ -220,10 +263,12 @@ class GlooGroup:
                 self.on_wait(gen, arrived)
                 next_report = time.monotonic() + RENDEZVOUS_REPORT_S
             try:  # waits in slices so that a SIGTERM (and the watch) is handled within one
-                self.store.wait([complete], timedelta(seconds=min(left, slice_s)))
+                self.store.wait([complete], min(left, slice_s), deadline + STORE_GRACE_S)
                 return None
-            except RuntimeError:
-                arrived = self.store.add(arrived_key, 0)
+            except StoreUnanswered:
+                raise
+            except RuntimeError:  # not complete within the slice
+                arrived = self.store.add(arrived_key, 0, deadline + STORE_GRACE_S)
             if watch is not None and (reason := watch(time.monotonic() - started)) is not None:
                 return "suspect", reason
         return "rendezvous", (f"rendezvous of generation {gen} timed out after "
@@ -257,6 +302,7 @@ class GlooGroup:
         if self._pg is None:
             raise CollectiveError("no process group: join first", "other", "step")
         started = time.monotonic()
+        deadline = started + self.timeout.total_seconds() + COLLECTIVE_GRACE_S
         try:
             work = self._pending = issue()
             while not self._completed_within(work, WATCH_INTERVAL_S):
@@ -265,6 +311,10 @@ class GlooGroup:
                     # op (a member that moved on after it reads as "a newer generation")
                     if not work.is_completed():
                         raise CollectiveError(reason, "suspect", "step")
+                if time.monotonic() >= deadline and not work.is_completed():
+                    raise CollectiveError(f"no end of the collective {time.monotonic() - started:.1f} s after "
+                                          f"it started (group timeout {self.timeout.total_seconds():g} s)",
+                                          "timeout", "step")
             work.wait()
             self._pending = None
         except RuntimeError as exc:
@@ -294,6 +344,9 @@ class GlooGroup:
         gc.collect()  # first, while we still hold them: tracebacks hold the work and the group
         lingering = [self._pg, self._pending]
         self._pg = self._pending = None  # the reaper must hold the last references
+        if self._pg_store is not None:  # whatever of the group still waits on the store ends now
+            self._pg_store.abandon()
+            self._pg_store = None
         if self.comm == "nccl" and lingering[0] is not None:
             lingering[0].abort()
             lingering.clear()

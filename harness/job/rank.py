@@ -12,7 +12,6 @@ import os
 import random
 import sys
 import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from harness.job.outcome import EXIT_CODES, ExitReason
 
 def main(config: dict[str, Any]) -> int:
     import torch
-    import torch.distributed as dist
 
     from harness.job.control import heartbeat_port
     from harness.job.detector import FailureDetector, HeartbeatClient, floor_for, not_ahead
@@ -52,14 +50,13 @@ def main(config: dict[str, Any]) -> int:
         return EXIT_CODES[reason]
 
     try:
-        store = dist.TCPStore(cfg.store_address, cfg.store_port, is_master=False,
-                              timeout=timedelta(seconds=cfg.store_timeout_s))
-        group = GlooGroup(store, (cfg.store_address, cfg.store_port), cfg.rank,
+        group = GlooGroup((cfg.store_address, cfg.store_port), cfg.rank,
                           cfg.world_size, cfg.policy.timeout, cfg.policy.rendezvous_s,
                           on_wait=lambda gen, arrived: recorder.emit(
                               kinds.RENDEZVOUS, gen=gen, arrived=arrived, world=group.world_size),
                           on_reaped=lambda gen, secs: recorder.emit(
-                              kinds.GROUP_REAPED, gen=gen, secs=round(secs, 3)), comm=cfg.comm)
+                              kinds.GROUP_REAPED, gen=gen, secs=round(secs, 3)), comm=cfg.comm,
+                          store_timeout_s=cfg.store_timeout_s)
         detector = None
         if (spec := cfg.policy.detector) is not None:
             heartbeats = HeartbeatClient(

@@ -38,8 +38,7 @@ def store():
 
 
 def group_of(port: int, member: int, members: tuple[int, ...]) -> GlooGroup:
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
-    group = GlooGroup(client, ("127.0.0.1", port), member, 4, 5.0, 5.0)
+    group = GlooGroup(("127.0.0.1", port), member, 4, 5.0, 5.0, store_timeout_s=5.0)
     group.generation, group.members = 3, members
     group.rank, group.world_size = (members.index(member) if member in members else 0), len(members)
     return group
@@ -129,8 +128,8 @@ def two_rank_gloo(timeout_s: float) -> tuple[GlooGroup, GlooGroup]:
     master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=5))
     master.set(GENERATION_KEY, "0")
-    groups = [GlooGroup(master if r == 0 else dist.TCPStore("127.0.0.1", port, is_master=False),
-                        ("127.0.0.1", port), r, 2, timeout_s, 5.0) for r in (0, 1)]
+    groups = [GlooGroup(("127.0.0.1", port), r, 2, timeout_s, 5.0) for r in (0, 1)]
+    groups[0].server = master  # serves as long as the groups are used
     joining = threading.Thread(target=groups[1].join, args=(None,))
     joining.start()
     groups[0].join(None)
@@ -206,8 +205,7 @@ def test_a_lazy_group_connects_only_the_pairs_its_collectives_use(monkeypatch, l
     master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=5))
     master.set(GENERATION_KEY, "0")
-    groups = [GlooGroup(master if r == 0 else dist.TCPStore("127.0.0.1", port, is_master=False),
-                        ("127.0.0.1", port), r, 4, 5.0, 5.0) for r in range(4)]
+    groups = [GlooGroup(("127.0.0.1", port), r, 4, 5.0, 5.0) for r in range(4)]
     sums = [torch.ones(3) for _ in groups]
     earlier = established_sockets(port)  # other tests' groups in this process
 

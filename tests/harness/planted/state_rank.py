@@ -89,12 +89,12 @@ def main(rank: int, world: int, port: int, folder: Path, defect: str) -> int:
     torch.set_num_threads(1)
     recorder = EventRecorder(folder / "events.jsonl", "rank", rank)
     recorder.emit(kinds.RANK_START, policy="retry", world=world)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
     policy = policy_spec("retry", {"timeout": "2s", "rendezvous_timeout": "6s", "max_retries": 1,
                                    "backoff_base": "100ms", "backoff_cap": "200ms", "jitter": ["0s", "50ms"]})
     workload = Workload(WorkloadSpec(step_period=0, checkpoint_every=5, hidden=32, features=16), seed=7, rank=rank)
     checkpoints = Checkpointer(folder / "ckpt")
-    group = FailsOnce(GlooGroup(store, ("127.0.0.1", port), rank, world, policy.timeout, policy.rendezvous_s),
+    group = FailsOnce(GlooGroup(("127.0.0.1", port), rank, world, policy.timeout, policy.rendezvous_s,
+                                store_timeout_s=30.0),
                       workload)
     runner = FaultTolerantRunner(policy, group, workload, checkpoints, recorder, random.Random(rank))
     runner.restore = Planted(restore_strategy(policy.restore, checkpoints), defect, rank, checkpoints)
