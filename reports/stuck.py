@@ -131,18 +131,22 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def gone_text(events: Iterable[Mapping[str, Any]], t0: float) -> list[str]:
-    """Ranks whose process ended before the capture, with what ended it (the fault's time
-    after t0: the first fault's start), those ended alike in one clause."""
+    """Ranks whose process ended before the capture, with what ended it (the newest fault on
+    the rank before it ended, at its time after t0: the first fault's start), those ended
+    alike in one clause."""
     events = list(events)
     captured = [float(e["t"]) for e in events if e.get("kind") == "stacks_captured" and e.get("reason") in AT_CAP]
     until = captured[0] if captured else math.inf
-    faults = [e for e in events if e.get("kind") == "fault_applied"]
+    faults = sorted((e for e in events if e.get("kind") == "fault_applied"), key=lambda e: float(e["t"]))
     alike: dict[str, list[int]] = {}
     for e in events:
         if e.get("kind") != "rank_exited" or float(e["t"]) > until or e.get("stopped") is True:
             continue
         rank, number, code = int(e["rank"]), e.get("signal"), e.get("exitcode")
-        fault = next((f for f in faults if rank in (f.get("targets") or []) and float(f["t"]) <= float(e["t"])), None)
+        # the newest fault on the rank before its exit: an earlier one (a pause it survived)
+        # did not end it
+        fault = next((f for f in reversed(faults)
+                      if rank in (f.get("targets") or []) and float(f["t"]) <= float(e["t"])), None)
         how = (signals.Signals(int(number)).name if number not in (None, "") and not _nan(number)
                else f"exit {int(code) if isinstance(code, (int, float)) and not _nan(code) else code}")
         cause = f" (the {fault['fault_kind']} fault at {float(fault['t']) - t0:+.1f} s)" if fault else ""

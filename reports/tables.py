@@ -74,11 +74,51 @@ def fault_text(row: Mapping[str, Any]) -> str:
     return text + (f" (+{extra} more)" if extra > 0 else "")
 
 
+def _fault_windows(row: Mapping[str, Any]) -> list[tuple[float, str]]:
+    """(start, "the link_down on r7, r11") of each applied fault, by start: a fault's
+    window runs from its start to the next one's. Times are after the first fault's start."""
+    windows = []
+    for i in fault_indices(row):
+        start = _num(row, f"f{i}_start_s")
+        if not math.isnan(start):
+            targets = ", ".join(f"r{t}" for t in str(row.get(f"f{i}_targets") or "").split())
+            windows.append((start, f"{targets} {row.get(f'f{i}_fault')}".strip()))
+    return sorted(windows)
+
+
+def _window_of(windows: list[tuple[float, str]], t: float) -> int:
+    return max((i for i, (start, _) in enumerate(windows) if start <= t + 1e-9), default=0)
+
+
+def _lead(row: Mapping[str, Any]) -> tuple[list[tuple[float, str]], int]:
+    """The faults' windows, and the one the story leads with: the one the first detection
+    fell in (a fault no rank noticed does not get a later fault's detection)."""
+    windows = _fault_windows(row)
+    ttd = _num(row, "ttd_s")
+    return windows, (_window_of(windows, ttd) if len(windows) > 1 and not math.isnan(ttd) else 0)
+
+
+def _at(row: Mapping[str, Any], column: str) -> str:
+    """A time of the story, after the start of the fault it leads with; one that fell in a
+    later fault's window also says how long after that fault's start."""
+    t = _num(row, column)
+    windows, lead = _lead(row)
+    if math.isnan(t) or len(windows) < 2:
+        return _s(t)
+    text = _s(t - windows[lead][0])
+    if (own := _window_of(windows, t)) != lead:
+        start, name = windows[own]
+        text += f" ({_s(t - start)} after {name} at +{_s(start)})"
+    return text
+
+
 def _detection_text(row: Mapping[str, Any]) -> str:
     detected = _num(row, "detect_ranks")
     if math.isnan(detected) or detected == 0:
         return "no rank detects it"
-    first, last = _num(row, "ttd_s"), _num(row, "ttd_max_s")
+    windows, lead = _lead(row)
+    shift = windows[lead][0] if windows else 0.0
+    first, last = _num(row, "ttd_s") - shift, _num(row, "ttd_max_s") - shift
     when = _s(first) if last - first < 0.05 else f"{first:.1f}-{last:.1f} s"
     ranks = int(_num(row, "ranks"))
     cause = row.get("detect_cause") or "error"
@@ -95,18 +135,18 @@ def _outcome_text(row: Mapping[str, Any]) -> str:
     if outcome == "hung":
         return f"no progress -> hung >= {_num(row, 'hung_cap'):g} s (harness cap)"
     if outcome in ("failed-fast", "retries-exhausted"):
-        return f"{_retries(row)}exit {outcome} by {_s(_num(row, 'released_s'))}"
+        return f"{_retries(row)}exit {outcome} by {_at(row, 'released_s')}"
     if outcome == "isolated":
         released = _num(row, "released_s")
-        gone = f" -> resources released by {_s(released)}" if not math.isnan(released) else ""
-        return f"{_retries(row)}breaker opens at {_s(_num(row, 'breaker_open_s'))}{gone}{_gpu_released(row)}"
+        gone = f" -> resources released by {_at(row, 'released_s')}" if not math.isnan(released) else ""
+        return f"{_retries(row)}breaker opens at {_at(row, 'breaker_open_s')}{gone}{_gpu_released(row)}"
     if outcome == "recovered":
         rejoined = _num(row, "rejoined_ranks")
-        back = (f"{rejoined:.0f} left out, let back in at {_s(_num(row, 'rejoined_s'))} -> "
+        back = (f"{rejoined:.0f} left out, let back in at {_at(row, 'rejoined_s')} -> "
                 if rejoined > 0 else "")
-        return f"{_retries(row)}{back}all ranks step again at {_s(_num(row, 'ttr_s'))}"
+        return f"{_retries(row)}{back}all ranks step again at {_at(row, 'ttr_s')}"
     if outcome == "continued":
-        return f"survivors go on as a world of {row.get('final_world')} at {_s(_num(row, 'ttr_s'))}"
+        return f"survivors go on as a world of {row.get('final_world')} at {_at(row, 'ttr_s')}"
     if outcome == "absorbed":
         before, during = _num(row, "steps_per_s_before"), _num(row, "steps_per_s_during")
         pace = (f"; {during:.2f} steps/s during the fault, {before:.2f} before: {during / before:.2f}x"
@@ -153,6 +193,9 @@ def what_happened(row: Mapping[str, Any]) -> str:
 def _story(row: Mapping[str, Any]) -> str:
     targets = " ".join(f"r{t}" for t in str(row.get("fault_targets") or "").split())
     parts = [f"{targets} {row.get('fault')}".strip() if row.get("fault") else "no fault"]
+    windows, lead = _lead(row)
+    if lead > 0:  # the first faults went unnoticed: the story goes on from the one detected
+        parts[0] += f": no rank detects it; {windows[lead][1]} at +{_s(windows[lead][0])}"
     if row.get("fault") == "kill":
         parts[0] += _gpu_freed(row)
     if row.get("outcome") != "no-fault":

@@ -91,3 +91,16 @@ def test_compare_table_side_by_side():
     text = compare_table([("run-a", a), ("run-b", b)])
     assert "| timeout | link_down | failed-fast, detect 5.1 s | - |" in text
     assert "| baseline | link_down | - | hung, >= 30 s (hung) |" in text
+
+
+def test_a_detection_is_told_after_the_fault_it_fell_under_not_the_first_one():
+    """Three faults on r5 (a 3 s pause at +0 s no rank noticed, a link down at +18 s, a kill at
+    +43 s): the ranks detect at 23.0-23.2 s, which is the link down's, 5.0-5.2 s after it."""
+    row = {**metrics_of(fakes.isolated()), "fault": "pause", "fault_targets": "5",
+           "ttd_s": 23.0, "ttd_max_s": 23.2, "breaker_open_s": 44.0, "released_s": float("nan"),
+           "f0_fault": "pause", "f0_targets": "5", "f0_start_s": 0.0, "f0_ttd_s": float("nan"),
+           "f1_fault": "link_down", "f1_targets": "5", "f1_start_s": 18.0, "f1_ttd_s": 5.0,
+           "f2_fault": "kill", "f2_targets": "5", "f2_start_s": 43.0, "f2_ttd_s": float("nan")}
+    assert what_happened(row) == (
+        "r5 pause: no rank detects it; r5 link_down at +18.0 s -> 4/4 ranks detect at 5.0-5.2 s (timeout, "
+        "first r0) -> breaker opens at 26.0 s (1.0 s after r5 kill at +43.0 s); GPU memory released: not observed")

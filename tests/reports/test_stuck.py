@@ -133,3 +133,13 @@ def test_a_dump_that_came_after_the_deadline_is_not_taken_for_the_cap_s():
     assert late.endswith("entered by ranks 0-2; rank 3 did not answer"), late
     older = stuck_summary([], [captured], 4, flight=flight)  # a run folder from before the field
     assert older.endswith("entered by ranks 0-2; rank 3 did not enter it (its last: 14)"), older
+
+
+def test_a_rank_gone_is_put_down_to_the_newest_fault_on_it_before_it_went():
+    """A pause it survived at +0 s, then the kill at +43 s that ended it."""
+    from reports.stuck import gone_text
+    events = [{"t": 10.0, "kind": "fault_applied", "fault_kind": "pause", "targets": [5]},
+              {"t": 28.0, "kind": "fault_applied", "fault_kind": "link_down", "targets": [5]},
+              {"t": 53.0, "kind": "fault_applied", "fault_kind": "kill", "targets": [5]},
+              {"t": 53.1, "kind": "rank_exited", "rank": 5, "signal": 9, "exitcode": -9, "stopped": False}]
+    assert gone_text(events, t0=10.0) == ["rank 5 gone: SIGKILL (the kill fault at +43.0 s)"]
