@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,22 @@ def state_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"chaos-harness-{uid}"
 
 
+def make_state_dir(directory: Path | None = None) -> Path:
+    """The state folder (`state_dir()` unless given), made where it is missing. Anyone may
+    pass through it but not list it: a local Slurm cluster's folder inside is for its users
+    (`chaos slurm up`), while each ledger is its owner's alone (0600). Made 0711 by chmod,
+    so that no umask decides; one of this user's made before gets the search bits only."""
+    folder = directory or state_dir()
+    try:
+        folder.mkdir(parents=True)
+        folder.chmod(0o711)
+    except FileExistsError:
+        info = folder.stat()
+        if info.st_uid == os.geteuid() and info.st_mode & 0o111 != 0o111:
+            folder.chmod(stat.S_IMODE(info.st_mode) | 0o111)
+    return folder
+
+
 @dataclass(frozen=True)
 class Entry:
     """One recorded side effect: `op` names the undo (see `chaos.mechanism.UndoTable`), `args` feed it."""
@@ -55,8 +72,7 @@ class Ledger:
 
     def __init__(self, run_id: str, directory: Path | None = None) -> None:
         self.run_id = run_id
-        self.path = (directory or state_dir()) / f"{run_id}.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = make_state_dir(directory) / f"{run_id}.jsonl"
         if os.geteuid() != 0 and self.path.parent.stat().st_uid != os.geteuid():
             # another user's folder (a /tmp/chaos-harness-<uid> made first by someone else)
             raise ChaosError(f"{self.path.parent} belongs to another user; remove it, or set "

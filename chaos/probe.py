@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from chaos import bpf, netem, netlink, nfq, nft, tc, topology
 from chaos.errors import ChaosError
 from chaos.faults import Loss
-from chaos.ledger import Ledger, state_dir
+from chaos.ledger import Ledger, make_state_dir, state_dir
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -188,9 +188,8 @@ def _this_kernel() -> dict[str, str]:
 def capabilities() -> Capabilities:
     """The probe's result, computed once per process and kept for `last_probe`."""
     caps = probe()
-    path = state_dir() / LAST_PROBE_FILE
     with contextlib.suppress(OSError):  # a dry run then probes again: slower, never wrong
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = make_state_dir() / LAST_PROBE_FILE
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({**_this_kernel(), "capabilities": dataclasses.asdict(caps)}))
         tmp.replace(path)

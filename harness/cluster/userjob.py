@@ -31,6 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from chaos import topology
 from chaos.faults import Seconds
+from chaos.reach import why_unreadable
 from harness.cluster.api import JOB_MASTER_PORT
 from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
@@ -269,12 +270,16 @@ def rdzv_conf_text(conf: dict[str, int]) -> str:
 def command_problem(job: JobSpec) -> str | None:
     """Why the job cannot be started, or None."""
     workdir = Path(job.workdir)
-    if not workdir.is_dir():
-        return f"job.workdir: {workdir} is not a directory; give a folder relative to the scenario file"
+    if why := why_unreadable(workdir, folder=True):
+        return f"job.workdir: {workdir}: {why}; give a folder relative to the scenario file"
     program = job.command[0]
+    if "/" in program:
+        if os.path.isfile(workdir / program):  # run, not read: execute-only is fine
+            return None
+        return (f"job.command: {program!r} ({workdir / program}): {why_unreadable(workdir / program) or 'not a file'}; "
+                "give an installed command (python, torchrun) or a path relative to job.workdir")
     search_path = job.env.get("PATH", _python_first(os.environ.get("PATH", "")))
-    found = (workdir / program).is_file() if "/" in program else shutil.which(program, path=search_path)
-    if not found:
+    if not shutil.which(program, path=search_path):
         return (f"job.command: {program!r} is not a program found on PATH or under {workdir}; "
                 "give an installed command (python, torchrun) or a path relative to job.workdir")
     return None

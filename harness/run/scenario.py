@@ -55,6 +55,7 @@ from chaos import sysctl, units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from chaos.topology import host_index, host_name
+from chaos.reach import why_unreadable
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
 from harness.cluster.userjob import TRIAL_DIR_FIELD, JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
@@ -690,15 +691,17 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         lines = []
+    except PermissionError as exc:
+        raise UsageError(f"{path}: {why_unreadable(path) or exc.strerror}") from None
         for loc, message in describe_errors(exc):
             line = line_of(root, loc)
             lines.append(f"{path}{f':{line}' if line else ''}: {message}")
         raise UsageError("\n".join(lines)) from None
     except RecursionError:
         raise UsageError(f"{path}: a value refers to itself (a YAML alias loop)") from None
-    if scenario.job is not None and not Path(scenario.job.workdir).is_dir():  # refused before anything runs
-        line = line_of(root, ("job", "workdir"))
-        raise UsageError(f"{path}{f':{line}' if line else ''}: job.workdir: {written_workdir!r} is not a folder "
-                         f"({scenario.job.workdir}); give the folder your command runs in, relative to "
+    if scenario.job is not None and (why := why_unreadable(scenario.job.workdir, folder=True)):
+        line = line_of(root, ("job", "workdir"))  # refused before anything runs
+        raise UsageError(f"{path}{f':{line}' if line else ''}: job.workdir: {written_workdir!r} "
+                         f"({scenario.job.workdir}): {why}; give the folder your command runs in, relative to "
                          f"{path.resolve().parent}")
     return scenario

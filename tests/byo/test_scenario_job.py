@@ -87,6 +87,6 @@ def test_a_workdir_that_does_not_exist_is_refused_at_load_with_the_path_and_the_
     path = write(tmp_path, "cluster: {ranks: 2}\njob: {command: [python, t.py], workdir: ../nowhere}\n")
     done = chaos_cli("run", str(path), "--dry-run")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"chaos: error: {path}:2: job.workdir: '../nowhere' is not a folder "
-                                   f"({tmp_path}/../nowhere); give the folder your command runs in, relative to "
+    assert done.stderr.strip() == (f"chaos: error: {path}:2: job.workdir: '../nowhere' "
+                                   f"({tmp_path}/../nowhere): no such folder; give the folder your command runs in, relative to "
                                    f"{tmp_path}")

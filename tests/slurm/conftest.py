@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from chaos.ledger import STATE_DIR_ENV
 from tests.conftest import chaos_cli
 
 NODES = 4
@@ -38,15 +41,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="package")
 def slurm_cluster() -> Iterator[dict[str, str]]:
-    """A local 4-node cluster for the package's tests; the environment that names it."""
-    up = chaos_cli("slurm", "up", "--nodes", str(NODES), timeout=120)
+    """A local 4-node cluster for the package's tests; the environment that names it.
+
+    Its state folder is the package's own (what ran before on this machine does not
+    matter), and made the hard way for the cluster's users: it exists first, closed to
+    others (0700, as a run's folder of ledgers may be), and the cluster is brought up under
+    umask 077. What an ordinary user needs is reachable only where `chaos slurm up` sets it so."""
+    public = Path(tempfile.mkdtemp(prefix="chaos-slurm-test-"))
+    public.chmod(0o755)  # as /run is
+    state = public / "state"
+    state.mkdir(mode=0o700)
+    env = {**os.environ, STATE_DIR_ENV: str(state)}
+    mask = os.umask(0o077)
+    try:
+        up = chaos_cli("slurm", "up", "--nodes", str(NODES), env=env, timeout=120)
+    finally:
+        os.umask(mask)
+    if up.returncode != 0:
+        shutil.rmtree(public)  # what `chaos slurm up` made it took back
     assert up.returncode == 0, up.stderr
     conf = up.stdout.strip().removeprefix("export SLURM_CONF=")
-    try:
-        yield {**os.environ, "SLURM_CONF": conf}
-    finally:
-        down = chaos_cli("slurm", "down", timeout=120)
-        assert down.returncode == 0, down.stderr
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(STATE_DIR_ENV, str(state))  # the tests' own look at ledgers and the cluster
+        try:
+            yield {**env, "SLURM_CONF": conf}
+        finally:
+            down = chaos_cli("slurm", "down", env=env, timeout=120)
+            assert down.returncode == 0, down.stderr
+            shutil.rmtree(public)
 
 
 @pytest.fixture

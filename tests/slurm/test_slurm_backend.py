@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import CHAOS, REPO, as_nobody, chaos_cli
+from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli
 
 
 def _scenario(folder: Path, name: str, body: str) -> Path:
@@ -144,6 +144,43 @@ def test_a_link_fault_an_ordinary_users_node_does_not_allow_is_refused_before_a_
     assert not [e for e in _events(run_dir, "timeout") if e["kind"] == "rank_spawned"]
     _nothing_left(slurm_env)
     assert list((folder / "state").glob("*.jsonl")) == []
+
+
+def test_an_ordinary_user_reaches_the_cluster_and_not_what_is_roots(slurm_env, user_dir):
+    """The package's cluster was brought up in a state folder closed to others, under umask
+    077 (conftest.py): uid 65534 still reads its slurm.conf and reaches munged (a task on
+    every node, a batch job's script in the spool), and still cannot list the state folder,
+    nor read the cluster's ledger, its munge key or slurmctld's state."""
+    conf = Path(slurm_env["SLURM_CONF"])
+
+    def as_user(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv],
+                              cwd=user_dir, env={**slurm_env, "HOME": str(user_dir)}, capture_output=True,
+                              text=True, timeout=60)
+    done = as_user("srun", "-N4", "id", "-u")
+    assert done.stdout.split() == [str(NOBODY)] * 4, done.stdout + done.stderr
+    done = as_user("sbatch", "--wait", "-N1", "-o", str(user_dir / "job.out"), "--wrap", "id -u")
+    assert done.returncode == 0 and (user_dir / "job.out").read_text().split() == [str(NOBODY)], done.stderr
+    for argv in (["ls", str(conf.parent.parent)], ["cat", str(conf.parent.with_suffix(".jsonl"))],
+                 ["cat", str(conf.parent / "munge.key")], ["ls", str(conf.parent / "state")]):
+        refused = as_user(*argv)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, (argv, refused.stdout)
+    _nothing_left(slurm_env)
+
+
+def test_a_slurm_conf_an_ordinary_user_cannot_read_is_said_as_such(user_dir):
+    """A slurm.conf behind a folder closed to the user: the run stops before anything is
+    submitted, naming the folder that stops it and the fix, not "no such file"."""
+    closed = user_dir / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "slurm.conf").write_text("ClusterName=x\n")
+    path = _scenario(user_dir, "kill", "cluster: {ranks: 4}\n"
+                     "faults: [{kind: kill, target: {rank: 1}, start: 1s}]\npolicies: {timeout: {timeout: 5s}}\n")
+    done = as_nobody(user_dir, "run", str(path), "--backend", "slurm", "--out", str(user_dir / "runs"),
+                     env={**os.environ, "SLURM_CONF": str(closed / "slurm.conf")}, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"SLURM_CONF={closed}/slurm.conf: cannot be read by uid {NOBODY} (permission denied on {closed}: " \
+           f"mode 0700, owner root; `chmod a+x {closed}` by its owner lets others through)" in done.stderr, done.stderr
 
 
 def _agent_of(node: str) -> int:

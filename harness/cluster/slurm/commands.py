@@ -13,6 +13,7 @@ from typing import Sequence
 
 from chaos import proc
 from chaos.errors import HarnessError, UsageError
+from chaos.reach import why_unreadable
 
 COMMAND_TIMEOUT_S = 30.0
 INSTALL = "install Slurm's client commands (Debian: apt-get install slurm-client)"
@@ -58,12 +59,13 @@ PING_TIMEOUT_S = 10.0
 
 
 def ping() -> None:
-    """The controller answers, or an error says how to get one: a SLURM_CONF that names no
-    file is the user's to fix (UsageError), a controller that does not answer a SlurmError."""
+    """The controller answers, or an error says how to get one: a SLURM_CONF this user
+    cannot read is the user's to fix (UsageError), a controller that does not answer a SlurmError."""
     conf = os.environ.get("SLURM_CONF")
-    if conf and not os.path.isfile(conf):
-        raise UsageError(f"SLURM_CONF={conf}: no such file; export the path `chaos slurm up` printed, or your "
-                         "cluster's slurm.conf (or unset it to use the default)")
+    if conf and (why := why_unreadable(conf)):
+        raise UsageError(f"SLURM_CONF={conf}: {why}; export the path `chaos slurm up` printed (its cluster is "
+                         "open to every user: docs/slurm.md), or your cluster's slurm.conf (or unset it to use "
+                         "the default)")
     out = run(["scontrol", "ping"], timeout_s=PING_TIMEOUT_S, check=False)
     if "is UP" not in out:
         raise SlurmError(f"no Slurm controller answers ({conf_note()}; `scontrol ping`: "

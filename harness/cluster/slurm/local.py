@@ -40,7 +40,7 @@ from pathlib import Path
 from chaos import netlink, proc, topology
 from chaos.errors import DeadlineExceeded, HarnessError, UsageError
 from chaos.heal import HealReport, heal_run, owner_alive
-from chaos.ledger import Ledger, ledger_run_ids, state_dir
+from chaos.ledger import Ledger, ledger_run_ids, make_state_dir, state_dir
 from chaos.mechanism import record_process
 from chaos.undo import record_owner
 from harness.cluster.backends import undo_table
@@ -63,6 +63,12 @@ CLUSTER_FILE = "cluster.json"
 # within a trial (docs/slurm.md).
 KILL_WAIT_S, SLURMD_TIMEOUT_S, MIN_SLURMD_TIMEOUT_S = 5, 300, 10
 CRED_EXPIRE_S = 10
+# Who may reach what in the cluster's folder (in the state folder, which anyone may pass
+# through): the users of the cluster pass through the folder, without listing it, to
+# slurm.conf and munged's socket (munged makes it 0777), and through the spool to a batch
+# job's script (slurmstepd runs it as the job's user); the munge key, slurmctld's state
+# and the logs are root's. Set by chmod, so that no umask decides.
+MODES = {"": 0o711, "slurm.conf": 0o644, "spool": 0o711, "munge.key": 0o400, "state": 0o700, "log": 0o700}
 
 
 @dataclass(frozen=True)
@@ -191,9 +197,10 @@ def up(nodes: int, cpus_per_node: int | None = None, say=print,
                          "`chaos slurm down` first, or use it")
     cpus = cpus_per_node or os.cpu_count() or 1
     cluster_id = f"{ID_PREFIX}{secrets.token_hex(2)}"
-    folder = state_dir() / cluster_id
-    for sub in ("state", "spool", "log"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
+    folder = make_state_dir() / cluster_id
+    for sub in ("", "state", "spool", "log"):
+        (folder / sub).mkdir()
+        (folder / sub).chmod(MODES[sub])
     ledger = Ledger(cluster_id)
     record_owner(ledger)
     began = time.monotonic()
@@ -203,8 +210,9 @@ def up(nodes: int, cpus_per_node: int | None = None, say=print,
         topology.build(ledger, hosts)
         _login_link(switch_ns, cluster_id)
         key = folder / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, MODES[key.name])  # never readable by others
+        with os.fdopen(fd, "wb") as out:
+            out.write(os.urandom(1024))
         sock = folder / "munge.sock"
         log = folder / "log"
         _start(ledger, [_daemon("munged"), "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
@@ -213,6 +221,7 @@ def up(nodes: int, cpus_per_node: int | None = None, say=print,
         _wait("munged did not open its socket", sock.exists, 10.0, log / "munged.log")
         conf = folder / "slurm.conf"
         conf.write_text(_conf(cluster_id, folder, nodes, cpus, slurmd_timeout))
+        conf.chmod(MODES[conf.name])
         ctld = _start(ledger, [_daemon("slurmctld"), "-D", "-f", str(conf)], log / "slurmctld.out",
                       ns=topology.namespace_path(switch_ns))
         for i, host in enumerate(hosts):

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from chaos import units
 from chaos.errors import UsageError
+from chaos.reach import why_unreadable
 from harness.run.scenario import FAULT_CLASSES, FaultEvent, Scenario
 from harness.run.yaml_errors import duplicate_keys, line_of
 
@@ -139,6 +140,8 @@ def load_mix(name_or_file: str) -> Mix:
     path = mix_path(name_or_file)
     try:
         text = path.read_text(encoding="utf-8")
+    except PermissionError as exc:
+        raise UsageError(f"--mix {name_or_file}: {why_unreadable(path) or exc.strerror}") from None
     except OSError as exc:
         raise UsageError(f"--mix {name_or_file}: no such mix ({exc.strerror}); give one of "
                          f"{', '.join(shipped_mixes())} or the path of a mix file (docs/campaign.md)") from None

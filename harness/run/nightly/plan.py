@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from chaos.errors import UsageError
+from chaos.reach import why_unreadable
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND
 from harness.run.campaign.mix import DEFAULT_MIX
 from harness.run.campaign.prepare import (CampaignInputError, CampaignPlan, campaign_command_line, load_campaign_scenario,
@@ -106,6 +107,8 @@ def load_night_plan(path: Path, repeat: int | None = None, backend: str | None =
         data = yaml.safe_load(text)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such plan file; pass a .yaml plan (see nightly/ for examples)") from None
+    except PermissionError as exc:
+        raise UsageError(f"{path}: {why_unreadable(path) or exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read the plan: {exc}") from None
     except yaml.YAMLError as exc:
