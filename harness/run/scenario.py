@@ -54,8 +54,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 from chaos import sysctl, units
 from chaos.errors import UsageError
 from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
-from chaos.topology import host_index, host_name
 from chaos.reach import why_unreadable
+from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
 from harness.cluster.userjob import TRIAL_DIR_FIELD, JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
@@ -657,6 +657,8 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
                          "(see scenarios/ for examples)") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); a scenario is a YAML text file") from None
+    except PermissionError as exc:
+        raise UsageError(f"{path}: {why_unreadable(path) or exc.strerror}") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
     try:
@@ -691,8 +693,6 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         lines = []
-    except PermissionError as exc:
-        raise UsageError(f"{path}: {why_unreadable(path) or exc.strerror}") from None
         for loc, message in describe_errors(exc):
             line = line_of(root, loc)
             lines.append(f"{path}{f':{line}' if line else ''}: {message}")
