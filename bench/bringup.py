@@ -39,7 +39,7 @@ from typing import Any
 from chaos.errors import ChaosError
 from chaos.undo import record_owner
 from chaos.ledger import Ledger
-from harness.cluster.api import ClusterSpec
+from harness.cluster.spec import ClusterSpec
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec

@@ -24,7 +24,7 @@ from pathlib import Path
 from chaos import netlink
 from chaos.undo import record_owner
 from chaos.ledger import Ledger
-from harness.cluster.api import ClusterSpec
+from harness.cluster.spec import ClusterSpec
 from harness.cluster.launcher import LauncherPool
 from runfolder.events import read_events
 from harness.job.policies import policy_spec

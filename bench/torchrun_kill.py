@@ -235,7 +235,7 @@ def measure(nodes: int = 16, out: Path | None = None, no_share_store: bool = Fal
     from chaos.undo import record_owner
     from chaos.ledger import Ledger
     from chaos.mechanism import record_process
-    from harness.cluster.api import ClusterSpec
+    from harness.cluster.spec import ClusterSpec
     from chaos.topology import SWITCH_ADDRESS
     from harness.cluster.netns import NetnsCluster
 

@@ -26,7 +26,8 @@ from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import FaultBase, Slow
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 RMDIR_TRIES, RMDIR_PAUSE_S = 50, 0.01  # a process leaving the group may linger there a moment
 

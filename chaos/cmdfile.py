@@ -24,7 +24,8 @@ from chaos.api import Host
 from chaos.errors import UnsupportedFault
 from chaos.faults import FaultBase, GpuHang, StepDelay
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 TMP_SUFFIX = ".tmp"
 

@@ -54,7 +54,7 @@ from chaos.errors import InjectionError, InvalidFault, UnsupportedFault
 from chaos.faults import (FaultBase, FuseStorageFault, IoCallFault, IoDelay, IoError, IoStall, LoseUnsynced,
                           fault_from_wire)
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import UndoTable
+from chaos.undotable import UndoTable
 from chaos.storage import MNT_DETACH, StorageMechanism, mounted
 
 READY = "fusefs ready"

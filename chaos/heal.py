@@ -6,55 +6,23 @@ run ``probe<pid>``), so a heal finds leftovers even where a ledger was lost. A r
 owner process is still alive is left alone unless named explicitly. An undo that fails
 (a docker ledger while the engine is down) is reported in `HealReport.failed` and the heal
 carries on: one stale ledger never blocks the rest, nor a run of another backend.
-Idempotent: healing twice is the same as healing once. A heal runs the undo table it is given (`chaos.mechanism.UndoTable`):
+Idempotent: healing twice is the same as healing once. A heal runs the undo table it is given (`chaos.undotable.UndoTable`):
 its ops undo the ledgers, its sweeps find what only a backend can see. This package knows
 only its own table (`chaos.undo.UNDOS`); whoever runs backends passes theirs with it.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from chaos import netlink, proc
 from chaos.errors import ChaosError
 from chaos.undo import STOP_GRACE_S, UNDOS
 from chaos.ledger import Ledger, ledger_run_ids
-from chaos.mechanism import UndoTable
+from chaos.undotable import HealReport, UndoTable
 from chaos.topology import NAMESPACE_PREFIX, namespace_name
-
-
-@dataclass
-class HealReport:
-    runs: list[str] = field(default_factory=list)
-    undone: list[str] = field(default_factory=list)
-    skipped_live: list[str] = field(default_factory=list)
-    elsewhere: list[str] = field(default_factory=list)  # runs whose ledger only a heal at its place takes back
-    failed: list[str] = field(default_factory=list)  # what could not be undone, and why
-
-    def summary(self) -> str:
-        if not self.undone and not self.skipped_live and not self.failed and not self.elsewhere:
-            return "nothing to heal"
-        parts = [f"healed {len(self.runs)} run(s), {len(self.undone)} item(s) undone"]
-        if self.failed:
-            parts.append(f"{len(self.failed)} item(s) could not be undone")
-        if self.skipped_live:
-            parts.append(f"left alone (owner alive): {', '.join(self.skipped_live)}")
-        if self.elsewhere:
-            parts.append(f"left to a heal where they were made: {', '.join(self.elsewhere)}")
-        return "; ".join(parts)
-
-    @contextlib.contextmanager
-    def attempt(self, what: str) -> Iterator[None]:
-        """Run one undo; a ChaosError is recorded as `what` could not be done, and the heal goes on."""
-        try:
-            yield
-        except ChaosError as exc:
-            self.failed.append(f"{what}: {exc}")
 
 
 def owner_alive(ledger: Ledger) -> bool:

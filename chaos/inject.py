@@ -21,7 +21,8 @@ from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
 from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, UndoTable, record_process
+from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, record_process
+from chaos.undotable import UndoTable
 from chaos.nfq import NfqueueDelay
 from chaos.deadman import DEAD_MAN_READY
 from chaos.nft import NftDrop, NftPartition

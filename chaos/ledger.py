@@ -57,7 +57,7 @@ def make_state_dir(directory: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Entry:
-    """One recorded side effect: `op` names the undo (see `chaos.mechanism.UndoTable`), `args` feed it."""
+    """One recorded side effect: `op` names the undo (see `chaos.undotable.UndoTable`), `args` feed it."""
 
     id: int
     run_id: str

@@ -1,70 +1,15 @@
-"""What every fault mechanism is, and the undo table that revert, dead-man switch and heal run.
-
-A mechanism writes a ledger entry *before* each side effect; the entry's `op` names an
-undo in an `UndoTable` and its `args` carry all the undo needs, so a revert from the live
-harness, the dead-man switch and `chaos heal` after a SIGKILL all run the same code. Undos
-tolerate only "already gone". Tables are plain values that their owners define (the fault
-library's is `chaos.undo.UNDOS`, a backend defines its own) and that are combined
-explicitly, refusing an op defined twice; nothing is registered as a side effect of an import.
-"""
+"""What every fault mechanism is. Each writes a ledger entry *before* each side effect,
+whose `op` names an undo in its module's `UndoTable` (chaos.undotable)."""
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import Sequence
 
 from chaos import proc
 from chaos.api import Host
-from chaos.errors import InjectionError, UnsupportedFault
+from chaos.errors import UnsupportedFault
 from chaos.faults import FaultBase
 from chaos.ledger import Entry, Ledger
-
-if TYPE_CHECKING:
-    from chaos.heal import HealReport
-
-Undo = Callable[[dict[str, Any]], None]
-# Finds leftovers only its owner knows how to see (docker's labelled containers), for a heal
-# of one run (the id), of dead owners' runs, or of everything (the flag).
-Sweep = Callable[[Optional[str], bool, "HealReport", Optional[Path]], object]
-
-
-@dataclass(frozen=True)
-class UndoTable:
-    """How to take back what runs made: per ledger op the undo of an entry, and per name a
-    sweep for what no ledger names."""
-
-    ops: Mapping[str, Undo]
-    sweeps: Mapping[str, Sweep] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ops", MappingProxyType(dict(self.ops)))
-        object.__setattr__(self, "sweeps", MappingProxyType(dict(self.sweeps)))
-
-    @staticmethod
-    def combine(tables: Mapping[str, UndoTable]) -> UndoTable:
-        """One table from tables named by their owners; an op or sweep two owners define is
-        refused (one of them would silently lose)."""
-        ops: dict[str, tuple[str, Undo]] = {}
-        sweeps: dict[str, tuple[str, Sweep]] = {}
-        for owner, table in tables.items():
-            for what, merged, own in (("undo op", ops, table.ops), ("sweep", sweeps, table.sweeps)):
-                for key, fn in own.items():
-                    if key in merged:
-                        raise ValueError(f"{what} {key!r} is defined by both {merged[key][0]} and {owner}")
-                    merged[key] = (owner, fn)
-        return UndoTable({k: fn for k, (_, fn) in ops.items()}, {k: fn for k, (_, fn) in sweeps.items()})
-
-    def revert(self, entry: Entry, ledger: Ledger) -> None:
-        """Undo one entry of `ledger` and mark it undone."""
-        undo = self.ops.get(entry.op)
-        if undo is None:
-            raise InjectionError(
-                f"{ledger.path}: no undo for {entry.op!r} in this table (a backend's op, and its "
-                "table was not given); run `chaos heal`, which takes every backend's undos")
-        undo(entry.args)
-        ledger.mark(entry, "undone")
 
 
 class Mechanism(abc.ABC):

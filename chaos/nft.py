@@ -20,7 +20,8 @@ from chaos.api import Host
 from chaos.errors import UnsupportedFault, UsageError
 from chaos.faults import Blackhole, FaultBase, Loss, Partition
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import ClusterMechanism, Mechanism, UndoTable
+from chaos.mechanism import ClusterMechanism, Mechanism
+from chaos.undotable import UndoTable
 
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN = 0x10

@@ -19,7 +19,8 @@ from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import FaultBase, Slow
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 
 @contextlib.contextmanager

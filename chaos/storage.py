@@ -35,7 +35,8 @@ from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import DiskFull, FaultBase
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 MS_REMOUNT, MS_BIND, MS_SHARED = 0x20, 0x1000, 1 << 20
 MNT_DETACH = 2

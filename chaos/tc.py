@@ -20,7 +20,8 @@ from chaos.api import Host
 from chaos.bpf import DropChain
 from chaos.faults import Bandwidth, Blackhole, FaultBase, LinkDown, LinkFault, Loss
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 RTM_NEWQDISC = 36
 TCA_KIND, TCA_OPTIONS = 1, 2

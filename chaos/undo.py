@@ -1,7 +1,7 @@
 """The fault library's undo table and the helpers every run's ledger goes through.
 
 Every side effect is written to a ledger (chaos.ledger) before it is made; the entry's `op`
-names an undo here, in `UNDOS` (see `chaos.mechanism.UndoTable`), and its `args` carry all
+names an undo here, in `UNDOS` (see `chaos.undotable.UndoTable`), and its `args` carry all
 that undo needs, so a revert from the live harness, the dead-man switch and a `chaos heal`
 after a SIGKILL run the same code. Undos tolerate only "already gone". This module sits
 below the injector (chaos.inject), heal, the probe and the dead-man switch, which all
@@ -15,7 +15,7 @@ from typing import Any
 
 from chaos import cgroup, cmdfile, fusefs, netlink, nft, nvml, proc, storage, tc, userns
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import UndoTable
+from chaos.undotable import UndoTable
 
 STOP_GRACE_S = 2.0
 

@@ -196,7 +196,7 @@ def cmd_heal(args: argparse.Namespace) -> int:
     # no root needed: a user's heal takes back that user's runs (their ledgers are in the
     # user's state folder, chaos.ledger.state_dir)
     from chaos.heal import heal_command
-    from harness.cluster.backends import undo_table
+    from harness.cluster.undos import undo_table
     return heal_command(args, undo_table())  # every backend's undos and sweeps
 
 

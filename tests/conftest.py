@@ -215,7 +215,7 @@ def stop_child(child: subprocess.Popen, grace_s: float = 30.0, run_id: str | Non
     end_process(child, signal.SIGINT, grace_s)
     if run_id is not None:
         from chaos.heal import heal
-        from harness.cluster.backends import undo_table
+        from harness.cluster.undos import undo_table
         heal(undo_table(), run_id)
 
 

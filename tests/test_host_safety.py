@@ -20,7 +20,7 @@ from chaos.heal import heal
 from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 from harness.cluster import host
-from harness.cluster.backends import undo_table
+from harness.cluster.undos import undo_table
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.run.orchestrator import Trial, start_run
 from harness.run.plan import build_plan

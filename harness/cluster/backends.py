@@ -1,7 +1,7 @@
 """The registry of backends: the one place their names are written (the scenario's
 `cluster.backend`, `--backend`, the nightly plan), each name with the class that builds
 its clusters; what each can do is declared by the class (`Traits`). A new backend is one
-module and one line here. Also the undo table that takes back what any of them made."""
+module and one line here (and its undos in harness.cluster.undos)."""
 from __future__ import annotations
 
 import importlib
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from chaos.errors import UsageError
 
 if TYPE_CHECKING:  # this module stays light: the command line takes its names at start
-    from chaos.mechanism import UndoTable
-    from harness.cluster.api import Backend, Traits
+    from harness.cluster.api import Backend
+    from harness.cluster.spec import Traits
 
 # name -> "module:class"; the first is the default
 BACKENDS = {
@@ -63,23 +63,3 @@ def require_privileges(what: str, backend: str | None = None) -> None:
                      f"`sudo $(which chaos) {what.split()[-1]} ...`, or with --backend "
                      f"{' or '.join(backends_with('needs_root', False))} (ranks as your own processes on "
                      "loopback: kill, pause and gpu_hang, no link faults)")
-
-
-def _backend_undos() -> dict[str, UndoTable]:
-    """The undo tables of the backends this install can run, by backend name."""
-    from harness.cluster.slurm.undo import UNDOS as SLURM_UNDOS
-    try:
-        import docker  # noqa: F401  (the SDK: without it no docker run can have made anything)
-    except ImportError:
-        return {"slurm": SLURM_UNDOS}
-    from harness.cluster.docker.heal import UNDOS as DOCKER_UNDOS
-    return {"docker": DOCKER_UNDOS, "slurm": SLURM_UNDOS}
-
-
-def undo_table() -> UndoTable:
-    """The fault library's undos and sweeps with every available backend's, for a heal, a
-    revert and a teardown that must take back whatever a run made; an op or sweep defined
-    twice is refused."""
-    from chaos.undo import UNDOS
-    from chaos.mechanism import UndoTable
-    return UndoTable.combine({"chaos": UNDOS, **_backend_undos()})

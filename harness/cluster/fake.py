@@ -26,7 +26,8 @@ from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.faults import FaultBase
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
-from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
+from harness.cluster.api import Backend, Cluster
+from harness.cluster.spec import STORE_PORT, ClusterSpec, RankExit, Traits
 from harness.cluster.launcher import LauncherPool
 from harness.job.config import RankConfig
 from runfolder import events as kinds

@@ -9,7 +9,8 @@ from chaos import topology
 from chaos.errors import HarnessError
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
-from harness.cluster.api import Cluster, ClusterSpec, RankExit
+from harness.cluster.api import Cluster
+from harness.cluster.spec import ClusterSpec, RankExit
 from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of
 
 

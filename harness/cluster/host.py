@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Mapping
 
 from chaos import netlink, proc
-from chaos.heal import HealReport, heal
+from chaos.heal import heal
+from chaos.undotable import HealReport
 from chaos.ledger import Ledger, ledger_run_ids
 from chaos.topology import NAMESPACE_PREFIX
-from harness.cluster.backends import undo_table
+from harness.cluster.undos import undo_table
 
 PROCESS_MODULES = ("harness.cluster.zygote", "harness.cli", "harness.cluster.container", "harness.cluster.slurm.agent",
                    *proc.HELPER_MODULES)

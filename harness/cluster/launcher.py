@@ -17,7 +17,7 @@ from chaos.errors import DeadlineExceeded, HarnessError
 from chaos.mechanism import record_process
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from chaos.ledger import Ledger
-from harness.cluster.api import RankExit
+from harness.cluster.spec import RankExit
 
 LAUNCHER_READY_TIMEOUT_S = 60.0
 RELEASE_TIMEOUT_S = 5.0

@@ -19,7 +19,8 @@ from chaos.api import Host
 from chaos.errors import HarnessError
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
-from harness.cluster.api import Backend, ClusterSpec, Traits
+from harness.cluster.api import Backend
+from harness.cluster.spec import ClusterSpec, Traits
 from harness.cluster.control_plane import start_control
 from harness.cluster.forked import ForkedCluster
 from harness.cluster.launcher import LauncherPool

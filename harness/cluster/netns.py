@@ -12,7 +12,8 @@ import os
 
 from chaos import topology
 from chaos.ledger import Ledger
-from harness.cluster.api import STORE_PORT, Backend, ClusterSpec, Traits
+from harness.cluster.api import Backend
+from harness.cluster.spec import STORE_PORT, ClusterSpec, Traits
 from harness.cluster.control_plane import start_control
 from harness.cluster.forked import ForkedCluster
 from harness.cluster.launcher import LauncherPool

@@ -32,7 +32,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from chaos import topology
 from chaos.faults import Seconds
 from chaos.reach import why_unreadable
-from harness.cluster.api import JOB_MASTER_PORT
+from harness.cluster.spec import JOB_MASTER_PORT
 from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV

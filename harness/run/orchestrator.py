@@ -41,8 +41,9 @@ from chaos.undo import record_owner, undo_outstanding
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
 from harness import signals
-from harness.cluster.api import Backend, Cluster, ClusterSpec
-from harness.cluster.backends import undo_table
+from harness.cluster.api import Backend, Cluster
+from harness.cluster.spec import ClusterSpec
+from harness.cluster.undos import undo_table
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
 from harness.job.config import RankConfig, WorkloadSpec

@@ -14,7 +14,8 @@ import pytest
 
 from chaos import netlink, proc, topology
 from chaos.api import Host
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.storage import mounted
 from chaos.undo import UNDOS
 from chaos.ledger import Ledger

@@ -15,7 +15,8 @@ from chaos import cgroup
 from chaos.api import Host
 from chaos.calibrate_slow import share_over
 from chaos.faults import Slow
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.inject import DutyCycle, NetlinkInjector, slow_mechanism
 from chaos.ledger import Ledger
 from chaos.undo import UNDOS

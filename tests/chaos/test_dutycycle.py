@@ -15,7 +15,8 @@ from chaos import proc
 from chaos.api import Host
 from chaos.calibrate_slow import share_over
 from chaos.faults import Slow
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.inject import DutyCycle, NetlinkInjector
 from chaos.ledger import Ledger
 from chaos.undo import UNDOS

@@ -18,7 +18,8 @@ import pytest
 from chaos import proc
 from chaos.faults import IoDelay, IoError, IoStall, LoseUnsynced
 from chaos.fusefs import FusePassthrough, control, control_name
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.inject import NetlinkInjector
 from chaos.storage import mounted
 from chaos.undo import UNDOS

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from chaos.heal import heal
 from chaos.ledger import Ledger
-from chaos.mechanism import UndoTable
+from chaos.undotable import UndoTable
 from chaos.undo import record_owner
 
 

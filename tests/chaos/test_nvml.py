@@ -13,7 +13,8 @@ from chaos import nvml
 from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import Slow
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.inject import NetlinkInjector, slow_mechanism
 from chaos.ledger import Ledger
 from chaos.undo import UNDOS

@@ -12,7 +12,8 @@ import pytest
 from chaos import proc, topology
 from chaos.api import Host
 from chaos.faults import parse_fault
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.mechanism import record_process
 from chaos.errors import TargetGone
 from chaos.inject import NetlinkInjector, SignalKill, SignalStop

@@ -12,7 +12,8 @@ import pytest
 
 from chaos.errors import FaultConflict
 from chaos.faults import DiskFull, ReadOnly, parse_fault
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.inject import NetlinkInjector
 from chaos.storage import FILLER, ReadOnlyBind, SizedTmpfs, mounted, share_below
 from chaos.undo import UNDOS

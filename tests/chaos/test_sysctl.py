@@ -10,7 +10,8 @@ import pytest
 
 from chaos import sysctl, topology
 from chaos.errors import UsageError
-from chaos.heal import HealReport, heal_run
+from chaos.heal import heal_run
+from chaos.undotable import HealReport
 from chaos.undo import UNDOS
 from chaos.ledger import Ledger
 

@@ -10,11 +10,13 @@ import pytest
 from chaos.api import Host
 from chaos.errors import InjectionError, UnsupportedFault
 from chaos.faults import FaultBase, LinkDown
-from chaos.heal import HealReport, heal
+from chaos.heal import heal
+from chaos.undotable import HealReport
 from chaos.inject import NetlinkInjector
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 
 CHAOS = Path(__file__).resolve().parents[2] / "chaos"
 HOST = Host(name="r000", address="10.77.0.10", switch_ns="chaos-x-sw", port="p0", ns_path="/run/netns/chaos-x-r000")

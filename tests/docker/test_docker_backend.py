@@ -23,8 +23,8 @@ from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
 from chaos.ledger import Ledger
 from chaos.storage import mounts_below
-from harness.cluster.api import ClusterSpec
-from harness.cluster.backends import undo_table
+from harness.cluster.spec import ClusterSpec
+from harness.cluster.undos import undo_table
 from harness.cluster.docker.cluster import DockerBackend, DockerCluster
 from harness.cluster.docker.engine import LABEL_RUN, engine
 from harness.cluster.docker.heal import heal_containers
@@ -179,7 +179,7 @@ _HARNESS = textwrap.dedent("""
     signals.install()  # as the `chaos` command does: SIGINT works whatever the parent ignored
     from chaos.undo import record_owner
     from chaos.ledger import Ledger
-    from harness.cluster.api import ClusterSpec
+    from harness.cluster.spec import ClusterSpec
     from harness.cluster.docker.cluster import DockerBackend
     from harness.cluster.launcher import LauncherPool
     sys.path[:0] = [{tests!r}, {project!r}]

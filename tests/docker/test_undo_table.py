@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chaos.undo import UNDOS
-from harness.cluster.backends import undo_table
+from harness.cluster.undos import undo_table
 from tests.chaos.test_undos import recorded_ops
 
 pytest.importorskip("docker", reason="the Docker SDK for Python is not installed: no docker undos")

@@ -15,7 +15,7 @@ import pytest
 from chaos import proc
 from chaos.undo import record_owner
 from chaos.ledger import Ledger
-from harness.cluster.api import ClusterSpec
+from harness.cluster.spec import ClusterSpec
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
 from harness.job.config import RankConfig, WorkloadSpec

@@ -28,8 +28,9 @@ from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
 from chaos.inject import DutyCycle, slow_mechanism
 from chaos.storage import share_below
-from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
-from harness.cluster.backends import undo_table
+from harness.cluster.api import Backend, Cluster
+from harness.cluster.spec import STORE_PORT, ClusterSpec, RankExit, Traits
+from harness.cluster.undos import undo_table
 from harness.cluster.docker.engine import (
     LABEL_OWNER,
     LABEL_RANK,

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import HarnessError
-from chaos.heal import HealReport, owner_alive
+from chaos.heal import owner_alive
 from chaos.ledger import Ledger
-from chaos.mechanism import UndoTable
+from chaos.undotable import HealReport, UndoTable
 from chaos import proc
 from harness.cluster.docker.engine import LABEL_OWNER, LABEL_RUN, conflict, engine, not_found, translated
 

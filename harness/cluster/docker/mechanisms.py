@@ -7,7 +7,7 @@ is made, as op ``docker_unpause`` (undone by `harness.cluster.docker.heal`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from chaos.api import Host
 from chaos.faults import FaultBase, Kill
@@ -16,14 +16,22 @@ from chaos.mechanism import Mechanism
 from chaos.topology import host_index
 from harness.cluster.docker.engine import translated
 
-if TYPE_CHECKING:
-    from harness.cluster.docker.cluster import DockerCluster
+
+class Containers(Protocol):
+    """What these mechanisms need of the cluster (harness.cluster.docker.cluster.DockerCluster):
+    its containers by rank, and the engine they run on."""
+
+    engine_url: str
+    client: Any  # the docker SDK's client
+
+    def kill(self, rank: int, signum: int) -> None: ...
+    def container_name(self, rank: int) -> str: ...
 
 
 class EngineKill(Mechanism):
     name = "docker kill (signal through the engine)"
 
-    def __init__(self, cluster: DockerCluster) -> None:
+    def __init__(self, cluster: Containers) -> None:
         self.cluster = cluster
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
@@ -35,7 +43,7 @@ class EngineKill(Mechanism):
 class EnginePause(Mechanism):
     name = "docker pause / unpause (cgroup freezer)"
 
-    def __init__(self, cluster: DockerCluster) -> None:
+    def __init__(self, cluster: Containers) -> None:
         self.cluster = cluster
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:

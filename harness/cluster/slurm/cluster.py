@@ -38,9 +38,11 @@ from chaos.errors import DeadlineExceeded, HarnessError, UnsupportedFault
 from chaos.faults import FaultBase, NodeDown, Preempt, Requeue
 from chaos.inject import LedgerInjection, NetlinkInjector
 from chaos.ledger import Entry, Ledger
-from chaos.mechanism import Mechanism, UndoTable
+from chaos.mechanism import Mechanism
+from chaos.undotable import UndoTable
 from chaos.undo import UNDOS as CHAOS_UNDOS, undo_outstanding
-from harness.cluster.api import STORE_PORT, Backend, Cluster, ClusterSpec, RankExit, Traits
+from harness.cluster.api import Backend, Cluster
+from harness.cluster.spec import STORE_PORT, ClusterSpec, RankExit, Traits
 from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of, wait_for_text
 from harness.cluster.slurm import commands
 from harness.cluster.slurm.undo import UNDOS

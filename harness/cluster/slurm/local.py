@@ -39,11 +39,12 @@ from pathlib import Path
 
 from chaos import netlink, proc, topology
 from chaos.errors import DeadlineExceeded, HarnessError, UsageError
-from chaos.heal import HealReport, heal_run, owner_alive
+from chaos.heal import heal_run, owner_alive
+from chaos.undotable import HealReport
 from chaos.ledger import Ledger, ledger_run_ids, make_state_dir, state_dir
 from chaos.mechanism import record_process
 from chaos.undo import record_owner
-from harness.cluster.backends import undo_table
+from harness.cluster.undos import undo_table
 from harness.cluster.slurm import commands
 
 ID_PREFIX = "slurm"

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from chaos.ledger import Ledger
-from chaos.mechanism import UndoTable
+from chaos.undotable import UndoTable
 from chaos.undo import UNDOS as CHAOS_UNDOS
 from harness.cluster.slurm import commands
 
