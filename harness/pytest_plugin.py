@@ -7,8 +7,9 @@
 A thin layer over `harness.run.check.check_policy`: options (the `chaos` group), the fixture
 `chaos_check` (run one policy of a scenario file; usable from Python tests too; the
 session's checks share one rank launcher, `chaos_launchers`), markers
-(chaos_scenario and slow always; requires_root for a backend that needs it, requires_docker for docker,
-requires_netem for kinds only netem injects), skips with the reason
+(chaos_scenario always; the trial's tier unless it is the default, so `nightly` for a trial its
+scenario's `tier:` leaves to the nights (harness.run.tiers); requires_root for a backend that
+needs it, requires_docker for docker, requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
 the tail of each rank's log on a failing test, and a runtime table at the end.
 Registered as a `pytest11` entry point, so `pytest path/to/scenarios/` works in any
@@ -29,6 +30,7 @@ import pytest
 
 from chaos.errors import ChaosError
 from harness.cluster.backends import BACKEND_NAMES, backend_class, traits_of
+from harness.run.tiers import DEFAULT_TIER, TIERS
 
 if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
@@ -56,6 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RESULTS] = []
     config.addinivalue_line("markers", "chaos_scenario: a scenario YAML file run under one policy")
+    for tier, meaning in TIERS.items():  # Python tests take them too: @pytest.mark.nightly
+        if tier != DEFAULT_TIER:
+            config.addinivalue_line("markers", f"{tier}: {meaning}")
 
 
 def scenario_overrides(config: pytest.Config) -> dict[str, Any]:
@@ -120,9 +125,11 @@ class ScenarioTest(pytest.Function):
         super().__init__(**kwargs)
         self.scenario = scenario
         self.add_marker("chaos_scenario")
+        tier = scenario.tier_of(self.name)
+        if tier != DEFAULT_TIER:
+            self.add_marker(tier)
         if traits_of(scenario.cluster.backend).needs_root:
             self.add_marker("requires_root")
-        self.add_marker("slow")
         if scenario.cluster.backend == "docker":
             self.add_marker("requires_docker")
         if any(isinstance(event.fault, (Duplicate, Corrupt, Reorder)) for event in scenario.faults):

@@ -63,6 +63,18 @@ def check_expectations(metrics: Mapping[str, Any], expect: Expectation | None) -
                             f"{'not measured (no preemption or requeue)' if math.isnan(lost) else f'{lost:g} steps lost'}")
     if expect.suspects_at_most is not None and (suspects := int(metrics.get("suspect_events", 0))) > expect.suspects_at_most:
         failures.append(f"suspects_at_most {expect.suspects_at_most}: {suspects} suspect events")
+    ranks = _number(metrics.get("ranks"))
+    if expect.ranks_lost_at_most is not None:
+        world = _number(metrics.get("final_world"))
+        if math.isnan(world) or ranks - world > expect.ranks_lost_at_most:
+            failures.append(f"ranks_lost_at_most {expect.ranks_lost_at_most}: "
+                            + ("no group formed after the fault" if math.isnan(world)
+                               else f"a final world of {world:g} of {ranks:g} ranks"))
+    if expect.undetected_at_most is not None:
+        detected = _number(metrics.get("detect_ranks"))
+        if math.isnan(detected) or ranks - detected > expect.undetected_at_most:
+            failures.append(f"undetected_at_most {expect.undetected_at_most}: "
+                            f"{0 if math.isnan(detected) else detected:g} of {ranks:g} ranks detected the fault")
     return failures
 
 

@@ -80,6 +80,9 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       events `group_destroyed` (destroy_process_group() returned: a crash after it is in
       teardown). A version 1-19 user's job's step reads as one whose compute time was not
       recorded, and a crash of its process as one in training
+  21  a plan's `expect` gains `ranks_lost_at_most` and `undetected_at_most` (counts of ranks
+      missing from the final world and of ranks that never detected the fault); a version
+      1-20 plan reads with neither expected
 """
 from __future__ import annotations
 
@@ -93,7 +96,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 20
+FORMAT_VERSION = 21
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -39,6 +39,10 @@ class Expectation:
     stuck_in: str | None = None
     # steps a resume does again after a scheduler's preemption or requeue; absent before it: None
     steps_lost_at_most: int | None = None
+    # the cluster's ranks missing from the last group formed after the fault, and the ranks
+    # that never detected it: counts that hold at any cluster size; absent before them: None
+    ranks_lost_at_most: int | None = None
+    undetected_at_most: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [o for o in self.outcome if o not in OUTCOMES]

@@ -30,3 +30,22 @@ def test_a_broken_scenario_is_one_collection_error_naming_file_and_line(tmp_path
                                 str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert collected.returncode != 0
     assert "bad.yaml:2: faults.0.start: '2 parsecs': unknown unit" in collected.stdout, collected.stdout
+
+
+def test_a_trial_the_scenario_leaves_to_the_nights_is_marked_nightly_and_ci_deselects_it(tmp_path):
+    text = (REPO / "scenarios" / "kill_rank.yaml").read_text()
+    (tmp_path / "kill.yaml").write_text(text + "tier: {timeout: nightly}\n")
+
+    def pytest(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def collect(*args: str) -> list[str]:
+        return sorted(line for line in pytest("--collect-only", *args, str(tmp_path)).splitlines() if "::" in line)
+
+    assert collect("-m", "nightly") == ["kill.yaml::timeout"]
+    assert collect("-m", "not nightly") == ["kill.yaml::baseline", "kill.yaml::isolation"]
+    assert len(collect()) == 3  # without -m, every tier: the contributor's ./dev.sh test
+    assert "@pytest.mark.nightly: run only by the nights" in pytest("--markers")  # Python tests take it too

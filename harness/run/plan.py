@@ -124,7 +124,8 @@ def _expectation(written: WrittenExpectation | None) -> Expectation | None:
     return Expectation(outcome=written.outcome or (), detect_within=written.detect_within,
                        recover_within=written.recover_within, breaker_within=written.breaker_within,
                        suspects_at_most=written.suspects_at_most, state=written.state,
-                       stuck_in=written.stuck_in, steps_lost_at_most=written.steps_lost_at_most)
+                       stuck_in=written.stuck_in, steps_lost_at_most=written.steps_lost_at_most,
+                       ranks_lost_at_most=written.ranks_lost_at_most, undetected_at_most=written.undetected_at_most)
 
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
@@ -142,6 +143,10 @@ def _expectation_text(expect: Expectation | None) -> str:
         wanted.append(f"state {expect.state}")
     if expect.stuck_in is not None:
         wanted.append(f"stuck in {expect.stuck_in!r}")
+    if expect.ranks_lost_at_most is not None:
+        wanted.append(f"at most {expect.ranks_lost_at_most} ranks lost from the world")
+    if expect.undetected_at_most is not None:
+        wanted.append(f"at most {expect.undetected_at_most} ranks not detecting the fault")
     return ", ".join(wanted)
 
 

@@ -23,6 +23,7 @@
     expect:                             # what each policy is expected to do
       timeout: {outcome: failed-fast, detect_within: 7s}
       elastic: {suspects_at_most: 0}    # the failure detector's suspect events (0: no false alarm)
+    tier: {timeout: nightly}            # where a trial runs (harness.run.tiers; default ci); all: tier: nightly
 
 Instead of the harness's runner and its policies, a scenario may run the user's own job
 (harness.cluster.userjob; docs/own-job.md), one trial per variant:
@@ -61,12 +62,14 @@ from harness.cluster.userjob import TRIAL_DIR_FIELD, JobSpec, JobVariant
 from harness.job.config import WorkloadSpec
 from harness.job.policies import POLICY_NAMES, PolicySpec, policy_spec
 from harness.run.anchor import ANCHOR_EVENTS, ANCHOR_NAMES, CHECKPOINT_ANCHORS
+from harness.run.tiers import DEFAULT_TIER, TIERS
 from harness.run.yaml_errors import TARGET_FORM, describe_errors, duplicate_keys, line_of
 from runfolder.plan import OUTCOMES, STATE_VERDICTS
 
 TIMING_FIELDS = ("target", "start", "duration", "pulses")
 FAULT_CLASSES = dict(zip(kind_names(), FAULT_KINDS, strict=True))
 JOB_TRIAL = "job"  # the one trial of a user's job without variants
+TIER_FORM = "give one tier for every trial (tier: nightly) or one per trial (tier: {retry: nightly})"
 
 
 def _finite(seconds: float) -> float:
@@ -306,6 +309,21 @@ def one_or_more(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
 
 
+def _tier_form(value: Any) -> Any:
+    """A tier that is not a name of TIERS, refused with the two forms of `tier:` (checked
+    before the union's own errors, which would name its members instead)."""
+    for trial, tier in value.items() if isinstance(value, dict) else [(None, value)]:
+        if trial is not None and not isinstance(trial, str):
+            raise ValueError(f"{trial!r} is not a policy's or variant's name; {TIER_FORM}")
+        if not (isinstance(tier, str) and tier in TIERS):
+            raise ValueError(f"{'' if trial is None else f'{trial}: '}{tier!r} is not a tier ("
+                             f"{', '.join(TIERS)}); {TIER_FORM}")
+    return value
+
+
+Tier = Literal[tuple(TIERS)]  # type: ignore[valid-type]
+
+
 class Expectation(Frozen):
     """What a policy is expected to do: an outcome (or a list of acceptable ones) and bounds
     on the measured times, in seconds after the fault started."""
@@ -328,6 +346,13 @@ class Expectation(Frozen):
     stuck_in: Annotated[str, Field(min_length=1)] | None = Field(
         default=None, description="words that the trial's 'stuck in' line must contain: where every live "
                                   "process was at the hang cap (e.g. 'torchrun agents in rendezvous')")
+    ranks_lost_at_most: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="at most this many of the cluster's ranks missing from the last group formed "
+                                  "after the fault (1: the survivors of a killed rank go on together); a count, "
+                                  "so it holds at any --ranks")
+    undetected_at_most: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="at most this many ranks never detected the fault (0: every rank did; 1 where "
+                                  "the fault kills a rank, which cannot); a count, so it holds at any --ranks")
 
 
 class Scenario(Frozen):
@@ -348,6 +373,10 @@ class Scenario(Frozen):
     stacks_at_detect: bool = False
     policies: dict[str, dict[str, Any]] = Field(default_factory=lambda: {p: {} for p in POLICY_NAMES})
     expect: dict[str, Expectation] = {}
+    tier: Annotated[Tier | dict[str, Tier], BeforeValidator(_tier_form)] = Field(  # type: ignore[valid-type]
+        default=DEFAULT_TIER, description=f"where the trials run: one tier for all, or trial -> tier (a trial "
+                                          f"not named: {DEFAULT_TIER}); " + "; ".join(f"{name}: {meaning}"
+                                                                                  for name, meaning in TIERS.items()))
     job: JobSpec | None = None              # the user's own job instead of the harness's runner
     variants: dict[str, JobVariant] = {}    # the job's sides to compare (trials), like policies
 
@@ -413,10 +442,11 @@ class Scenario(Frozen):
                                  f"most {world}, e.g. {max(world - 1, 1)} to go on without one host")
         for i, event in enumerate(self.faults):
             self._check_anchor(i, event)
-        for name in self.expect:
-            if name not in self.trial_names():
-                raise ValueError(f"expect.{name}: no such {'variant' if self.job else 'policy'} "
-                                 f"({', '.join(self.trial_names())})")
+        for field, named in (("expect", self.expect), ("tier", self.tier if isinstance(self.tier, dict) else {})):
+            for name in named:
+                if name not in self.trial_names():
+                    raise ValueError(f"{field}.{name}: no such {'variant' if self.job else 'policy'} "
+                                     f"({', '.join(self.trial_names())}); name one of those")
         return self
 
     def _check_backend(self) -> None:
@@ -525,6 +555,10 @@ class Scenario(Frozen):
 
     def policy(self, name: str) -> PolicySpec:
         return policy_spec(name, self.policies.get(name, {}))
+
+    def tier_of(self, trial: str) -> str:
+        """Where `trial` runs: a name of TIERS."""
+        return self.tier.get(trial, DEFAULT_TIER) if isinstance(self.tier, dict) else self.tier
 
 
 def trial_dir_paths(job: JobSpec) -> list[str]:

@@ -68,6 +68,9 @@ def json_schema() -> dict[str, Any]:
                                                                            {"type": "null"}]}}
     schema["properties"]["expect"] = {**names, "type": "object",
                                       "additionalProperties": {"$ref": "#/$defs/Expectation"}}
+    for form in schema["properties"]["tier"]["anyOf"]:  # one tier for all, or trial -> tier
+        if form["type"] == "object":
+            form.update(names)
     schema["required"] = []  # name defaults to the file name
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "chaos-harness scenario"

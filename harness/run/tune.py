@@ -203,8 +203,9 @@ class Stages:
         self.folder = folder
         overrides: dict[str, Any] = {k: v for k, v in (("cluster.ranks", options.ranks),
                                                        ("cluster.backend", options.backend)) if v}
-        # its faults and expectations are not the tune's (and may not fit --ranks)
-        self.base = load_scenario(options.scenario_file, {**overrides, "faults": [], "expect": {}, "variants": {}})
+        # its faults, expectations and tiers are not the tune's (and may not fit --ranks or name its sides)
+        self.base = load_scenario(options.scenario_file, {**overrides, "faults": [], "expect": {}, "tier": {},
+                                                          "variants": {}})
         self.job = self.base.job
         if self.job is not None and self.job.tune is None:
             raise UsageError(f"{options.scenario_file}: job: has no `tune:`, so chaos tune cannot set the job's "

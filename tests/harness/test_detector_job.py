@@ -18,7 +18,7 @@ import pytest
 from runfolder.heartbeats import read_heartbeat_gaps
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
+pytestmark = pytest.mark.requires_root
 SCENARIOS = REPO / "scenarios"
 SILENT_TTD_S = 2.0      # target 1.0 s
 KILLED_TTD_S = 1.0      # target 0.3 s

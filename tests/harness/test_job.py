@@ -29,7 +29,6 @@ def ledgers() -> set[str]:
     return {p.name for p in state_dir().glob("*.jsonl")} if state_dir().is_dir() else set()
 
 
-@pytest.mark.slow
 def test_link_down_through_the_installed_command(tmp_path, leaves_nothing):
     """Two of the four policies through `chaos` itself, whose exit code judges their expect
     block (CI leaves these two out of scenarios/link_down.yaml under the pytest plugin)."""

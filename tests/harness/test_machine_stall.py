@@ -17,7 +17,7 @@ from harness.job.control import STALL_LOGGED
 from runfolder.events import STOPPING
 from tests.conftest import CHAOS, REPO
 
-pytestmark = [pytest.mark.requires_root, pytest.mark.slow]
+pytestmark = pytest.mark.requires_root
 STOP_S = 0.6
 STOPS = 2
 WARM_TIMEOUT_S = 120.0

@@ -28,6 +28,7 @@ TRIALS = [(path, policy) for path in SCENARIOS for policy in load_scenario(path)
 APIS = sorted(OPERATORS)
 POLICY_REFUSAL = re.compile(r"policies\.[\w-]+: trial '[\w-]+' cannot reach a rank on Kubernetes: .*cannot carry: ")
 FAULT_REFUSAL = re.compile(r":\d+: faults\.\d+: (\w+) has no exact equivalent in Chaos Mesh: ")
+ANCHOR_REFUSAL = re.compile(r":\d+: faults\.\d+\.start: a fault anchored on an event \(\w+\) is applied by the harness ")
 
 
 def documents(text: str) -> list[dict]:
@@ -42,7 +43,7 @@ def carried(path: Path, tmp_path: Path) -> Path:
     """The scenario under one policy the rank environment carries (a timeout), and the default
     model (a larger one is not carried: slow_compute_bound.yaml's), for its faults."""
     data = yaml.safe_load(path.read_text())
-    data.update(policies={"timeout": {"timeout": "5s"}}, expect={},
+    data.update(policies={"timeout": {"timeout": "5s"}}, expect={}, tier={},
                 workload={k: v for k, v in data.get("workload", {}).items() if k not in ("batch", "features", "hidden")})
     copy = tmp_path / path.name
     copy.write_text(yaml.safe_dump(data))
@@ -61,7 +62,8 @@ def test_every_shipped_trial_exports_valid_manifests_or_is_refused_with_its_reas
         if load_scenario(path).job is not None:
             assert ": job: a scenario that runs your own training job cannot be exported yet" in message
             return
-        assert POLICY_REFUSAL.search(message) or (fault and fault.group(1) in ("pause", "slow", "step_delay")), message
+        assert (POLICY_REFUSAL.search(message) or ANCHOR_REFUSAL.search(message)
+                or (fault and fault.group(1) in ("pause", "slow", "step_delay"))), message
         return
     assert admission_problems(exported(export)) == []
     assert (FAULTS_FILE in export.files) == bool(load_scenario(path).faults)
@@ -73,6 +75,10 @@ def test_every_shipped_timeline_of_mappable_kinds_exports_and_validates(path, ap
     kinds = {event.fault.kind for event in load_scenario(path).faults}
     if any(event.fault.acts_on == "storage" for event in load_scenario(path).faults):  # not exported (harness/k8s/faults.py says why)
         with pytest.raises(UsageError, match=r"cannot reach a rank on Kubernetes|no exact equivalent in Chaos Mesh"):
+            export_trial(carried(path, tmp_path), "timeout", api=api)
+        return
+    if any(not isinstance(event.start, (int, float)) for event in load_scenario(path).faults):
+        with pytest.raises(UsageError, match=ANCHOR_REFUSAL.pattern):  # a Workflow runs at set times
             export_trial(carried(path, tmp_path), "timeout", api=api)
         return
     if "pause" in kinds:
@@ -159,7 +165,7 @@ def test_a_checkpoint_restoring_policy_may_keep_its_checkpoints_on_a_shared_volu
     """Node-local disks are enough (rank 0's checkpoint is sent to the ranks that lack it,
     harness/job/restore.py); a claim keeps the checkpoints beyond the pods."""
     data = yaml.safe_load((REPO / "scenarios" / "link_down.yaml").read_text())
-    data.update(policies={"retry": {"timeout": "5s"}}, expect={})
+    data.update(policies={"retry": {"timeout": "5s"}}, expect={}, tier={})
     path = tmp_path / "retry.yaml"
     path.write_text(yaml.safe_dump(data))
     assert admission_problems(exported(export_trial(path, "retry"))) == []
@@ -285,7 +291,7 @@ def test_export_main_writes_the_files_and_says_what_is_approximated(tmp_path, ca
 def test_the_hosts_network_settings_reach_every_rank_pod(api, tmp_path):
     data = yaml.safe_load((REPO / "scenarios" / "link_down.yaml").read_text())
     settings = {"net.ipv4.neigh.eth0.retrans_time_ms": "100", "net.ipv4.tcp_keepalive_time": "60"}
-    data.update(policies={"timeout": {"timeout": "5s"}}, expect={})
+    data.update(policies={"timeout": {"timeout": "5s"}}, expect={}, tier={})
     data["cluster"] = {**data.get("cluster", {}), "sysctls": settings}
     path = tmp_path / "settings.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from reports.expect import check_expectations
@@ -56,6 +57,19 @@ def test_suspects_at_most_counts_the_detectors_suspect_events():
     [false_alarm] = check_expectations(row(outcome="no-fault", suspect_events=3), control)
     assert false_alarm == "suspects_at_most 0: 3 suspect events"
     assert check_expectations(row(suspect_events=2), Expectation(suspects_at_most=2)) == []
+
+
+def test_ranks_lost_and_ranks_undetected_are_counts_that_hold_at_any_cluster_size():
+    kill = Expectation(outcome=("continued",), ranks_lost_at_most=1, undetected_at_most=1)
+    for ranks in (16, 64):
+        survivors = ranks - 1
+        assert check_expectations(row(outcome="continued", ranks=ranks, final_world=survivors,
+                                      detect_ranks=survivors), kill) == []
+    [lost, undetected] = check_expectations(row(outcome="continued", ranks=64, final_world=62, detect_ranks=60), kill)
+    assert lost == "ranks_lost_at_most 1: a final world of 62 of 64 ranks"
+    assert undetected == "undetected_at_most 1: 60 of 64 ranks detected the fault"
+    [no_group] = check_expectations(row(ranks=16, final_world=pd.NA, detect_ranks=0), Expectation(ranks_lost_at_most=1))
+    assert no_group == "ranks_lost_at_most 1: no group formed after the fault"
 
 
 def test_an_unknown_outcome_name_is_refused_when_the_expectation_is_made():

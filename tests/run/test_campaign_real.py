@@ -27,7 +27,6 @@ policies:
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_short_campaign_gives_ettr_per_policy_with_its_breakdown_and_the_picture(tmp_path: Path,
                                                                                     leaves_nothing) -> None:
     scenario = tmp_path / "campaign_ci.yaml"

@@ -38,7 +38,6 @@ def _broken_outcomes(run_dir: Path) -> list[str]:
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_explore_finds_shrinks_and_reproduces_a_restore_of_a_checkpoint_still_being_written(
         tmp_path: Path, leaves_nothing) -> None:
     done = subprocess.run(

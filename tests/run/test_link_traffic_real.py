@@ -53,7 +53,6 @@ def run(tmp_path: Path, text: str, policy: str) -> tuple[dict, list[dict]]:
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_link_in_the_ring_carries_the_job_s_bytes(tmp_path: Path, leaves_nothing) -> None:
     row, [applied] = run(tmp_path, IN_THE_RING, "timeout")
     floor = max(applied["steps_before"]) * applied["allreduce_bytes"]
@@ -64,7 +63,6 @@ def test_a_link_in_the_ring_carries_the_job_s_bytes(tmp_path: Path, leaves_nothi
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_link_the_job_left_is_bypassed(tmp_path: Path, leaves_nothing) -> None:
     row, [applied] = run(tmp_path, LEFT_OUT, "elastic")
     assert applied["steps_before"][1] == 0 and min(applied["steps_before"][r] for r in (0, 2, 3)) >= 4

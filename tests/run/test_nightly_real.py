@@ -47,7 +47,6 @@ def second_cell_past_its_fault(out: Path) -> bool:
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_quick_night_interrupted_and_resumed_writes_history_and_files_that_match_its_events(
         tmp_path: Path, leaves_nothing) -> None:
     # README.md's line as written (tests/test_readme_commands.py leaves it to this test), in a

@@ -18,7 +18,6 @@ from tests.conftest import REPO
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_real_trial_writes_the_contract(tmp_path: Path, leaves_nothing) -> None:
     path = REPO / "scenarios" / "kill_rank.yaml"
     scenario = load_scenario(path)

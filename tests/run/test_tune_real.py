@@ -38,7 +38,6 @@ def second_stage_under_way(out: Path) -> bool:
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_tune_interrupted_and_resumed_recommends_from_its_own_measurements(tmp_path: Path, leaves_nothing) -> None:
     out = tmp_path / "tunes"
     command = [CHAOS, *COMMAND, "--out", str(out)]
@@ -119,7 +118,6 @@ JOB_COMMAND = ["tune", str(REPO / "scenarios" / "byo_link_down.yaml"), "--ranks"
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_user_job_is_tuned_through_its_own_timeout_option(tmp_path: Path, leaves_nothing) -> None:
     """examples/train_ddp.py, its timeout set where job.tune says (--timeout {seconds}): its
     step interval probed, measured, and each candidate a variant of the job judged from its

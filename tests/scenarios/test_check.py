@@ -132,7 +132,6 @@ def test_a_broken_file_is_a_collection_error_naming_file_line_and_field(tmp_path
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_a_broken_expectation_fails_with_measured_value_command_timeline_and_logs(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(TINY)
     out, _ = pytest_in(tmp_path, "-rA").communicate(timeout=300)
@@ -149,7 +148,6 @@ def test_a_broken_expectation_fails_with_measured_value_command_timeline_and_log
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_chaos_run_names_the_broken_expectation_and_the_command_with_the_options_it_ran_with(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(TINY)
     done = chaos_cli("run", str(tmp_path / "tiny.yaml"), "--ranks", "4", "--out", str(tmp_path / "runs"),
@@ -161,7 +159,6 @@ def test_chaos_run_names_the_broken_expectation_and_the_command_with_the_options
 
 
 @pytest.mark.requires_root
-@pytest.mark.slow
 def test_ctrl_c_during_a_scenario_test_leaves_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "long.yaml").write_text(TINY.replace("duration: 1s", "duration: 60s"))
     proc = pytest_in(tmp_path)

@@ -80,6 +80,11 @@ def test_the_document_rows_and_the_issue_list_are_shipped() -> None:
     (("kind: loss", "kind: los"), ":3:", ["faults.0.kind", "'los'", "link_down"]),
     # an expectation for a policy the file does not run
     (("  timeout: {outcome", "  retry: {outcome"), ":10:", ["expect.retry", "no such policy"]),
+    # a tier for a policy the file does not run, a tier that is none
+    (("7s}\n", "7s}\ntier: {retry: nightly}\n"), ":11:", ["tier.retry", "no such policy (timeout)", "name one of"]),
+    (("7s}\n", "7s}\ntier: {timeout: nighty}\n"), ":11:",
+     ["tier.timeout", "'nighty' is not a tier (ci, nightly)", "tier: nightly", "tier: {retry: nightly}"]),
+    (("7s}\n", "7s}\ntier: weekly\n"), ":11:", ["tier: 'weekly' is not a tier (ci, nightly)", "tier: nightly"]),
     (("outcome: failed-fast", "outcome: fast"), ":10:", ["outcome", "'fast'", "'failed-fast'"]),
     (("detect_within: 7s", "detect_within: soon"), ":10:", ["detect_within", "'soon'", '"250ms"']),
 ])
@@ -90,6 +95,18 @@ def test_a_bad_file_gets_an_error_naming_file_line_field_value_and_form(
     assert message.startswith(f"{tmp_path / 's.yaml'}{where} "), message
     for word in words:
         assert word in message, (word, message)
+
+
+def test_a_trial_s_tier_is_set_per_trial_or_for_every_trial_and_is_ci_when_not_set(tmp_path: Path) -> None:
+    two = BASE.replace("policies: {timeout: {timeout: 5s}}", "policies: {timeout: {timeout: 5s}, retry: {}}")
+
+    def tiers(text: str) -> dict[str, str]:
+        scenario = load_text(tmp_path, two + text)
+        return {trial: scenario.tier_of(trial) for trial in scenario.trial_names()}
+
+    assert tiers("") == {"timeout": "ci", "retry": "ci"}
+    assert tiers("tier: {retry: nightly}\n") == {"timeout": "ci", "retry": "nightly"}
+    assert tiers("tier: nightly\n") == {"timeout": "nightly", "retry": "nightly"}
 
 
 @pytest.mark.parametrize("faults, words", [
@@ -182,7 +199,8 @@ def test_the_json_schema_accepts_the_shipped_files_and_refuses_mistakes() -> Non
     data = yaml.safe_load(BASE)
     for mistake in ({"faults": [{**data["faults"][0], "percent": 20}]},
                     {"faults": [{k: v for k, v in data["faults"][0].items() if k != "target"}]},
-                    {"cluster": {"ranks": "many"}}, {"hang_cap": "soon"}, {"colour": "red"}):
+                    {"cluster": {"ranks": "many"}}, {"hang_cap": "soon"}, {"colour": "red"},
+                    {"tier": "weekly"}, {"tier": {"timeout": "weekly"}}):
         assert list(validator.iter_errors({**data, **mistake})), mistake
     json.dumps(schema)  # printable as is
 

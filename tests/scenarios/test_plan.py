@@ -48,6 +48,15 @@ def test_the_plan_holds_targets_policy_expectation_and_caps(tmp_path: Path) -> N
     assert build_plan(scenario, "retry").trial.expect is None
 
 
+def test_the_rank_counts_a_scenario_expects_reach_the_plan_and_its_text() -> None:
+    path = SCENARIOS / "elastic_kill.yaml"
+    scenario = load_scenario(path)
+    expect = build_plan(scenario, "elastic").trial.expect
+    assert expect is not None and (expect.ranks_lost_at_most, expect.undetected_at_most) == (1, 1)
+    text = plan_text(scenario, path, ["elastic"], lambda fault: "a mechanism")
+    assert "at most 1 ranks lost from the world, at most 1 ranks not detecting the fault" in text
+
+
 def test_the_plan_names_ranks_mechanism_and_times(tmp_path: Path) -> None:
     scenario, path = scenario_of(tmp_path, "  - {kind: loss, percent: '20%', target: {count: 2},"
                                            " start: 1s, duration: 4s}\n")

@@ -84,7 +84,8 @@ def segment_scenario(base: Scenario, policy: str, schedule: tuple[ScheduledFault
             entry["duration"] = round(max(0.001, min(f.duration, remaining - start)), 3)
         faults.append(entry)
         last = max(last, start + entry.get("duration", 0.0))
-    data = base.model_dump(mode="json", exclude={"faults", "expect", "policies", "variants", "name", "settle_steps"})
+    data = base.model_dump(mode="json", exclude={"faults", "expect", "tier", "policies", "variants", "name",
+                                                 "settle_steps"})
     period = base.workload.step_period
     if base.job is not None:  # a user's job: its variant, under the label (the reference: the first's)
         variant = base.variants.get(policy)

@@ -20,14 +20,12 @@ from __future__ import annotations
 import copy
 import random
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 
 from harness.job.checkpoint import Checkpointer  # noqa: E402
 from harness.job.config import WorkloadSpec  # noqa: E402
