@@ -393,8 +393,8 @@ def _measure(setting: tuple[NetlinkInjector, Sequence[Host]], spec: dict) -> Fig
         return Figure(fault.describe(), mechanism, spec["percent"], measured, ok)
     if isinstance(fault, Bandwidth):
         # Judged on the cap itself; one TCP stream's payload is shown beside it, as a job would
-        # see it: ~4% of headers below the cap, and as low as 78% of it in 2 s where a loss at
-        # the full queue cost a retransmission timeout (10mbit, 2026-12-03).
+        # see it: a few percent of headers below the cap, and far below it where a loss at the
+        # full queue costs a retransmission timeout (docs/performance.md).
         injection = injector.apply(fault, [a])
         cap = udp_cap(a, b, fault.rate, 2.0)
         tcp = tcp_throughput(a, b, 2.0)

@@ -2,7 +2,7 @@
 cycle, chaos.inject.DutyCycle): a process that would use a whole CPU, its share of a CPU
 read from /proc over 1 s unslowed, then over 3 s slowed (applied through the injector and
 its ledger, as a trial's). The verdict holds the slowed share against the unslowed one:
-within 5 points of the share asked (issue 54's bar; the quota's share is of one CPU, the
+within 5 points of the share asked (the quota's share is of one CPU, the
 duty cycle's of the CPU time the rank would have: the two agree where the process had a
 whole CPU), judged only where the machine left the process at least 90% of a CPU unslowed
 (a process that competes for its CPU gets back less than the time it was stopped: the share

@@ -6,9 +6,9 @@ dead-man switch and a `chaos heal` after a SIGKILL run the same code. A backend 
 mechanisms record ops of their own hands its table to the injector and heal (combined
 with this one); the dead-man switch, a process of its own, runs this one only.
 
-Which mechanism each kind uses on this machine comes from the capability probe
-(`chaos.probe.choose_mechanisms`): netem first where the kernel has it, else the
-fallbacks in `chaos.tc`, `chaos.nfq`, `chaos.nft`, else a refusal with the reason.
+Which mechanism each kind uses on this machine is chosen here (`choose_mechanisms`) from
+the capability probe's findings (`chaos.probe`): netem first where the kernel has it, else
+the fallbacks in `chaos.tc`, `chaos.nfq`, `chaos.nft`, else a refusal with the reason.
 """
 from __future__ import annotations
 

@@ -97,8 +97,8 @@ def list_namespaces() -> list[str]:
 def create_namespace(name: str) -> float:
     """Namespace `name` (/run/netns/`name`, as `ip netns add`), made by a thread of its own
     that moves into a new namespace, names it and ends. pyroute2's `netns.create` forks the
-    harness for it instead: 13-20 ms a namespace on 2026-12-03 (1.2-1.7 ms this way), when a
-    fork of a large process took twice as long as the day before (docs/scale-journal.md)."""
+    harness for it instead, and a fork of a process as large as the harness costs about ten
+    times this way's time (docs/scale-journal.md)."""
     with translated(f"create namespace {name}"):
         _on_a_thread_of_its_own(_create_here, name)
     return time.monotonic()

@@ -1,4 +1,4 @@
-"""The oracle of `chaos explore` (issue 55; docs/explore.md): did one trial keep its policy's
+"""The oracle of `chaos explore` (docs/explore.md): did one trial keep its policy's
 contract, and if not, its failure signature. Pure: a trial's analyzed row (reports.metrics)
 and its stored plan (runfolder.plan) in, a verdict out.
 

@@ -216,8 +216,8 @@ def _host_drops(row: Mapping[str, Any]) -> str:
     return f" (the host's kernel dropped {packets:.0f} packets of its own: receive backlog full)"
 
 
-# Said where the VM's host took at least this share of the CPU time: this build VM's average
-# since boot was 4.4%, a quiet hour 0.5% (2026-12-03).
+# Said where the VM's host took at least this share of the CPU time: far above a quiet
+# hour's, yet below what a slow hour's trials saw (docs/performance.md: 0.3-36.6%).
 STEAL_SAID = 0.05
 
 

@@ -1,5 +1,5 @@
-"""Defects planted on purpose, to prove that `chaos explore` finds what matters (issue 55;
-docs/explore.md, "Planted defects"). A policy opts in with `planted_defect: NAME`; no
+"""Defects planted on purpose, to prove that `chaos explore` finds what matters
+(docs/explore.md, "Planted defects"). A policy opts in with `planted_defect: NAME`; no
 shipped scenario does, and without it the rank runs the runner and checkpoints unchanged.
 Never use one to test a real job: each is a bug.
 

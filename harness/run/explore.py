@@ -1,5 +1,5 @@
 """Fault schedules drawn from a scenario's cluster and job, with the seed: the generator of
-`chaos explore` (issue 55; docs/explore.md). Pure: a schedule is a value (the `faults:` list
+`chaos explore` (docs/explore.md). Pure: a schedule is a value (the `faults:` list
 of a scenario file), and the same scenario, options and seed draw the same schedules.
 
     options = ExploreOptions(max_faults=3, seed=7)

@@ -16,11 +16,9 @@ slower code.
               anonymous memory (a minor page fault: the kernel allocates and zeroes the page),
               the best of FAULT_REPEATS (3) over FAULT_MIB (16) MiB. What a rank's start-up
               pays thousands of times (a fork, then copy-on-write of the launcher's pages) and
-              the loop step, which runs in the CPU's cache, does not: on 2026-12-03 the same
-              code brought 64 ranks up in twice the time of the day before, with the loop step
-              as on the evening before, while a fork of a process with torch imported took
-              4.4-5.3 ms against 2 ms (docs/scale-journal.md). A page's first touch read 2.3-3.7 us
-              that day; no faster day's figure exists yet to hold it against.
+              the loop step, which runs in the CPU's cache, does not: the same code can bring 64
+              ranks up in twice the time with the loop step unchanged, when a fork of a process
+              with torch imported takes twice as long (docs/scale-journal.md).
 
 All three grow with the load of other work, so the line gives the load average beside them.
 

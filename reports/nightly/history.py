@@ -18,10 +18,9 @@ database (pandas commits after each table it writes), then one SQLite transactio
 them into the history file. Appending a night already stored is idempotent when its rows
 are the same (same digest: a resumed runner may append twice) and refused otherwise.
 
-Version 2 (2026-12-02) added the nights' machine speed (loop_ns, wake_us), version 3
-(2026-12-03) a page's first touch (fault_us), version 4 the trials' state verdict (state,
-state_detail: reports.state; "" for trials stored before it, read as not observed). An older file is read as it is (the figures
-it lacks unknown) and given their columns by its next append.
+Columns were added over versions (the nights' machine speed, a page's first touch, the
+trials' state verdict: "" for trials stored before it, read as not observed); an older file
+is read as it is (the figures it lacks unknown) and given their columns by its next append.
 """
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ class NightPlan(_Frozen):
     @field_validator("device")
     @classmethod
     def _cpu_only(cls, value: str) -> str:
-        # the training workload (harness.job.workload) has no CUDA path yet (issue 12)
+        # nights run on the CPU only: GPU nodes have no night plan yet
         if value != "cpu":
             raise ValueError(f"{value!r}: the ranks' workload trains on the CPU only today; use device: cpu")
         return value
