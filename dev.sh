@@ -5,6 +5,11 @@
 #                                       16-rank job, under the four policies, with the table
 #   ./dev.sh test [pytest options]      venv + a Docker engine + Slurm + ruff + the whole test suite
 #
+# And a contributor's quick loop:
+#
+#   ./dev.sh check [pytest options]     venv + ruff + the tests that start no process, daemon or
+#                                       socket and need no root or kernel mechanism
+#
 # The venv (.venv) keeps torch 2.13.0 (the CPU wheel; constraints.txt) and is reused when it is current.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -58,8 +63,16 @@ case "${1:-}" in
         # pytest exits 5 when it collected no test: that fails here like any other error.
         exec .venv/bin/python -m pytest "$@"
         ;;
+    check)
+        shift
+        setup
+        .venv/bin/ruff check --quiet .
+        # `system` marks what starts real processes or needs root (tests/conftest.py); the
+        # nightly tier is left to the nights
+        exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not system and not nightly" tests "$@"
+        ;;
     *)
-        echo "usage: ./dev.sh demo [chaos run options] | ./dev.sh test [pytest options]" >&2
+        echo "usage: ./dev.sh demo [chaos run options] | ./dev.sh test [pytest options] | ./dev.sh check [pytest options]" >&2
         exit 2
         ;;
 esac

@@ -122,6 +122,8 @@ CAPABILITIES: dict[str, Callable[[], str | None]] = {
     **{check: _probed(check) for check in PROBED}}
 # required here, checked elsewhere: tests/slurm/conftest.py fails its collection on CHAOS_REQUIRE_SLURM
 CHECKED_ELSEWHERE = {"slurm"}
+# the tests the quick loop (`./dev.sh check`) leaves out, declared in each such test file
+SYSTEM = "system"
 # a marker: the capability it names (requires_mechanism("tbf") names its own)
 MARKERS = {"requires_root": "root", "requires_gpu": "gpu", "requires_netem": "netem",
            "requires_uml": "uml_netem", "requires_docker": "docker", "requires_compose": "compose",
@@ -138,6 +140,9 @@ def why_missing(name: str) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires_mechanism(check): needs a kernel mechanism the capability "
                                        f"probe tries (one of {', '.join(PROBED)})")
+    config.addinivalue_line("markers", f"{SYSTEM}: starts real processes, a daemon or sockets (a job, a store, a "
+                                       "launcher), or needs root or a kernel mechanism: `./dev.sh check` "
+                                       "leaves it out (a requires_* marker and a scenario trial imply it)")
     known = [*CAPABILITIES, *sorted(CHECKED_ELSEWHERE)]
     unknown = sorted(_names(REQUIRE) - set(known))
     if unknown:
@@ -155,6 +160,13 @@ def pytest_configure(config: pytest.Config) -> None:
             return dataclasses.replace(caps, **dict.fromkeys(hidden, False),
                                        reasons={**caps.reasons, **{c: why_missing(c) for c in hidden}})
         probe.probe = without_hidden
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """What needs a capability, and every scenario trial (a real job), is `system` too; set
+    as each item is collected, before `-m` selects."""
+    if _needs(item) or item.get_closest_marker("chaos_scenario"):
+        item.add_marker(SYSTEM)
 
 
 def _needs(item: pytest.Item) -> list[str]:

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import reports
 from harness.run.orchestrator import start_run
 from harness.run.plan import build_plan
@@ -22,6 +24,9 @@ from runfolder.events import EVENTS_FILE, EventRecorder, read_events, schema_pro
 from runfolder.info import TrialInfo, read_trial_info, write_trial_info
 from runfolder.layout import trial_dir
 from tests.byo.test_hook import run_ranks
+
+pytestmark = pytest.mark.system  # real DDP ranks on loopback: not in ./dev.sh check
+
 
 SCRIPT = Path(__file__).resolve().parent / "newcomer" / "ddp_train.py"
 SCENARIO = """\

@@ -20,6 +20,8 @@ from reports.stuck import flight_text, read_flight
 from runfolder.events import read_events, schema_problems
 from tests.byo.test_hook import free_port
 
+pytestmark = pytest.mark.system  # real ranks and their flight recorder: not in ./dev.sh check
+
 JOB = """
 import os, sys, time
 import torch, torch.distributed as dist

@@ -14,6 +14,8 @@ from harness.cluster.userjob import JobSpec, rank_environment
 from reports.state import check_state
 from runfolder.events import read_events, schema_problems
 
+pytestmark = pytest.mark.system  # real DDP ranks on loopback: not in ./dev.sh check
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 DEADLINE_S = 180

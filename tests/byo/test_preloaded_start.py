@@ -22,6 +22,8 @@ from harness.cluster.userjob import JobSpec, launch_command, rank_environment
 from harness.cluster.workers import SERVER_ENV
 from runfolder.events import read_events
 
+pytestmark = pytest.mark.system  # real interpreters forked and exec-ed: not in ./dev.sh check
+
 PROBE_DIR = Path(__file__).parent / "probe"
 STARTS = ("exec", "preloaded")
 

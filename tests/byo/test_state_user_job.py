@@ -8,10 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from chaos import proc
 from harness.cluster.userjob import JobSpec, rank_environment
 from reports.state import CONSISTENT, DIVERGED, REPLICAS_AGREE, RESTORE_IS_REAL, check_state
 from runfolder.events import read_events
+
+pytestmark = pytest.mark.system  # real DDP ranks on loopback: not in ./dev.sh check
 
 SCRIPT = Path(__file__).resolve().parent / "planted" / "reinit_on_restart.py"
 DEADLINE_S = 240

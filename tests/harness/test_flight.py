@@ -8,11 +8,14 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pytest
 import torch.distributed as dist
 
 from chaos import proc
 from harness.run.stacks import ask_flight_recorders, recording_ranks
 from reports.stuck import flight_text, read_flight
+
+pytestmark = pytest.mark.system  # real gloo ranks on loopback: not in ./dev.sh check
 
 RANK = """
 import datetime, sys, time
@@ -20,6 +23,7 @@ from pathlib import Path
 import torch, torch.distributed as dist
 sys.path.insert(0, {repo!r})
 from harness.job import flight
+
 rank, port, trial = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 assert flight.install(trial, rank)
 store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))

@@ -20,6 +20,8 @@ from harness.job.detector import HeartbeatClient
 from harness.job.group import CollectiveError, GlooGroup, gloo_environment
 from tests.harness.test_detector import wait_for
 
+pytestmark = pytest.mark.system  # real gloo groups and a TCPStore on loopback: not in ./dev.sh check
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pytest
 import torch.distributed as dist
 
 from harness.job.config import WorkloadSpec
@@ -15,12 +16,15 @@ from harness.job.reference import fault_free_losses, order_spread
 from reports.trajectory import TOLERANCE
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system  # real gloo ranks on loopback: not in ./dev.sh check
+
 RANKS = """
 import datetime, json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, {repo!r})
 from harness.job.config import WorkloadSpec
 from harness.job.workload import Workload
+
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 torch.set_num_threads(1)
 store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))

@@ -21,6 +21,8 @@ from harness.job.control import GENERATION_KEY
 from reports.state import CONSISTENT, DIVERGED, REPLICAS_AGREE, RESTORE_IS_REAL, check_state
 from runfolder.events import read_events
 
+pytestmark = pytest.mark.system  # real gloo ranks on loopback: not in ./dev.sh check
+
 RANK = Path(__file__).resolve().parent / "planted" / "state_rank.py"
 WORLD, DEADLINE_S = 4, 120
 

@@ -30,6 +30,8 @@ from harness.job.group import CollectiveError, GlooGroup
 from harness.job.store import DeadlineStore, _sockets_to, connect
 from tests.harness.test_group import free_port
 
+pytestmark = pytest.mark.system  # a real TCPStore, a relay and a rank process: not in ./dev.sh check
+
 RENDEZVOUS_S = 1.0
 JOIN_CALLS = 6  # get generation, compare_set members, add arrived, set complete, wait, the group's connect
 

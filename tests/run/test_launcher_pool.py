@@ -23,6 +23,8 @@ from harness.job.detector import AHEAD_NICE
 from harness.job.policies import policy_spec
 from runfolder.events import EVENTS_FILE, read_events
 
+pytestmark = pytest.mark.system  # real rank launchers: not in ./dev.sh check
+
 RANKS = 2
 
 

@@ -25,6 +25,8 @@ from harness.cluster.backends import BACKEND_NAMES, backend_class
 from harness.run.schema import json_schema
 from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli, processes_of
 
+pytestmark = pytest.mark.system  # real ranks of the local backend: not in ./dev.sh check
+
 KILL = REPO / "scenarios" / "kill_rank.yaml"
 PAUSE = REPO / "scenarios" / "pause_rank.yaml"
 

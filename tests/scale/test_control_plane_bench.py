@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.system  # a real control plane and its clients: not in ./dev.sh check
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "control_plane.py"
 
 

@@ -11,7 +11,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli
+
+pytestmark = pytest.mark.system  # a Slurm cluster: its daemons: not in ./dev.sh check
 
 
 def _scenario(folder: Path, name: str, body: str) -> Path:
