@@ -207,13 +207,12 @@ RANKS_ENDED_POLL_S = 0.5
 
 
 def _count_rank_ended(address: str, port: int) -> None:
-    from datetime import timedelta
-
-    import torch.distributed as dist
+    """Bounded (harness.job.store): a control plane that is paused or cut off must not keep a
+    rank's container from ending."""
+    from harness.job.store import DeadlineStore
     try:
-        dist.TCPStore(address, port, is_master=False, wait_for_workers=False,
-                      timeout=timedelta(seconds=RANK_ENDED_CONNECT_S)).add(RANKS_ENDED_KEY, 1)
-    except (RuntimeError, OSError):  # DistStoreError is a RuntimeError: control is gone
+        DeadlineStore((address, port), RANK_ENDED_CONNECT_S, RANK_ENDED_CONNECT_S).add(RANKS_ENDED_KEY, 1)
+    except (RuntimeError, OSError):  # DistStoreError and StoreUnanswered are RuntimeErrors: control is gone
         pass
 
 
