@@ -35,8 +35,8 @@ setup() {
     # Reinstall only when the dependency list changed since the last install.
     stamp=.venv/.installed-$(cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
     if [ ! -e "$stamp" ]; then
-        echo "dev.sh: installing dependencies into .venv (torch 2.13.0 CPU, pyroute2, pandas, ...)" >&2
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,docker]'
+        echo "dev.sh: installing dependencies into .venv (torch 2.13.0 CPU, pyroute2, pandas, torchft, ...)" >&2
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,docker,frameworks]'
         rm -f .venv/.installed-*
         touch "$stamp"
     fi

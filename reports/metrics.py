@@ -139,7 +139,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from runfolder.events import (DETECTION_KINDS, BREAKER_OPEN, CHECKPOINT, CHECKPOINT_SAVE, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
+from runfolder.frameworks import training_hosts
+from runfolder.events import (DETECTION_KINDS, HEAL, BREAKER_OPEN, CHECKPOINT, CHECKPOINT_SAVE, CLUSTER_UP, EXCLUDE, EXIT, FAULT_APPLIED,
                               FAULT_NOT_APPLIED, FAULT_REVERTED, GPU_MEMORY_FREED, JOB_REQUEUED, GPU_MEMORY_RELEASED, GROUP_DESTROYED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, RANK_EXITED,
                               HOST_DROPS, MACHINE_STEAL, MEMBERSHIP, RANK_SPAWNED, RANK_START, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               STEP, STEPS_NOT_OBSERVED, STOPPING, SUSPECT, TRIAL_END, TRIAL_START, WARMUP_DONE)
@@ -528,11 +529,22 @@ def _count_restarts(events: pd.DataFrame, start: float) -> float:
     return float((starts["t"] >= start).sum()) if len(starts) else NAN
 
 
+def _quorum_change(events: pd.DataFrame, detections: dict[int, float]) -> float | None:
+    """Where a framework forms a quorum every step (its steps say `participants`): the first
+    detection of any process, its coordinator's included, after which a step is one of the
+    quorum that went on without the failed member (or with it back); None otherwise."""
+    steps = _of_kind(events, STEP)
+    framework = "participants" in steps and steps["participants"].notna().any()
+    return min(detections.values()) if framework and detections else None
+
+
 def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindow,
              detections: dict[int, float], step_times: dict[int, tuple[tuple[float, ...], ...]],
-             end: float) -> dict[int, float]:
+             end: float, quorum_change: float | None = None) -> dict[int, float]:
     """A survivor's time of resuming: when the last of its processes stepped after its last
-    disruption (a user's job with nproc_per_host > 1 has several per host)."""
+    disruption (a user's job with nproc_per_host > 1 has several per host); a survivor of a
+    framework that saw nothing itself: after the quorum changed (`_quorum_change`), not a
+    step that was in flight as the fault came."""
     restores = _of_kind(events, RESTORED)
     restores = restores[restores["t"] >= fault.start]
     errors = _of_kind(events, *DETECTION_KINDS)
@@ -545,6 +557,8 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
             disrupted = max(marks, default=detections[rank])
         else:
             disrupted = fault.start if math.isnan(fault.end) else fault.end
+            if quorum_change is not None:
+                disrupted = max(disrupted, quorum_change)
         firsts = [[t for t in times if t > disrupted][:1] for times in step_times.get(rank, ())]
         if firsts and all(firsts):
             resumed[rank] = max(first[0] for first in firsts)
@@ -552,7 +566,13 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
 
 
 def _final_world(events: pd.DataFrame, start: float, per_host: int = 1) -> int | None:
-    """In ranks (hosts): a user's job's WORLD_SIZE counts each host's `per_host` processes."""
+    """In ranks (hosts): a user's job's WORLD_SIZE counts each host's `per_host` processes; a
+    framework's quorum (its steps' participants: replica groups, one per host) counts hosts."""
+    quorum = _of_kind(events, STEP)
+    if "participants" in quorum:
+        quorum = quorum[(quorum["t"] >= start) & quorum["participants"].notna()]
+        if len(quorum):
+            return int(quorum.sort_values("t").iloc[-1]["participants"])
     formed, per_group = _of_kind(events, GROUP_READY), 1
     if not len(formed):  # a user's job
         formed, per_group = _of_kind(events, RANK_START), per_host
@@ -616,7 +636,7 @@ def link_traffic(events: pd.DataFrame) -> tuple[LinkTraffic, ...]:
 
 
 def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
-    ranks = tuple(range(trial.plan.ranks))
+    ranks = training_hosts(trial.plan.ranks, trial.plan.job)  # a framework's coordinator is no rank
     faults = fault_windows(events)
     end = _observation_end(events)
     steps = _step_times(events)
@@ -631,7 +651,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
         if trial.plan.job is not None:
             detections, cause = _with_exits(detections, cause, gone, fault)
         survivors = tuple(r for r in ranks if r not in gone)
-        resumed = _resumed(events, survivors, fault, detections, steps, end)
+        resumed = _resumed(events, survivors, fault, detections, steps, end, _quorum_change(events, detections))
         world = _final_world(events, fault.start, int((trial.plan.job or {}).get("nproc_per_host") or 1))
         members = _final_members(events, fault.start, end)
         if members is None and trial.plan.job is not None:
@@ -950,6 +970,7 @@ def trial_metrics(events: pd.DataFrame, trial: TrialInfo) -> dict[str, Any]:
     row.update(_gpu_freed_columns(events))
     row.update(_host_drops_column(events))
     row.update(_steal_column(events))
+    row.update(_heal_columns(events, facts))
     records = events.to_dict("records")  # once: the judges of recorded histories read records
     row.update(_state_columns(records, events, facts, trial.plan))
     row["stragglers"] = straggler_text(records, float(trial.plan.workload.get("step_period") or 0.0),
@@ -969,6 +990,21 @@ def _state_columns(records: list[dict[str, Any]], events: pd.DataFrame, facts: T
     return {"state": verdict.verdict, "state_detail": verdict.summary(t0),
             "storage": storage_text(records, plan, verdict),
             "state_fingerprints": verdict.states, "steps_repeated": sum(verdict.repeated.values())}
+
+
+def _heal_columns(events: pd.DataFrame, facts: TrialFacts) -> dict[str, Any]:
+    """heals: a framework's replica groups healed live from a peer after fault start (`heal`
+    events, from its log lines); NaN: not observed (no framework that says its heals counted
+    the job's steps). heal_detail: each, with its source, when, and the steps it jumped."""
+    steps = _of_kind(events, STEP)
+    if "step_source" not in steps or not steps["step_source"].notna().any():
+        return {"heals": NAN, "heal_detail": ""}
+    t0 = facts.fault.start if facts.fault else -math.inf
+    heals = _of_kind(events, HEAL)
+    heals = heals[heals["t"] >= t0].sort_values("t")
+    detail = "; ".join(f"r{int(h['rank'])} from replica rank {int(h['source'])} at +{h['t'] - t0:.1f} s "
+                       f"(its step {int(h['step'])} to the quorum's {int(h['max_step'])})" for _, h in heals.iterrows())
+    return {"heals": float(len(heals)), "heal_detail": detail}
 
 
 def _host_drops_column(events: pd.DataFrame) -> dict[str, Any]:

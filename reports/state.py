@@ -33,7 +33,11 @@ Verdict: `consistent` (no invariant violated), `diverged` (the first violation n
 step, the ranks grouped by fingerprint and the event before it), `not observed` (no
 fingerprints: a run folder before format 5, or a job whose hook saw no optimizer).
 
-A user's job counts steps per process (the hook's count since the process began) and
+A framework that counts the job's steps itself (torchft: `step_source` in the events) gives
+its own step: a replica group healed from a peer takes up the peer's step, so its states are
+compared with every other group's at that step, and the state it started from (after the
+heal) with what the others recorded at that step. Any other user's job counts steps per
+process (the hook's count since the process began) and
 its generation is torchrun's restart count: replicas are compared at the same count of
 the same generation (and of the same process of it: a wrapper that starts a rank's
 process again keeps the count, so the second process is a later epoch), and a resumed
@@ -79,6 +83,10 @@ class State:
     # rank's process again keeps torchrun's restart count: its steps count from 0 again)
     epoch: tuple[int, int] = (0, 0)
     sharded: str | None = None  # params | optim: that part is this rank's shard, no replica's
+    absolute: bool = False      # `step` is a framework's count of the job's steps, not the process's
+    # a framework's named parts of the state (model, optimizer, LR scheduler, data position):
+    # (name, fingerprint), sorted; () where none were recorded
+    parts: tuple[tuple[str, str], ...] = ()
 
     @property
     def replica(self) -> tuple[int, int]:
@@ -99,7 +107,7 @@ class State:
         """What every rank holds alike, to compare across ranks; None when nothing is."""
         if self.sharded == "params":
             return None
-        return (self.params, None) if self.sharded == "optim" else self.values
+        return (self.params, None) if self.sharded == "optim" else (*self.values, self.parts)
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,9 @@ def _text(value: Any) -> str | None:
 def states_of(events: Iterable[Mapping[str, Any]]) -> list[State]:
     found = sorted((State(float(e["t"]), _int(e.get("rank")), _int(e.get("local_rank")), _int(e.get("pid")),
                           _int(e.get("gen")), _int(e.get("step")), str(e.get("at")), _text(e.get("fingerprint")),
-                          _text(e.get("optim")), sharded=_text(e.get("sharded")))
+                          _text(e.get("optim")), sharded=_text(e.get("sharded")),
+                          absolute=bool(e.get("step_source")),
+                          parts=tuple(sorted((str(k), str(v)) for k, v in (e.get("parts") or {}).items())))
                     for e in events if e.get("kind") == "state"), key=lambda s: s.t)
     processes: dict[tuple[int, int, int], list[int]] = {}  # (rank, local_rank, gen) -> pids in order
     for s in found:
@@ -209,13 +219,28 @@ def _by_value(members: Mapping[tuple[int, int], State]) -> list[tuple[tuple[str 
 
 
 def _grouped(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> str:
-    """'ranks 0,1,2 a1b2c3d4; rank 3 9f8e7d6c': fingerprint groups, largest first."""
+    """'ranks 0,1,2 a1b2c3d4; rank 3 9f8e7d6c': fingerprint groups, largest first; where a
+    framework named the parts of its state, those that differ ('the lr_scheduler differs')."""
     parts = []
     for values, replicas in _by_value(members):
         word = "rank" if len(replicas) == 1 else "ranks"
         optim = "" if values[1] is None else f"/{_short(values[1])}"
         parts.append(f"{word} {','.join(labels[r] for r in replicas)} {_short(values[0])}{optim}")
-    return "; ".join(parts)
+    apart = _parts_apart(list(members.values()))
+    return "; ".join(parts) + (f" ({_parts_text(apart)} differs)" if apart else "")
+
+
+def _parts_apart(states: list[State]) -> list[str]:
+    """The named parts (a framework's) whose fingerprints differ among these states."""
+    seen: dict[str, set[str]] = {}
+    for state in states:
+        for name, value in state.parts:
+            seen.setdefault(name, set()).add(value)
+    return sorted(name for name, values in seen.items() if len(values) > 1)
+
+
+def _parts_text(names: list[str]) -> str:
+    return "the " + ", the ".join(names)
 
 
 def _minority(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[int, int], str]) -> tuple[str, ...]:
@@ -224,6 +249,8 @@ def _minority(members: Mapping[tuple[int, int], State], labels: Mapping[tuple[in
 
 
 def _where(state: State, user_job: bool) -> str:
+    if state.absolute:
+        return f"{'the start at ' if state.at == 'start' else ''}step {state.step} (the framework's count)"
     if state.at == "start":
         return f"the start of generation {state.gen}"
     if user_job:
@@ -249,8 +276,8 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     # replicas agree: one fingerprint per (generation, step), the latest of each replica
     points: dict[tuple[tuple[int, int], int], dict[tuple[int, int], State]] = {}
     for s in states:
-        if s.replicated is not None:
-            points.setdefault((s.epoch, s.step), {})[s.replica] = s
+        if s.replicated is not None:  # a framework's step is the job's, whichever process made it
+            points.setdefault(((0, 0) if s.absolute else s.epoch, s.step), {})[s.replica] = s
     compared = 0
     for ((gen, _), step), members in points.items():
         if len(members) < 2:
@@ -262,7 +289,7 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                                         f"{_where(latest, user_job)}: {_grouped(members, labels)}"))
     resumes: dict[tuple[int, int], dict[tuple[int, int], State]] = {}
     for s in states:
-        if s.at in RESUMED:
+        if s.at in RESUMED and not s.absolute:  # a framework's group joins at its peers' step
             resumes.setdefault(s.epoch, {}).setdefault(s.replica, s)  # the first resume of each in a generation
     for (gen, _), members in resumes.items():
         steps: dict[int, list[tuple[int, int]]] = {}
@@ -285,7 +312,24 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
     recorded = Recorded()
     checked = unchecked = 0
     for s in states:
-        if s.at == "start":
+        if s.absolute:
+            step = s.step
+            if s.at == "start":  # what it took up (a peer's state where it healed) equals what the others recorded
+                before = [e for e in recorded.by_others(s, step) if _comparable(e, s)]
+                if before:
+                    checked += 1
+                    if s.values not in {e.values for e in before}:
+                        same = [(e, step) for e in before if e.params == s.params]
+                        violations.append(_not_real(s, same, labels, user_job, recorded=before))
+                    elif apart := _parts_apart([s, *(e for e in before if e.values == s.values)]):
+                        violations.append(Violation(
+                            RESTORE_IS_REAL, s.t, s.gen, s.step, (labels[s.replica],),
+                            f"rank {labels[s.replica]} resumed at {_where(s, user_job)} with the weights and "
+                            f"optimizer state recorded there but not the others' {', '.join(apart)}: the state "
+                            "it took up did not carry it whole"))
+                elif step > 0:
+                    unchecked += 1
+        elif s.at == "start":
             if not recorded.before(s.epoch):
                 offsets[s.process] = 0
             else:
@@ -310,7 +354,8 @@ def check_state(events: Iterable[Mapping[str, Any]]) -> StateVerdict:
                     if s.values not in {e.values for e in before}:
                         same = [(e, step) for e in before if e.params == s.params]
                         violations.append(_not_real(s, same, labels, user_job, recorded=before))
-        if s.at in RESUMED and s.epoch > (0, 0) and step is not None and (s.rank, s.pid, s.gen) not in from_peers:
+        if (s.at in RESUMED and s.epoch > (0, 0) and step is not None and not s.absolute  # a framework heals from peers
+                and (s.rank, s.pid, s.gen) not in from_peers):
             problem = _lost_checkpoint(s, step, saves, labels, user_job)
             if problem is not None:
                 violations.append(problem)
@@ -480,6 +525,10 @@ class Recorded:
     def at_step(self, epoch: tuple[int, int], step: int) -> list[State]:
         """States of earlier epochs at this step (before the fault this one follows)."""
         return [s for e, steps in self._by_step.items() if e < epoch for s in steps.get(step, ())]
+
+    def by_others(self, state: State, step: int) -> list[State]:
+        """The states other replicas recorded at this step, in any epoch."""
+        return [s for steps in self._by_step.values() for s in steps.get(step, ()) if s.replica != state.replica]
 
     def with_params(self, epoch: tuple[int, int], params: str | None) -> list[tuple[State, int]]:
         return [found for e, by in self._by_params.items() if e < epoch for found in by.get(params, ())]

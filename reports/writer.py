@@ -57,6 +57,8 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("steps_per_s_after", "steps/s after"),
     ("retries", "retries (most on one rank)"),
     ("restarts", "rank processes started again after fault start (n/a: not observed)"),
+    ("heals", "replica groups healed live from a peer after fault start (a framework's; n/a: not observed)"),
+    ("heal_detail", "heals: from whom, when, and the steps each took up"),
     ("generations", "process-group generations"),
     ("steps_rolled_back", "steps rolled back by the restore"),
     ("steps_repeated", "steps run again after a resume (all ranks)"),

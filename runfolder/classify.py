@@ -10,6 +10,8 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
     nccl       any other NCCL error (a remote process exited, a network error, two ranks on one GPU)
     cuda       a CUDA error (a device-side assert, out of memory) that no NCCL line explains
     agent      the torchrun agent saw a worker fail, restarts its worker group or gives up
+    quorum     a framework saw its membership change (torchft: the Lighthouse or a Manager
+               detected a quorum change) or a step it could not commit
 
 The order matters: a watchdog line also says "timeout"; the rules are tried top-down. A
 Python traceback is not an error line by itself: its last line is (classified by its text),
@@ -24,6 +26,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
                  r"|watchdog thread terminated"),
     ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group failed|restarting worker group"
               r"|ChildFailedError|RendezvousClosedError"),
+    ("quorum", r"Detected quorum change|should_commit=False"),
     ("timeout", r"timed out|connect timeout|timeout\(ms\)|socket timeout|DistStoreError"),
     ("reset", r"connection reset|broken pipe"),
     ("closed", r"connection closed|connection refused|failed to recv, got 0 bytes"
@@ -32,6 +35,20 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
              r"|ncclUnhandledCudaError|Duplicate GPU detected"),
     ("cuda", r"CUDA error:|CUDA out of memory|AcceleratorError"),
 ))
+
+
+# torchft's Manager, as a replica group that must heal begins: "healing is required step=0,
+# max_step=93, recover_src_replica_rank=0"
+HEAL_LINE = re.compile(r"healing is required step=(\d+), max_step=(\d+), recover_src_replica_rank=(\d+)")
+
+
+def heal_of(line: str) -> dict[str, int] | None:
+    """A framework's heal that an output line reports (the `heal` event's fields), or None."""
+    found = HEAL_LINE.search(line)
+    if found is None:
+        return None
+    step, max_step, source = (int(g) for g in found.groups())
+    return {"step": step, "max_step": max_step, "source": source}
 
 
 def classify_line(line: str) -> str | None:

@@ -84,8 +84,10 @@ STEP = _kind("step", RANK, ("step", "gen", "loss", "dur"),
              "first step: the CPU seconds it had used since it started, its imports included; "
              "compute: the seconds of the step before its all-reduce (a user's job: the step "
              "less the wait from its last gradient to its optimizer step), which a straggler "
-             "score compares across ranks)",
-             optional=("local_rank", "cpu_s", "compute"))
+             "score compares across ranks; a framework that counts the job's steps, "
+             "step_source: torchft: `step` is its step, which a group healed from a peer takes up, "
+             "and participants the replica groups of the step's quorum)",
+             optional=("local_rank", "cpu_s", "compute", "participants", "step_source"))
 STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "a fingerprint of the rank's training state (harness.job.fingerprint): fingerprint "
               "of the model's parameters, optim of the optimizer's state (null: none); at: step "
@@ -94,8 +96,12 @@ STATE = _kind("state", RANK, ("step", "gen", "at", "fingerprint", "optim"),
               "step; `step` counts that process's optimizer steps, so 0, and gen is torchrun's "
               "restart count); local_rank: which of its host's processes, from the hook; sharded: "
               "params (FSDP, DTensor: parameters and optimizer state are this rank's shard) | optim "
-              "(ZeroRedundancyOptimizer: the optimizer's state is), not compared across ranks",
-              optional=("local_rank", "sharded"))
+              "(ZeroRedundancyOptimizer: the optimizer's state is), not compared across ranks; "
+              "step_source: torchft: `step` is the framework's step (a start: the step whose "
+              "state the process took up, a peer's where it healed); parts: name -> fingerprint "
+              "of each part of the state the framework heals peers with (model, optimizer, LR "
+              "scheduler, data position: the script's state_dict)",
+              optional=("local_rank", "sharded", "step_source", "parts"))
 CHECKPOINT_BEGIN = _kind("checkpoint_begin", RANK, ("step",),
                          "a checkpoint save began: the runner's (group rank 0; `checkpoint` or "
                          "`checkpoint_failed` ends it), or a user's job's torch.save / dcp save (from the "
@@ -172,7 +178,11 @@ GROUP_DESTROYED = _kind("group_destroyed", RANK, ("gen",),
                         "teardown", optional=("local_rank",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (runfolder.classify; t: when it "
-                   "arrived); cause: watchdog | agent | timeout | reset | closed | nccl | cuda")
+                   "arrived); cause: watchdog | agent | quorum | timeout | reset | closed | nccl | cuda")
+HEAL = _kind("heal", RANK, ("step", "max_step", "source", "line"),
+             "a framework's replica group is healed live from a peer (runfolder.classify, from its "
+             "log line; t: when it arrived): at its step `step`, to the quorum's `max_step`, from "
+             "replica rank `source`")
 # what says a rank saw a fault: the time to detect counts from these (reports.metrics)
 DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 # -- written by the harness ---------------------------------------------------------------

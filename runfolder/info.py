@@ -83,6 +83,12 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   21  a plan's `expect` gains `ranks_lost_at_most` and `undetected_at_most` (counts of ranks
       missing from the final world and of ranks that never detected the fault); a version
       1-20 plan reads with neither expected
+  22  a plan's job may run under a fault-tolerance framework (`launcher: torchft`, its
+      settings under `torchft`; the last host its coordinator: runfolder.frameworks); a
+      user's job's `step` and `state` gain `step_source` (the framework's step) with
+      `participants` and `parts` (a fingerprint per part of the state), `job_output` the
+      cause `quorum`, and the events `heal` (a replica group healed from a peer). A version
+      1-21 trial reads as one with no framework and none of these
 """
 from __future__ import annotations
 
@@ -96,7 +102,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 21
+FORMAT_VERSION = 22
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

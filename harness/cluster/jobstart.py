@@ -13,21 +13,24 @@ Imports go one way: this module uses preload and workers, and neither uses it.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from typing import Any
 
 from harness.cluster import preload, workers
-from runfolder.classify import classify_line
+from runfolder.classify import classify_line, heal_of
 from harness.cluster.worker_stub import SERVER_ENV
 from harness.job.hook.chaos_hook import EVENTS_ENV
 from runfolder import events as kinds
 from runfolder.events import CLOCK_OFFSET_ENV, EventRecorder
 
 EXEC_FAILED = 127  # a shell's code for a command it cannot run
+CLONE_NEWUTS = 0x04000000  # <sched.h>: a hostname of its own
 
 def start_job(launch: dict[str, Any]) -> int:
     """Become the user's command: in this interpreter where the launch asks for a preloaded
@@ -35,6 +38,11 @@ def start_job(launch: dict[str, Any]) -> int:
     job's exit code (or exec's failure)."""
     if offset := os.environ.get(CLOCK_OFFSET_ENV):  # the node's clock offset, from its agent
         launch = {**launch, "env": {**launch["env"], CLOCK_OFFSET_ENV: offset}}
+    if launch.get("hostname"):
+        if problem := own_hostname(launch["hostname"]):
+            print(f"chaos: cannot give this host its own hostname {launch['hostname']}: {problem}",
+                  file=sys.stderr, flush=True)
+            return EXEC_FAILED
     if launch["start"] == "preloaded":
         start = preload.how_to_start(launch)
         if isinstance(start, preload.Start):
@@ -43,6 +51,21 @@ def start_job(launch: dict[str, Any]) -> int:
             return preload.run(start, launch)
         print(f"chaos: job.start preloaded: exec instead, as {start}", file=sys.stderr, flush=True)
     return exec_job(launch)
+
+
+def own_hostname(name: str) -> str | None:
+    """This process (and all it starts) in a UTS namespace of its own, named `name`: every
+    network namespace shares the machine's hostname, which resolves to loopback, and a
+    framework that advertises its hostname to peers on other hosts needs one they can reach
+    (harness.cluster.frameworks). None when done, else why not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUTS) != 0:
+        return os.strerror(ctypes.get_errno())
+    try:
+        socket.sethostname(name)
+    except OSError as exc:
+        return exc.strerror
+    return None
 
 
 def exec_job(launch: dict[str, Any]) -> int:
@@ -73,6 +96,8 @@ def run_tap(fd: int, log_path: str, launch: dict[str, Any]) -> int:
             cause = classify_line(line)
             if cause is not None:
                 recorder.emit(kinds.JOB_OUTPUT, t=arrived, cause=cause, line=line[:500])
+            elif (heal := heal_of(line)) is not None:
+                recorder.emit(kinds.HEAL, t=arrived, **heal, line=line[:500])
             if pattern is not None and pattern.search(line):
                 steps += 1
                 recorder.emit(kinds.STEP, t=arrived, step=steps, gen=0, loss=None,

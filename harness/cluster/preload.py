@@ -62,9 +62,9 @@ PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "
 IMPORT_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "KMP_", "MKL_", "OMP_", "GOMP_", "LD_")
 APPLIED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_LOGS", "PYTHONPATH", "PYTHONUNBUFFERED",
                "PYTHONFAULTHANDLER", "PYTHONDONTWRITEBYTECODE")
-# read when used, not at import: the process group's, the elastic agent's, CUDA's
+# read when used, not at import: the process group's, the elastic agent's, CUDA's, torchft's
 LAZY_ENV = ("TORCH_NCCL_", "TORCH_DISTRIBUTED_DEBUG", "TORCHELASTIC_", "TORCH_CPP_LOG_LEVEL",
-            "PYTORCH_CUDA_ALLOC_CONF", "TORCH_SHOW_CPP_STACKTRACES")
+            "PYTORCH_CUDA_ALLOC_CONF", "TORCH_SHOW_CPP_STACKTRACES", "TORCHFT_")
 FLAGS = {"u": "unbuffered", "B": "no_bytecode"}
 PROJECT_PACKAGES = ("harness", "chaos", "runfolder", "reports")
 _THREADS_ENV = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}

@@ -25,18 +25,21 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from chaos import topology
 from chaos.faults import Seconds
 from chaos.reach import why_unreadable
+from harness.cluster.frameworks import FRAMEWORKS, Framework
+from harness.cluster.frameworks.torchft import Settings as TorchftSettings
 from harness.cluster.spec import JOB_MASTER_PORT
 from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
 from harness.job.hook.chaos_hook import EVENTS_ENV, HOST_RANK_ENV, REPO_ENV, STATE_EVERY_ENV, TRIAL_ENV
 import runfolder
+from runfolder.frameworks import coordinator_host
 from runfolder.layout import LOGS_DIR, TORCHRUN_LOGS_DIR
 
 HOOK_DIR = Path(chaos_hook.__file__).resolve().parent  # sitecustomize.py is there
@@ -61,6 +64,9 @@ SECONDS_FIELD = "{seconds}"
 RdzvKey = Literal["join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
                   "keep_alive_interval", "keep_alive_max_attempt"]
 RdzvConf = dict[RdzvKey, Annotated[int, Field(ge=1)]]
+# direct: the command once per host; torchrun: one torchrun agent per host; a framework's
+# name (harness.cluster.frameworks): its own processes on each host
+Launcher = Literal[("direct", "torchrun", *FRAMEWORKS)]  # type: ignore[valid-type]
 
 
 class EnvKnob(BaseModel):
@@ -116,7 +122,7 @@ class JobSpec(BaseModel):
     command: Annotated[tuple[str, ...], Field(min_length=1)]
     workdir: str = "."                 # made absolute by the loader: relative to the scenario file
     env: Env = {}
-    launcher: Literal["direct", "torchrun"] = "direct"
+    launcher: Launcher = "direct"
     nproc_per_host: Annotated[int, Field(ge=1)] = 1
     max_restarts: Annotated[int, Field(ge=0)] = 0
     min_hosts: Annotated[int, Field(ge=1)] | None = Field(
@@ -140,6 +146,32 @@ class JobSpec(BaseModel):
     shared_checkpoint: bool = Field(
         default=False, description="true: a trial may load a checkpoint another trial or an earlier run wrote "
                                    "(reports.checkpoints otherwise fails that trial's expectations)")
+    torchft: TorchftSettings | None = Field(
+        default=None, description="launcher: torchft: the Lighthouse's options and the Managers' timeouts "
+                                  "(harness.cluster.frameworks.torchft)")
+
+    @property
+    def framework(self) -> Framework | None:
+        """The fault-tolerance framework the job runs under, or None (direct, torchrun)."""
+        return FRAMEWORKS.get(self.launcher)
+
+    @model_validator(mode="after")
+    def _framework_fits(self) -> "JobSpec":
+        framework = self.framework
+        for name in FRAMEWORKS:
+            if getattr(self, name) is not None and self.launcher != name:
+                raise ValueError(f"{name}: these are {name}'s settings, and the job's launcher is {self.launcher}: "
+                                 f"set launcher: {name}, or drop {name}")
+        if framework is None:
+            return self
+        if not framework.installed():
+            raise ValueError(f"launcher: {framework.name}: its package ({framework.package}) is not installed in "
+                             f"the harness's Python; install it: {framework.install}")
+        for name, value in (("min_hosts", self.min_hosts), ("rdzv_conf", self.rdzv_conf)):
+            if value:
+                raise ValueError(f"{name}: it is torchrun's elastic rendezvous, and {framework.name} runs each "
+                                 f"replica group as a torchrun of one node; drop {name}")
+        return self
 
     @model_validator(mode="after")
     def _restarts_need_an_agent(self) -> "JobSpec":
@@ -180,15 +212,18 @@ class JobVariant(BaseModel):
 
     env: Env = {}                     # added to the job's env
     args: tuple[str, ...] = ()        # appended to the job's command
-    launcher: Literal["direct", "torchrun"] | None = None
+    launcher: Launcher | None = None
     max_restarts: Annotated[int, Field(ge=0)] | None = None
     min_hosts: Annotated[int, Field(ge=1)] | None = None
     rdzv_conf: RdzvConf = {}          # merged over the job's
     start: Literal["preloaded", "exec"] | None = None  # e.g. one side exec'd, to compare with
+    torchft: dict[str, Any] = {}      # merged over the job's torchft settings
 
     def applied_to(self, job: JobSpec) -> JobSpec:
         changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args),
                                    "rdzv_conf": {**job.rdzv_conf, **self.rdzv_conf}}
+        if self.torchft:
+            changes["torchft"] = {**(job.torchft.model_dump(exclude_unset=True) if job.torchft else {}), **self.torchft}
         if self.start is not None:
             changes["start"] = self.start
         if self.launcher is not None:
@@ -208,14 +243,17 @@ def _python_first(search_path: str) -> str:
 def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: str, events_path: str,
                      ifname: str = "eth0", base: dict[str, str] | None = None,
                      device: dict[str, str] | None = None,
-                     master: tuple[str, int] | None = None) -> dict[str, str]:
+                     master: tuple[str, int] | None = None,
+                     addresses: Sequence[str] | None = None) -> dict[str, str]:
     """The environment of `rank`'s process: `base` (default: the harness's), the hook first
     on PYTHONPATH, the harness's Python first on PATH, the sockets on the host's link; for
     the `direct` launcher the torchrun contract for one process per host (under `torchrun`
     the agent sets it for its worker); the host's GPU and NCCL transport (`device`:
-    harness.job.device.job_device_env); then the job's own env (the user's settings win, as
-    they would over torchrun's defaults). `master`: rank 0's host and port (default: rank
-    0's address on the switch, JOB_MASTER_PORT)."""
+    harness.job.device.job_device_env); a framework's own variables on the hosts that train
+    (the coordinator's host is not a rank: no rank variables, no hook events); then the
+    job's own env (the user's settings win, as they would over torchrun's defaults).
+    `master`: rank 0's host and port (default: rank 0's address on the switch,
+    JOB_MASTER_PORT); `addresses`: every host's (default: the switch's plan)."""
     master_addr, master_port = master or (topology.host_address(0), JOB_MASTER_PORT)
     env = dict(os.environ if base is None else base)
     python_path = [str(HOOK_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
@@ -234,32 +272,53 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
             "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         })
-    if job.launcher == "torchrun" and job.start == "preloaded":
+    framework = job.framework
+    if framework is not None:
+        hosts = _addresses(addresses, world)
+        if rank == coordinator_host(world, {"launcher": job.launcher}):
+            del env[HOST_RANK_ENV]
+        else:
+            env.update(framework.environment(job, rank, hosts))
+    if _runs_torchrun(job, rank, world) and job.start == "preloaded":
         env[SERVER_ENV] = server_name(run_id, rank)
     env.update(device or {})
     env.update(job.env)
     return env
 
 
+def _addresses(addresses: Sequence[str] | None, world: int) -> list[str]:
+    return list(addresses) if addresses is not None else [topology.host_address(r) for r in range(world)]
+
+
+def _runs_torchrun(job: JobSpec, rank: int, world: int) -> bool:
+    """Whether `rank`'s host runs a torchrun agent (torchrun, or a framework's training host)."""
+    if job.framework is not None:
+        return rank != coordinator_host(world, {"launcher": job.launcher})
+    return job.launcher == "torchrun"
+
+
 def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str,
-                 local_addr: str | None = None) -> list[str]:
+                 local_addr: str | None = None, addresses: Sequence[str] | None = None) -> list[str]:
     """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
     that runs it as its `nproc_per_host` workers (`--no-python`: the command is run as written), in a c10d
     rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
     the host's own address (the hostname is the machine's, the same on every host). Its log
     folder (workers' error files) is in the trial's logs: by default torchrun makes one under
     /tmp per agent and never removes it. A preloaded job's workers are run through the
-    stub that forks them warm (harness.cluster.workers)."""
+    stub that forks them warm (harness.cluster.workers). A framework says what runs on each
+    of its hosts (harness.cluster.frameworks)."""
     if job.launcher == "direct":
         return list(job.command)
     workers = stub_command(job.command) if job.start == "preloaded" else list(job.command)
+    log_dir = f"{TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}"
+    if job.framework is not None:
+        return job.framework.command(job, rank, _addresses(addresses, world), run_id, workers, log_dir)
     nnodes = f"{job.min_hosts}:{world}" if job.min_hosts is not None else f"{world}"
     return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
             *([f"--rdzv-conf={rdzv_conf_text(job.rdzv_conf)}"] if job.rdzv_conf else []),
             f"--local-addr={local_addr or topology.host_address(rank)}",
-            f"--log-dir={TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
-            "--no-python", *workers]
+            f"--log-dir={log_dir}", "--no-python", *workers]
 
 
 def rdzv_conf_text(conf: dict[str, int]) -> str:
@@ -285,13 +344,20 @@ def command_problem(job: JobSpec) -> str | None:
     return None
 
 
-def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir: Path) -> dict[str, Any]:
-    """What the rank launcher's `exec` entry needs: argv, cwd, env, the step pattern.
+def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir: Path,
+                   address: str | None = None) -> dict[str, Any]:
+    """What the rank launcher's `exec` entry needs: argv, cwd, env, the step pattern, and
+    the hostname its processes see where a framework advertises it (the host's `address`).
     `{trial_dir}` in an argument or an env value becomes the trial's folder (where a job
     keeps its checkpoint, fresh for every trial)."""
     def expand(text: str) -> str:
         return text.replace(TRIAL_DIR_FIELD, str(trial_dir))
+    framework = job.framework
+    # a framework's coordinator is a native server behind a Python entry point: it reads the
+    # process's own argv, which only a new program has
+    start = "exec" if framework is not None and argv[:1] == [framework.coordinator] else job.start
     return {"argv": [expand(a) for a in argv], "cwd": job.workdir,
             "env": {k: expand(v) for k, v in env.items()},
-            "step_pattern": job.step_pattern, "start": job.start, "preload": list(job.preload),
-            "serve_workers": SERVER_ENV in env}
+            "step_pattern": job.step_pattern, "start": start, "preload": list(job.preload),
+            "serve_workers": SERVER_ENV in env,
+            "hostname": address if framework is not None and framework.own_hostname else None}

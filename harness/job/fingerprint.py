@@ -24,7 +24,7 @@ chance (about 2^-32 for the total alone, per tensor). Cost: two reductions per t
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -150,3 +150,39 @@ def fingerprints(*groups: Iterable[torch.Tensor]) -> list[str | None]:
 def fingerprint(tensors: Iterable[torch.Tensor]) -> str | None:
     """The fingerprint of these tensors' values; None when there are none."""
     return fingerprints(tensors)[0]
+
+
+def part_fingerprints(state: Mapping[str, Any]) -> dict[str, str]:
+    """One fingerprint per entry of a training state (a framework's state dict: the model's,
+    the optimizer's, the LR scheduler's, the data loader's position): of its tensors and of
+    its other values (an LR scheduler's step, a sampler's epoch and offset), so that a
+    verdict can name which part of a state differs."""
+    named = [(str(key), *_leaves(value)) for key, value in state.items()]
+    found = fingerprints(*(tensors for _, tensors, _ in named))
+    parts = {}
+    for (key, _, plain), tensors_fp in zip(named, found, strict=True):
+        digest = hashlib.blake2b(repr(plain).encode(), digest_size=8)
+        digest.update((tensors_fp or "").encode())
+        parts[key] = digest.hexdigest()
+    return parts
+
+
+def _leaves(value: Any) -> tuple[list[torch.Tensor], list[tuple[tuple[Any, ...], str]]]:
+    """The tensors of a nested value (dicts, lists) in a fixed order, and its other values
+    with their paths."""
+    tensors: list[torch.Tensor] = []
+    plain: list[tuple[tuple[Any, ...], str]] = []
+
+    def walk(item: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+        elif isinstance(item, Mapping):
+            for key in sorted(item, key=str):
+                walk(item[key], (*path, str(key)))
+        elif isinstance(item, (list, tuple)):
+            for index, element in enumerate(item):
+                walk(element, (*path, index))
+        else:
+            plain.append((path, repr(item)))
+    walk(value, ())
+    return tensors, plain

@@ -44,6 +44,7 @@ from harness import signals
 from harness.cluster.api import Backend, Cluster
 from harness.cluster.spec import ClusterSpec
 from harness.cluster.undos import undo_table
+from harness.cluster.frameworks import FRAMEWORKS
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.userjob import JobSpec, command_problem, launch_command, rank_command, rank_environment
 from harness.job.config import RankConfig, WorkloadSpec
@@ -59,6 +60,7 @@ from harness.run.scenario import Scenario, job_checkpoint_dir
 from harness.run.traffic import Sample, TrafficWatch
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
+from runfolder.frameworks import coordinator_host, training_hosts
 from runfolder.info import MachineSpeed, RunInfo, TrialInfo, read_trial_info, write_run_info, write_trial_info
 from runfolder.layout import (CHECKPOINT_DIR, LOGS_DIR, REFERENCE_FILE, REFERENCE_LOG, SCENARIO_FILE, TRIALS_DIR,
                               trial_dir)
@@ -226,12 +228,13 @@ class Trial:
             return cluster.start_rank(rank, self._rank_config(cluster, rank))
         job = JobSpec.model_validate(self.plan.job)
         host = cluster.hosts[rank]
+        addresses = [h.address for h in cluster.hosts]
         env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy, str(self.events_path),
                                host.ifname, device=job_device_env(self.placement, rank, host.ifname),
-                               master=(cluster.hosts[0].address, cluster.job_port))
+                               master=(cluster.hosts[0].address, cluster.job_port), addresses=addresses)
         argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}",
-                            local_addr=host.address)
-        return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir))
+                            local_addr=host.address, addresses=addresses)
+        return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir, host.address))
 
     def run(self) -> TrialResult:
         """Run the trial; teardown steps are stacked as side effects happen and run last-in
@@ -280,7 +283,8 @@ class Trial:
             for rank in range(plan.ranks):
                 pid = self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
-            monitor = Monitor(self.events_path, plan.ranks, last_activity=up,
+            # a framework's coordinator (its own host, the last) makes no step: the others are the ranks
+            monitor = Monitor(self.events_path, len(training_hosts(plan.ranks, plan.job)), last_activity=up,
                               per_host=plan.job["nproc_per_host"] if plan.job else 1)
             steps_observed = self._warm_up(cluster, monitor, recorder, up)
             faults = teardown.enter_context(contextlib.ExitStack())
@@ -349,15 +353,19 @@ class Trial:
             monitor.poll()
             self._reap(cluster, monitor, recorder)
             if monitor.exited:
-                raise HarnessError(f"rank(s) {sorted(monitor.exited)} exited during warm-up; see {logs}")
+                raise HarnessError(f"{_what_exited(sorted(monitor.exited), self.plan.ranks, self.plan.job)} "
+                                   f"exited during warm-up; see {logs}")
             if self.clock() > deadline:
-                if self.plan.job and not monitor.step_of:
+                # a framework's workers step through torch.optim: none means they never came up
+                if self.plan.job and not monitor.step_of and self.plan.job["launcher"] not in FRAMEWORKS:
                     recorder.emit(kinds.STEPS_NOT_OBSERVED, waited_s=round(start_timeout, 3))
                     self._say(f"warm-up: no step from any rank in {start_timeout:g} s, every rank alive: "
                               "steps not observed; the faults run on time alone")
                     return False
+                none = [f"r{r:03d}" for r in monitor.live if monitor.fewest(monitor.steps_made, r) == 0]
+                silent = f"; no step from {', '.join(none)}" if none else ""
                 raise HarnessError(f"ranks did not make {want} steps within "
-                                   f"{start_timeout:.0f} s ({monitor.summary()}); see {logs}")
+                                   f"{start_timeout:.0f} s ({monitor.summary()}{silent}); see {logs}")
             self.progress.status(self.plan.policy, monitor.least_since() / want,
                                  f"warm-up   {monitor.summary()}")
         t = recorder.emit(kinds.WARMUP_DONE, step=min(monitor.step_of.values()))
@@ -407,6 +415,9 @@ class Trial:
         traffic = self._traffic_watch(cluster, monitor)
         # NVML per pid means nothing for ranks on the CPU: not observed, never a 0 s release
         gpu = GpuRelease(gpu_memory_by_pid if self.placement.device == "cuda" else lambda: None)
+        job = JobSpec.model_validate(plan.job) if plan.job else None
+        relaunch = job.framework.relaunch(job) if job is not None and job.framework is not None else None
+        killed: set[int] = set()  # hosts a kill fault ended, for the framework's relaunch
         while True:
             monitor.poll()  # first: an anchored fault whose event came is applied in this round
             now = self.clock()
@@ -427,6 +438,7 @@ class Trial:
                     if applied is not None:
                         if applied.fault.kind == "kill":  # type: ignore[attr-defined]
                             gpu.killed(pids, applied.t_applied)
+                            killed.update(targets)
                         if at_detection is not None:
                             at_detection.armed(action.index, applied.t_applied)
                         traffic.applied(action)
@@ -444,7 +456,8 @@ class Trial:
             for rank, pid, killed_t in gpu.freed():
                 recorder.emit(kinds.GPU_MEMORY_FREED, rank=rank, killed_t=killed_t, killed_pid=pid)
             self._reap(cluster, monitor, recorder)
-            if not monitor.live:
+            relaunching = relaunch is not None and self._relaunch(cluster, monitor, recorder, now, relaunch, killed)
+            if not monitor.live and not relaunching:
                 requeue = cluster.requeue_state()
                 if requeue is None:
                     return "all-exited"
@@ -464,7 +477,7 @@ class Trial:
             if anchors.waiting and not pending and steps_observed and set(monitor.live) <= frozen_for_good(
                     outstanding, plan):  # the events they wait for come from ranks that can never move
                 self._not_come(anchors.give_up(), recorder, "every live rank is frozen by a fault that never heals")
-            waiting = bool(pending or anchors.waiting)
+            waiting = bool(pending or anchors.waiting or relaunching)  # a host to start again settles with the others
             # a rank frozen or cut off for good never steps with the others again: they settle without it
             frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
                                if not waiting and steps_observed else (set(), set()))
@@ -500,6 +513,25 @@ class Trial:
             self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
             self.sleep(ANCHOR_POLL_S if anchors.waiting else POLL_S)
             signals.check()
+
+    def _relaunch(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, now: float,
+                  after: float, killed: set[int]) -> bool:
+        """A framework's training hosts that a kill fault ended, started again `after` seconds
+        later, as the scheduler it runs under would start a failed replica group again
+        (job.torchft.relaunch); True while one is still waiting for its delay. A host whose
+        processes ended by themselves (a crash) is not: its end stays the trial's outcome."""
+        waiting = False
+        for rank in sorted(r for r in monitor.exited if r in killed and r < monitor.ranks):  # not the coordinator's
+            waited = now - monitor.exited_at.get(rank, now)
+            if waited < after:
+                waiting = True
+                continue
+            recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=self._start(cluster, rank))
+            monitor.exited.discard(rank)
+            monitor.exited_at.pop(rank, None)
+            killed.discard(rank)
+            self._say(f"r{rank:03d} started again {waited:.1f} s after its processes ended (the framework's relaunch)")
+        return waiting
 
     def _restart(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
         """The scheduler started the job again: every rank starts from the top, as its batch
@@ -647,6 +679,16 @@ class Trial:
                       targets=list(planned.targets), teardown=teardown, **during)
         self._say(f"fault {planned.kind} on {ranks_text(planned.targets)} reverted"
                   + (" (teardown)" if teardown else ""))
+
+
+def _what_exited(ranks: list[int], world: int, job: dict | None) -> str:
+    """The ranks, or a framework's coordinator, whose process ended: "rank(s) [2]",
+    "the coordinator (torchft_lighthouse on r003)"."""
+    coordinator = coordinator_host(world, job)
+    named = [f"rank(s) {[r for r in ranks if r != coordinator]}"] if set(ranks) - {coordinator} else []
+    if coordinator in ranks and job is not None:
+        named.append(f"the coordinator ({FRAMEWORKS[job['launcher']].coordinator} on r{coordinator:03d})")
+    return " and ".join(named)
 
 
 def _stop_text(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from harness.cluster.userjob import rdzv_conf_text
 from harness.job.policies import PolicySpec
 from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.run.yaml_errors import file_line
+from runfolder.frameworks import coordinator_host
 from runfolder.plan import APPLY, REVERT, Action, Anchor, Expectation, PlannedFault, TrialPlan
 
 
@@ -159,6 +160,11 @@ def _policy_text(plan: TrialPlan) -> str:
                    if job.get("min_hosts") is not None else "")
                 + (f", --rdzv-conf {rdzv_conf_text(job['rdzv_conf'])}" if job.get("rdzv_conf") else "")
                 + (f", {job['nproc_per_host']} processes per host" if job["nproc_per_host"] > 1 else "")
+                + (f", its coordinator on r{host:03d} (the last host; the others train)"
+                   if (host := coordinator_host(plan.ranks, job)) is not None else "")
+                + (f", {job['launcher']}: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                                                        for k, v in settings.items() if v is not None)
+                   if isinstance(settings := job.get(job["launcher"]), dict) else "")
                 + (f", env {' '.join(f'{k}={v}' for k, v in job['env'].items())}" if job["env"] else ""))
     spec = plan.policy_spec
     return (f"timeout {spec['timeout']:g} s, {spec['max_retries']} retries "

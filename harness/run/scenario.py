@@ -305,6 +305,20 @@ class FaultEvent(Frozen):
         return spans
 
 
+def _framework_problem(job: JobSpec, cluster: ClusterConfig) -> str | None:
+    """Why a fault-tolerance framework's job cannot run on this cluster (None: it can)."""
+    framework = job.framework
+    if framework is None:
+        return None
+    if cluster.backend not in framework.backends:
+        return (f"{framework.name} runs on the {' or '.join(framework.backends)} backend only ({framework.why_backend}); "
+                f"set cluster.backend: {framework.backends[0]}, or run with --backend {framework.backends[0]}")
+    if framework.coordinator is not None and cluster.ranks < 3:
+        return (f"{framework.name}'s coordinator ({framework.coordinator}) takes the last of the cluster's "
+                f"{cluster.ranks} hosts, and it needs two replica groups besides: give cluster.ranks: 3 or more")
+    return None
+
+
 def one_or_more(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
 
@@ -436,6 +450,8 @@ class Scenario(Frozen):
                 except ValueError as exc:
                     raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
                                      f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
+            if job is not None and (problem := _framework_problem(job, self.cluster)):
+                raise ValueError(f"{f'variants.{name}' if name else 'job'}.launcher: {problem}")
             if job is not None and job.min_hosts is not None and job.min_hosts > world:
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.min_hosts: {job.min_hosts} is more than the "
                                  f"cluster's {world} hosts (torchrun's --nnodes {job.min_hosts}:{world}); give at "

@@ -14,6 +14,10 @@ dict or an optimizer) also records that state. Once torch.serialization (and tor
 their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
 `checkpoint_load` with the file's path and identity, and once torch.distributed is,
 init_process_group and destroy_process_group to record `group_init` and `group_destroyed`.
+Once torchft.manager is imported, its Manager is remembered: its step is the job's (a group
+healed from a peer takes up the peer's step) and each step says how many replica groups
+took part (`participants`), with `step_source: torchft` on steps and states; a state also
+fingerprints each part of the state dict the Manager heals peers with (`parts`).
 All do nothing when CHAOS_EVENTS_PATH is not set.
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ OPTIMIZER_MODULE = "torch.optim.optimizer"
 SERIALIZATION_MODULE = "torch.serialization"   # torch.save, torch.load
 DCP_MODULE = "torch.distributed.checkpoint"    # its save, load
 DISTRIBUTED_MODULE = "torch.distributed"       # its init_process_group
+TORCHFT_MODULE = "torchft.manager"            # its Manager counts the job's steps
 DCP_METADATA = ".metadata"  # a distributed checkpoint's folder is known by this file in it
 
 _recorder: Any = None
@@ -46,6 +51,7 @@ _in_checkpoint = 0  # checkpoint calls in progress: a distributed checkpoint's o
 _grads_done: float | None = None  # when the step's last gradient was accumulated (its local work done)
 _wait: float | None = None  # from then to its optimizer step: the step's wait for its peers
 _timed = False  # every parameter of the first optimizer stepped notes its gradient (_time_gradients)
+_manager: Any = None  # torchft's Manager in this process, once one is made
 
 
 def _open() -> Any:
@@ -69,6 +75,32 @@ def _generation() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
+def _framework_step(before: bool = False) -> dict[str, Any]:
+    """torchft's own step and the replica groups in its quorum, or, `before` the optimizer
+    step it committed, the step whose state the process starts from (the one before); {}
+    without a Manager. torchft counts a step once its quorum agreed to commit it, which is
+    when the optimizer steps (its quorum is complete by then: num_participants waits for it)."""
+    if _manager is None:
+        return {}
+    if before:
+        return {"step": _manager.current_step() - 1, "step_source": "torchft"}
+    return {"step": _manager.current_step(), "participants": _manager.num_participants(), "step_source": "torchft"}
+
+
+def _framework_parts() -> dict[str, Any]:
+    """The parts of the state torchft's Manager sends a healing peer (the script's
+    state_dict: its model, optimizer, LR scheduler, data position, ...), each fingerprinted;
+    {} without a Manager."""
+    if _manager is None:
+        return {}
+    from harness.job.fingerprint import part_fingerprints
+    parts: dict[str, str] = {}
+    for key, state_dict in getattr(_manager, "_user_state_dicts", {}).items():  # torchft 0.2.0's registry
+        for name, value in part_fingerprints(state_dict()).items():
+            parts[name if key == "default" else f"{key}.{name}"] = value
+    return {"parts": parts}
+
+
 def _record_state(recorder: Any, holder: Any, at: str) -> None:
     from harness.job.fingerprint import fingerprints, optimizer_tensors, sharding, tensors_of
     import torch
@@ -76,8 +108,10 @@ def _record_state(recorder: Any, holder: Any, at: str) -> None:
     held, optim = fingerprints(tensors_of(holder), optimizer_tensors(holder)
                                if isinstance(holder, torch.optim.Optimizer) else [])
     sharded = {"sharded": kind} if (kind := sharding(holder)) else {}
-    recorder.emit("state", step=_steps, gen=_generation(), at=at, fingerprint=held,
-                  optim=optim, local_rank=_local_rank(), **sharded)
+    framework = _framework_step(before=at == "start")
+    framework.pop("participants", None)  # the step event says it
+    recorder.emit("state", **{"step": _steps, **framework}, gen=_generation(), at=at, fingerprint=held,
+                  optim=optim, local_rank=_local_rank(), **sharded, **_framework_parts())
 
 
 def step(state: Any = None, *_hook_args: Any) -> None:
@@ -94,7 +128,7 @@ def step(state: Any = None, *_hook_args: Any) -> None:
     dur = None if _last is None else now - _last
     if dur is not None and _wait is not None and 0 <= _wait <= dur:
         extra["compute"] = round(dur - _wait, 5)
-    recorder.emit("step", t=now, step=_steps, gen=_generation(),
+    recorder.emit("step", t=now, **{"step": _steps, **_framework_step()}, gen=_generation(),
                   loss=None, dur=None if dur is None else round(dur, 6), local_rank=_local_rank(), **extra)
     _last, _wait = now, None
     if state is not None and _steps % int(os.environ.get(STATE_EVERY_ENV, "1")) == 0:
@@ -268,6 +302,19 @@ def _watch_group(module: Any) -> None:
     module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
 
 
+def _watch_torchft(module: Any) -> None:
+    """torchft's Manager remembered as it is made: it counts the job's steps."""
+    init = module.Manager.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        global _manager
+        init(self, *args, **kwargs)
+        _manager = self
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    __init__.__doc__ = init.__doc__
+    module.Manager.__init__ = __init__
+
+
 def _after_import(name: str, then: Any) -> None:
     """`then(module)` once `name` is imported: now if it is (a preloaded start), else right
     after its import."""
@@ -312,3 +359,4 @@ def install() -> None:
     _after_import(SERIALIZATION_MODULE, _watch_serialization)
     _after_import(DCP_MODULE, _watch_dcp)
     _after_import(DISTRIBUTED_MODULE, _watch_group)
+    _after_import(TORCHFT_MODULE, _watch_torchft)

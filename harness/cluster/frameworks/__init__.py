@@ -1,0 +1,64 @@
+"""Fault-tolerance frameworks run as a user's job (`job.launcher: <name>`): one module each.
+
+A framework is what a team deploys to survive faults (torchft, NVIDIA's ft_launcher, ...):
+its own processes on each host, perhaps a coordinator of its own, its own settings. Each
+module says, as a `Framework`:
+
+    package      the Python module its processes import; without it the scenario is
+                 refused at load, saying how to install it (`install`)
+    settings     the model of its options, given under `job.<name>:` in a scenario
+    backends     where it can run; elsewhere the scenario is refused at load, with why
+    coordinator  its coordinator's process (None: it has none), started on a host of its
+                 own, the cluster's last, so that faults can target it as any host
+                 (runfolder.frameworks says which hosts train)
+    command      what runs on a host: a training host's launcher, or the coordinator
+    environment  what a training host's processes get besides the torchrun contract
+    relaunch     how long after a kill fault ended a training host's processes the harness
+                 starts them again, as the framework's scheduler would (None: never)
+    own_hostname each host's processes see a hostname of their own (the host's address),
+                 where the framework advertises `socket.gethostname()` to its peers
+
+The harness's side stays the same for every framework: the hosts, the hook inside each rank
+(harness.job.hook: steps, state fingerprints), the output tap (runfolder.classify: its log
+lines), the faults, the reports. A new framework is one module here and one line in
+FRAMEWORKS (and in runfolder.frameworks.COORDINATED where it has a coordinator).
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel
+
+from harness.cluster.frameworks import torchft
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    package: str
+    install: str
+    settings: type[BaseModel]
+    backends: tuple[str, ...]
+    coordinator: str | None
+    # (job, host, addresses, run_id, workers, log_dir) -> argv, where the last host is the
+    # coordinator's; `workers` is the job's command as a launcher on the host runs it
+    command: Callable[[Any, int, Sequence[str], str, list[str], str], list[str]]
+    # (job, host, addresses) -> the training host's environment besides the harness's
+    environment: Callable[[Any, int, Sequence[str]], dict[str, str]]
+    relaunch: Callable[[Any], float | None]
+    own_hostname: bool = False
+    why_backend: str = ""  # why it runs on `backends` only
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.package) is not None
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "torchft": Framework(
+        name="torchft", package="torchft", install=torchft.INSTALL, settings=torchft.Settings,
+        backends=torchft.BACKENDS, coordinator=torchft.LIGHTHOUSE, command=torchft.command,
+        environment=torchft.environment, relaunch=torchft.relaunch_after, own_hostname=True,
+        why_backend=torchft.WHY_BACKENDS),
+}

@@ -1,0 +1,207 @@
+"""Fault-tolerance frameworks as a user's job (harness.cluster.frameworks): what runs on each
+host, what is refused at load, how their log lines and steps read, and how the state checker
+judges a framework's own step count. The real thing (a real Lighthouse, real replica groups
+in namespaces, a real kill) is scenarios/frameworks_kill.yaml, a test of its own."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from chaos.errors import UsageError
+from harness.cluster.frameworks import FRAMEWORKS, Framework
+from harness.cluster.userjob import JobSpec, JobVariant, launch_command, rank_command, rank_environment
+from harness.job.hook.chaos_hook import HOST_RANK_ENV
+from harness.run.scenario import load_scenario
+from reports.metrics import FaultWindow, _quorum_change, _resumed
+from reports.state import CONSISTENT, DIVERGED, RESTORE_IS_REAL, REPLICAS_AGREE, check_state
+from runfolder.classify import classify_line, heal_of
+from runfolder.frameworks import COORDINATED, coordinator_host, training_hosts
+
+ADDRESSES = ["10.77.0.10", "10.77.0.11", "10.77.0.12", "10.77.0.13"]
+
+
+def torchft_job(**changes) -> JobSpec:
+    return JobSpec.model_validate({"command": ["python", "train_torchft.py"], "launcher": "torchft",
+                                   "torchft": {"min_replicas": 1, "heartbeat_timeout_ms": 2000, "timeout": 7},
+                                   **changes})
+
+
+def test_the_frameworks_with_a_coordinator_are_the_ones_runfolder_names():
+    assert sorted(name for name, f in FRAMEWORKS.items() if f.coordinator) == sorted(COORDINATED)
+    job = {"launcher": "torchft"}
+    assert (coordinator_host(4, job), training_hosts(4, job)) == (3, (0, 1, 2))
+    assert (coordinator_host(4, {"launcher": "torchrun"}), training_hosts(4, None)) == (None, (0, 1, 2, 3))
+
+
+def test_the_last_host_runs_the_lighthouse_by_exec_with_the_scenarios_options():
+    job = torchft_job(torchft={"min_replicas": 2, "quorum_tick_ms": 50, "join_timeout_ms": 3000,
+                               "heartbeat_timeout_ms": 2000})
+    argv = rank_command(job, 3, 4, "ab12cd", "10.77.0.1:29400", addresses=ADDRESSES)
+    assert argv == ["torchft_lighthouse", "--min_replicas", "2", "--quorum_tick_ms", "50", "--join_timeout_ms",
+                    "3000", "--heartbeat_timeout_ms", "2000", "--bind", "[::]:29510"]
+    env = rank_environment(job, 3, 4, "ab12cd", "torchft", "/tmp/e.jsonl", base={}, addresses=ADDRESSES)
+    assert HOST_RANK_ENV not in env and "TORCHFT_LIGHTHOUSE" not in env  # no rank: the hook records nothing
+    launch = launch_command(job, argv, env, Path("/tmp"), ADDRESSES[3])
+    assert (launch["start"], launch["hostname"]) == ("exec", ADDRESSES[3])
+
+
+def test_a_replica_group_is_a_torchrun_hosting_its_store_at_its_own_address():
+    job = torchft_job(nproc_per_host=2, max_restarts=1, start="exec")
+    argv = rank_command(job, 1, 4, "ab12cd", "10.77.0.1:29400", addresses=ADDRESSES)
+    assert argv[:8] == ["torchrun", "--nnodes=1", "--nproc-per-node=2", "--master-addr=10.77.0.11",
+                        "--master-port=29500", "--rdzv-id=ab12cd-g1", "--max-restarts=1",
+                        "--log-dir={trial_dir}/logs/torchrun/r001"]
+    assert argv[-3:] == ["--no-python", "python", "train_torchft.py"]
+    env = rank_environment(job, 1, 4, "ab12cd", "torchft", "/tmp/e.jsonl", base={}, addresses=ADDRESSES)
+    assert {k: env[k] for k in ("TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS",
+                                "TORCHFT_TIMEOUT_SEC", HOST_RANK_ENV)} == {
+        "TORCHFT_LIGHTHOUSE": "http://10.77.0.13:29510", "REPLICA_GROUP_ID": "1", "NUM_REPLICA_GROUPS": "3",
+        "TORCHFT_TIMEOUT_SEC": "7", HOST_RANK_ENV: "1"}
+    assert "RANK" not in env  # the agent sets the worker's
+
+
+def test_a_missing_framework_package_is_refused_saying_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(Framework, "installed", lambda self: False)
+    with pytest.raises(ValueError, match=r"launcher: torchft: its package \(torchft\) is not installed .*"
+                                         r"pip install -e '\.\[frameworks\]' in the harness's repository"):
+        torchft_job()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"launcher": "torchrun"}, "torchft: these are torchft's settings, and the job's launcher is torchrun"),
+    ({"min_hosts": 2}, "min_hosts: it is torchrun's elastic rendezvous"),
+])
+def test_settings_that_do_not_fit_torchft_are_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        torchft_job(**changes)
+
+
+SCENARIO = """\
+name: ft
+cluster: {{ranks: {ranks}, backend: {backend}}}
+job:
+  command: [python, train_torchft.py]
+  workdir: {workdir}
+  launcher: torchft
+faults:
+  - {{kind: kill, target: {{rank: 1}}, start: 1s}}
+"""
+
+
+@pytest.mark.parametrize("ranks, backend, message", [
+    (4, "docker", r"s\.yaml:\d+: job\.launcher: torchft runs on the netns backend only .*UTS namespace"),
+    (2, "netns", r"s\.yaml:\d+: job\.launcher: torchft's coordinator \(torchft_lighthouse\) takes the last"),
+])
+def test_a_torchft_trial_where_it_cannot_run_is_refused_at_load_with_file_and_line(tmp_path, ranks, backend,
+                                                                                    message):
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(ranks=ranks, backend=backend, workdir=tmp_path))
+    with pytest.raises(UsageError, match=message):
+        load_scenario(path)
+
+
+def test_torchfts_lines_say_a_quorum_change_and_a_heal():
+    lighthouse = "2026-12-07T06:32:26.522 [INFO] [torchft::lighthouse] - Detected quorum change, bumping quorum_id to 3"
+    assert classify_line(lighthouse) == "quorum"
+    heal = ("[INFO] [torchft::manager] - [Replica train_torchft_0] healing is required step=0, max_step=93, "
+            "recover_src_replica_rank=1")
+    assert (classify_line(heal), heal_of(heal)) == (None, {"step": 0, "max_step": 93, "source": 1})
+    assert heal_of("step 12 participants 2 lr 0.05 loss 2.3") is None
+
+
+def states(events):
+    """(rank, at, torchft's step, weights[, pid]) -> state events; optimizer state by step."""
+    return [{"t": 100 + i, "src": "rank", "kind": "state", "gen": 0, "optim": f"m{e[2]}", "step_source": "torchft",
+             "rank": e[0], "pid": e[4] if len(e) > 4 else 1000 + e[0], "at": e[1], "step": e[2], "fingerprint": e[3]}
+            for i, e in enumerate(events)]
+
+
+def test_a_group_healed_at_its_peers_step_agrees_with_them():
+    """Group 0 trains steps 1-5 alone; group 1 joins at step 5, healed from group 0 (its
+    start is group 0's state of step 5); both go on together: torchft's own step count."""
+    history = [(0, "start", 0, "w0"), *((0, "step", s, f"w{s}") for s in range(1, 6)), (1, "start", 5, "w5"),
+               *((r, "step", s, f"w{s}") for s in range(6, 9) for r in (0, 1))]
+    verdict = check_state(states(history))
+    assert (verdict.verdict, verdict.compared, verdict.restores_checked) == (CONSISTENT, 4, 1)  # steps 5 (the heal) to 8
+
+
+def test_a_heal_that_took_up_other_weights_is_diverged():
+    history = [(0, "start", 0, "w0"), *((0, "step", s, f"w{s}") for s in range(1, 6)), (1, "start", 5, "stale"),
+               *((r, "step", s, f"w{s}" if r == 0 else f"x{s}") for s in range(6, 8) for r in (0, 1))]
+    verdict = check_state(states(history))
+    assert verdict.verdict == DIVERGED
+    assert verdict.violations[0].invariant == RESTORE_IS_REAL
+    assert "step 5 (the framework's count)" in verdict.violations[0].detail
+    assert {v.invariant for v in verdict.violations} == {RESTORE_IS_REAL, REPLICAS_AGREE}
+
+
+def relaunched(after: str) -> list[dict]:
+    """Groups 0 and 1 train steps 1-6; group 1's host is killed and its group started again
+    (a new process), which heals from group 0 at step 6; both go on to step 9, the relaunched
+    group's weights after its heal being `after`."""
+    history = [(r, "start", 0, "w0") for r in (0, 1)] + [(r, "step", s, f"w{s}") for s in range(1, 7) for r in (0, 1)]
+    history += [(1, "start", 6, "w6", 2000)]
+    history += [e for s in range(7, 10) for e in ((0, "step", s, f"w{s}"), (1, "step", s, after.format(s), 2000))]
+    return states(history)
+
+
+def test_a_relaunched_group_is_compared_with_the_others_at_torchfts_step():
+    verdict = check_state(relaunched("w{}"))
+    # every step 0-9 compared; both of group 1's starts (step 0, and its heal at 6) checked
+    assert (verdict.verdict, verdict.compared, verdict.restores_checked) == (CONSISTENT, 10, 2)
+
+
+def test_a_relaunched_group_that_drifts_after_its_heal_is_diverged():
+    verdict = check_state(relaunched("x{}"))
+    assert verdict.verdict == DIVERGED
+    assert verdict.violations[0].invariant == REPLICAS_AGREE
+    assert verdict.violations[0].step == 7
+
+
+def test_a_variant_sets_torchft_settings_over_the_jobs():
+    job = torchft_job(torchft={"min_replicas": 2, "heartbeat_timeout_ms": 2000})
+    varied = JobVariant(torchft={"relaunch": "1s"}).applied_to(job)
+    assert (varied.torchft.min_replicas, varied.torchft.heartbeat_timeout_ms, varied.torchft.relaunch) == (2, 2000, 1.0)
+    assert JobVariant().applied_to(job).torchft.relaunch is None
+
+
+def test_a_survivor_resumes_with_the_new_quorum_not_with_a_step_in_flight():
+    """A step that completed just after the kill was in flight: the survivor resumes at its
+    first step after the Lighthouse's quorum change (the first detection, any process's)."""
+    steps = [{"t": t, "kind": "step", "rank": 0, "participants": p} for t, p in ((9.9, 3), (10.01, 3), (15.1, 2))]
+    events = pd.DataFrame([*steps, {"t": 15.0, "kind": "job_output", "rank": 3, "cause": "quorum"}])
+    fault = FaultWindow(index=0, kind="kill", targets=(2,), start=10.0, end=math.nan)
+    change = _quorum_change(events, {3: 15.0})
+    assert change == 15.0
+    assert _resumed(events, (0,), fault, {3: 15.0}, {0: ((9.9, 10.01, 15.1),)}, 20.0, change) == {0: 15.1}
+    assert _resumed(events, (0,), fault, {3: 15.0}, {0: ((9.9, 10.01, 15.1),)}, 20.0) == {0: 10.01}
+
+
+def with_parts(events: list[dict], parts: dict[tuple[int, int], dict[str, str]]) -> list[dict]:
+    """The state events with the named parts a framework records: (rank, step) -> parts that
+    differ from the defaults (every part named by its step)."""
+    for e in events:
+        e["parts"] = {"model": f"m{e['step']}", "lr_scheduler": f"l{e['step']}", "data": f"d{e['step']}",
+                      **parts.get((e["rank"], e["step"]), {})}
+    return events
+
+
+def test_a_heal_that_left_the_lr_scheduler_behind_is_named():
+    events = with_parts(relaunched("w{}"), {(1, 6): {"lr_scheduler": "l0"}})
+    verdict = check_state(events)
+    assert verdict.verdict == DIVERGED
+    first = verdict.violations[0]
+    assert (first.invariant, first.step) == (RESTORE_IS_REAL, 6)
+    assert "recorded there but not the others' lr_scheduler" in first.detail
+
+
+def test_replicas_whose_data_position_differs_are_named():
+    events = with_parts(relaunched("w{}"), {(1, 8): {"data": "d9"}})
+    verdict = check_state(events)
+    assert verdict.verdict == DIVERGED
+    assert verdict.violations[0].invariant == REPLICAS_AGREE
+    assert "(the data differs)" in verdict.violations[0].detail
+    assert check_state(with_parts(relaunched("w{}"), {})).verdict == CONSISTENT
