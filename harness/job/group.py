@@ -197,8 +197,10 @@ class GlooGroup:
         generation the others left. Raises NotAMember when the agreed members exclude it.
 
         The whole join is bounded by the rendezvous timeout (store calls, each ending within
-        STORE_GRACE_S of it), except that a group whose rendezvous completed late still gets
-        the collective timeout to form: what gloo allows its own connects.
+        STORE_GRACE_S of it), except that the group, once every member arrived, gets the
+        store timeout to form: what torch gives gloo's reads of a store that answers. Its
+        connection is opened before the rendezvous, as each member arrives, not by all
+        members at once when the last one does (a burst a loaded store is slow to accept).
         """
         started = time.monotonic()
         deadline = started + self.rendezvous_timeout_s
@@ -213,12 +215,17 @@ class GlooGroup:
             if self.member not in members:
                 raise NotAMember(gen, members)
             self.members, self.rank, self.world_size = members, members.index(self.member), len(members)
-            stopped = self._rendezvous(gen, watch, started, deadline)
-            if stopped is not None:
-                self._bump_past(gen)
-                cause, reason = stopped
-                raise CollectiveError(reason, cause, "join")
-            self._form(gen, max(deadline, time.monotonic() + self.timeout.total_seconds()))
+            conn = self.store.connect(deadline)
+            try:
+                stopped = self._rendezvous(gen, watch, started, deadline)
+                if stopped is not None:
+                    self._bump_past(gen)
+                    cause, reason = stopped
+                    raise CollectiveError(reason, cause, "join")
+                self._form(gen, conn, max(deadline, time.monotonic() + self.store.timeout_s))
+            except BaseException:
+                conn.abandon()
+                raise
         except (RuntimeError, ValueError) as exc:  # DistError and StoreUnanswered derive from RuntimeError
             raise CollectiveError(_short(exc), "rendezvous", "join") from exc
         return self.generation
@@ -231,17 +238,12 @@ class GlooGroup:
         except StoreUnanswered:
             pass
 
-    def _form(self, gen: int, deadline: float) -> None:
-        """This generation's group, over a store connection of its own, formed by `deadline`."""
-        conn = self.store.connect(deadline)
-        try:
-            self._pg = call_by(deadline, "forming the group", self.store_address,
-                               lambda: new_process_group(self.comm, dist.PrefixStore(f"gen{gen}/", conn.store),
-                                                         self.rank, self.world_size, self.timeout),
-                               conn.abandon)
-        except BaseException:
-            conn.abandon()
-            raise
+    def _form(self, gen: int, conn: Connection, deadline: float) -> None:
+        """This generation's group, over its own store connection `conn`, formed by `deadline`."""
+        self._pg = call_by(deadline, "forming the group", self.store_address,
+                           lambda: new_process_group(self.comm, dist.PrefixStore(f"gen{gen}/", conn.store),
+                                                     self.rank, self.world_size, self.timeout),
+                           conn.abandon)
         self._pg_store = conn
 
     def _agree(self, gen: int, proposal: tuple[int, ...], deadline: float | None = None) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ from tests.harness.test_group import free_port
 pytestmark = pytest.mark.system  # a real TCPStore, a relay and a rank process: not in ./dev.sh check
 
 RENDEZVOUS_S = 1.0
-JOIN_CALLS = 6  # get generation, compare_set members, add arrived, set complete, wait, the group's connect
+JOIN_CALLS = 6  # get generation, compare_set members, the group's connect, add arrived, set complete, wait
 
 
 class Relay:
