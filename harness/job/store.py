@@ -65,29 +65,31 @@ def _sockets_to(host_ips: frozenset[str], port: int) -> set[int]:
     return found
 
 
+def _shut_down(fds: frozenset[int], host_ips: frozenset[str], port: int) -> None:
+    """Shut these sockets down: a read blocked on one ends now, and a late reply has nowhere
+    to go. Checked against the peer first: a descriptor number torch closed and the process
+    reused is left alone."""
+    for fd in fds & _sockets_to(host_ips, port):
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class Connection:
     """One TCPStore client connection and the socket it holds (when it could be told apart)."""
 
-    def __init__(self, store: dist.TCPStore | None, fds: frozenset[int], address: tuple[str, int],
+    def __init__(self, store: dist.TCPStore, fds: frozenset[int], address: tuple[str, int],
                  host_ips: frozenset[str]) -> None:
         self.store = store
         self.address = address
         self._fds = fds
         self._host_ips = host_ips
-        self.abandoned = False
 
     def abandon(self) -> None:
-        """Shut the connection's socket down: a read blocked on it ends now, and a late
-        reply has nowhere to go. Checked against the peer first: a descriptor number
-        torch closed and the process reused is left alone."""
-        self.abandoned = True
-        still_ours = _sockets_to(self._host_ips, self.address[1])
-        for fd in self._fds & still_ours:
-            try:
-                with socket.socket(fileno=os.dup(fd)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        """Shut the connection down (a call still out on it ends at once)."""
+        _shut_down(self._fds, self._host_ips, self.address[1])
 
 
 def call_by(deadline: float, what: str, address: tuple[str, int], fn: Callable[[], T],
@@ -121,8 +123,8 @@ def connect(address: tuple[str, int], timeout_s: float, deadline: float) -> Conn
     """A fresh client connection, by `deadline` (torch's constructor connects, retrying
     for `timeout_s`, then pings: the ping is what blocks against a silent store). Its
     socket is the one to the store that the constructor added: the rank connects to the
-    store from one thread, one connection at a time (an abandoned call's socket is shut
-    down, so no longer connected, and not counted)."""
+    store from one thread, one connection at a time (the sockets there before, an
+    abandoned one's included, are left out)."""
     host, port = address
     host_ips = frozenset(info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
     before = _sockets_to(host_ips, port)
@@ -133,7 +135,7 @@ def connect(address: tuple[str, int], timeout_s: float, deadline: float) -> Conn
         return Connection(store, frozenset(_sockets_to(host_ips, port) - before), address, host_ips)
 
     def late() -> None:  # the constructor's own socket, found while it blocks in there
-        Connection(None, frozenset(_sockets_to(host_ips, port) - before), address, host_ips).abandon()
+        _shut_down(frozenset(_sockets_to(host_ips, port) - before), host_ips, port)
 
     return call_by(deadline, "a connect", address, open_one, late)
 

@@ -29,12 +29,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def store():
+def serve_store(generation: int) -> tuple[dist.TCPStore, int]:
+    """A control plane's store on loopback at `generation`, and its port."""
     port = free_port()
     master = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=5))
-    master.set(GENERATION_KEY, "3")
+    master.set(GENERATION_KEY, str(generation))
+    return master, port
+
+
+@pytest.fixture
+def store():
+    master, port = serve_store(3)
     master.set("gen3/members", json.dumps([0, 1, 3]))  # rank 2 was left out
     return master, port
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +27,7 @@ import torch.distributed as dist
 from harness.job.control import GENERATION_KEY
 from harness.job.group import CollectiveError, GlooGroup
 from harness.job.store import DeadlineStore, _sockets_to, connect
-from tests.harness.test_group import free_port
+from tests.harness.test_group import serve_store
 
 pytestmark = pytest.mark.system  # a real TCPStore, a relay and a rank process: not in ./dev.sh check
 
@@ -99,10 +98,7 @@ class Relay:
 
 @pytest.fixture
 def store_and_relay():
-    port = free_port()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=5))
-    server.set(GENERATION_KEY, "0")
+    server, port = serve_store(0)
     relay = Relay(port)
     yield server, relay
     relay.close()
@@ -206,17 +202,12 @@ def test_a_receive_timeout_on_one_shared_connection_reads_stale_replies(store_an
 
 SIGTERM_DURING_A_SILENT_CALL = """
 import os, signal, sys, threading, time
-from datetime import timedelta
-import torch.distributed as dist
 from harness import signals
-from harness.job.control import GENERATION_KEY
 from harness.job.group import GlooGroup
-from tests.harness.test_group import free_port
+from tests.harness.test_group import serve_store
 from tests.harness.test_store_silence import Relay, silent_before
 signals.install()
-port = free_port()
-server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
-server.set(GENERATION_KEY, "0")
+server, port = serve_store(0)
 relay = Relay(port)
 group = GlooGroup(("127.0.0.1", relay.port), 0, 1, 1.0, 30.0, store_timeout_s=5.0)
 silent_before(group, relay, 1, "hold")
