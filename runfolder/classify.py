@@ -9,7 +9,10 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
     closed     a connection closed by the peer or refused, a peer process gone
     nccl       any other NCCL error (a remote process exited, a network error, two ranks on one GPU)
     cuda       a CUDA error (a device-side assert, out of memory) that no NCCL line explains
-    agent      the torchrun agent saw a worker fail, restarts its worker group or gives up
+    agent      the torchrun agent (or ft_launcher) saw a worker fail, restarts its worker
+               group or gives up
+    heartbeat  a framework's monitor missed a worker's heartbeat (ft_launcher's rank
+               monitor: "Did not get subsequent heartbeat. Waited 5.00 seconds.")
     quorum     a framework saw its membership change (torchft: the Lighthouse or a Manager
                detected a quorum change) or a step it could not commit
 
@@ -24,8 +27,9 @@ import re
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(pattern, re.IGNORECASE)) for cause, pattern in (
     ("watchdog", r"watchdog caught collective operation timeout|taking the entire process down"
                  r"|watchdog thread terminated"),
-    ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group failed|restarting worker group"
-              r"|ChildFailedError|RendezvousClosedError"),
+    ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group (failed|unhealthy)"
+              r"|restarting worker group|will restart worker group|ChildFailedError|RendezvousClosedError"),
+    ("heartbeat", r"Did not get (initial|subsequent) heartbeat"),
     ("quorum", r"Detected quorum change|should_commit=False"),
     ("timeout", r"timed out|connect timeout|timeout\(ms\)|socket timeout|DistStoreError"),
     ("reset", r"connection reset|broken pipe"),

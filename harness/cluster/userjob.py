@@ -27,13 +27,13 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 from chaos import topology
 from chaos.faults import Seconds
 from chaos.reach import why_unreadable
+from harness.cluster.agent import AgentHost, agent_command
 from harness.cluster.frameworks import FRAMEWORKS, Framework
-from harness.cluster.frameworks.torchft import Settings as TorchftSettings
 from harness.cluster.spec import JOB_MASTER_PORT
 from harness.cluster.workers import SERVER_ENV, server_name, stub_command
 from harness.job.hook import chaos_hook
@@ -114,8 +114,9 @@ class JobKnobs(BaseModel):
         return {**timed, **({"env": merged} if merged else {}), "launcher": "torchrun", "max_restarts": max_restarts}
 
 
-class JobSpec(BaseModel):
-    """The user's training job, as a scenario's `job:` names it."""
+class _JobFields(BaseModel):
+    """The user's training job, as a scenario's `job:` names it; each framework's settings
+    under its name (`job.torchft:`), fields JobSpec adds from the registry."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -146,9 +147,6 @@ class JobSpec(BaseModel):
     shared_checkpoint: bool = Field(
         default=False, description="true: a trial may load a checkpoint another trial or an earlier run wrote "
                                    "(reports.checkpoints otherwise fails that trial's expectations)")
-    torchft: TorchftSettings | None = Field(
-        default=None, description="launcher: torchft: the Lighthouse's options and the Managers' timeouts "
-                                  "(harness.cluster.frameworks.torchft)")
 
     @property
     def framework(self) -> Framework | None:
@@ -156,7 +154,7 @@ class JobSpec(BaseModel):
         return FRAMEWORKS.get(self.launcher)
 
     @model_validator(mode="after")
-    def _framework_fits(self) -> "JobSpec":
+    def _framework_fits(self) -> "_JobFields":
         framework = self.framework
         for name in FRAMEWORKS:
             if getattr(self, name) is not None and self.launcher != name:
@@ -168,13 +166,13 @@ class JobSpec(BaseModel):
             raise ValueError(f"launcher: {framework.name}: its package ({framework.package}) is not installed in "
                              f"the harness's Python; install it: {framework.install}")
         for name, value in (("min_hosts", self.min_hosts), ("rdzv_conf", self.rdzv_conf)):
-            if value:
+            if value and not framework.elastic:
                 raise ValueError(f"{name}: it is torchrun's elastic rendezvous, and {framework.name} runs each "
                                  f"replica group as a torchrun of one node; drop {name}")
         return self
 
     @model_validator(mode="after")
-    def _restarts_need_an_agent(self) -> "JobSpec":
+    def _restarts_need_an_agent(self) -> "_JobFields":
         if self.max_restarts and self.launcher == "direct":
             raise ValueError("max_restarts: the direct launcher starts each rank once; restarts are "
                              "torchrun's: set launcher: torchrun, or max_restarts: 0")
@@ -205,25 +203,42 @@ class JobSpec(BaseModel):
         return value
 
 
-class JobVariant(BaseModel):
-    """Overrides of a job for one side of a comparison (`variants:` in a scenario)."""
+# a framework's settings under its name (harness.cluster.frameworks), given with its launcher
+JobSpec = create_model(
+    "JobSpec", __base__=_JobFields, __doc__=_JobFields.__doc__,
+    **{name: (framework.settings | None,
+              Field(default=None, description=f"launcher: {name}: its settings ({framework.settings.__module__})"))
+       for name, framework in FRAMEWORKS.items()})
+
+
+class _VariantFields(BaseModel):
+    """Overrides of a job for one side of a comparison (`variants:` in a scenario); a
+    framework's settings under its name, merged over the job's (fields JobVariant adds)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     env: Env = {}                     # added to the job's env
-    args: tuple[str, ...] = ()        # appended to the job's command
-    launcher: Launcher | None = None
+    command: Annotated[tuple[str, ...], Field(min_length=1)] | None = Field(
+        default=None, description="instead of the job's command (another script: a framework's own)")
+    args: tuple[str, ...] = ()        # appended to the (variant's) command
+    launcher: Launcher | None = Field(
+        default=None, description="instead of the job's; the job's settings of another framework are left out")
     max_restarts: Annotated[int, Field(ge=0)] | None = None
     min_hosts: Annotated[int, Field(ge=1)] | None = None
     rdzv_conf: RdzvConf = {}          # merged over the job's
     start: Literal["preloaded", "exec"] | None = None  # e.g. one side exec'd, to compare with
-    torchft: dict[str, Any] = {}      # merged over the job's torchft settings
 
-    def applied_to(self, job: JobSpec) -> JobSpec:
-        changes: dict[str, Any] = {"env": {**job.env, **self.env}, "command": (*job.command, *self.args),
+    def applied_to(self, job: Any) -> Any:
+        """The job with these overrides (a JobSpec)."""
+        changes: dict[str, Any] = {"env": {**job.env, **self.env},
+                                   "command": (*(self.command or job.command), *self.args),
                                    "rdzv_conf": {**job.rdzv_conf, **self.rdzv_conf}}
-        if self.torchft:
-            changes["torchft"] = {**(job.torchft.model_dump(exclude_unset=True) if job.torchft else {}), **self.torchft}
+        for name in FRAMEWORKS:
+            if self.launcher is not None and self.launcher != name:
+                changes[name] = getattr(self, name) or None  # the job's are for its own launcher
+            elif given := getattr(self, name):
+                settings = getattr(job, name)
+                changes[name] = {**(settings.model_dump(exclude_unset=True) if settings else {}), **given}
         if self.start is not None:
             changes["start"] = self.start
         if self.launcher is not None:
@@ -233,6 +248,12 @@ class JobVariant(BaseModel):
         if self.min_hosts is not None:
             changes["min_hosts"] = self.min_hosts
         return JobSpec.model_validate({**job.model_dump(), **changes})
+
+
+JobVariant = create_model(
+    "JobVariant", __base__=_VariantFields, __doc__=_VariantFields.__doc__,
+    **{name: (dict[str, Any], Field(default={}, description=f"merged over the job's {name} settings"))
+       for name in FRAMEWORKS})
 
 
 def _python_first(search_path: str) -> str:
@@ -298,32 +319,22 @@ def _runs_torchrun(job: JobSpec, rank: int, world: int) -> bool:
 
 
 def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: str,
-                 local_addr: str | None = None, addresses: Sequence[str] | None = None) -> list[str]:
+                 addresses: Sequence[str] | None = None) -> list[str]:
     """What runs on `rank`'s host: the job's command itself (`direct`), or one torchrun agent
-    that runs it as its `nproc_per_host` workers (`--no-python`: the command is run as written), in a c10d
-    rendezvous on the harness's store (`rendezvous`, host:port on the switch), advertising
-    the host's own address (the hostname is the machine's, the same on every host). Its log
-    folder (workers' error files) is in the trial's logs: by default torchrun makes one under
-    /tmp per agent and never removes it. A preloaded job's workers are run through the
-    stub that forks them warm (harness.cluster.workers). A framework says what runs on each
-    of its hosts (harness.cluster.frameworks)."""
+    that runs it as its `nproc_per_host` workers in a c10d rendezvous on the harness's store
+    (`rendezvous`, host:port on the switch; harness.cluster.agent), or what a framework runs
+    on each of its hosts (harness.cluster.frameworks). A preloaded job's workers are run
+    through the stub that forks them warm (harness.cluster.workers). `addresses`: every
+    host's (default: the switch's plan)."""
     if job.launcher == "direct":
         return list(job.command)
     workers = stub_command(job.command) if job.start == "preloaded" else list(job.command)
-    log_dir = f"{TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}"
+    host = AgentHost(number=rank, addresses=_addresses(addresses, world), run_id=run_id, workers=workers,
+                     log_dir=f"{TRIAL_DIR_FIELD}/{LOGS_DIR}/{TORCHRUN_LOGS_DIR}/{topology.host_name(rank)}",
+                     rendezvous=rendezvous)
     if job.framework is not None:
-        return job.framework.command(job, rank, _addresses(addresses, world), run_id, workers, log_dir)
-    nnodes = f"{job.min_hosts}:{world}" if job.min_hosts is not None else f"{world}"
-    return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={job.nproc_per_host}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={run_id}", f"--max-restarts={job.max_restarts}",
-            *([f"--rdzv-conf={rdzv_conf_text(job.rdzv_conf)}"] if job.rdzv_conf else []),
-            f"--local-addr={local_addr or topology.host_address(rank)}",
-            f"--log-dir={log_dir}", "--no-python", *workers]
-
-
-def rdzv_conf_text(conf: dict[str, int]) -> str:
-    """torchrun's --rdzv-conf value: key=value pairs, comma-separated."""
-    return ",".join(f"{key}={value}" for key, value in conf.items())
+        return job.framework.command(job, host)
+    return agent_command("torchrun", job, host, world)
 
 
 def command_problem(job: JobSpec) -> str | None:

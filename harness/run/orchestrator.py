@@ -233,7 +233,7 @@ class Trial:
                                host.ifname, device=job_device_env(self.placement, rank, host.ifname),
                                master=(cluster.hosts[0].address, cluster.job_port), addresses=addresses)
         argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}",
-                            local_addr=host.address, addresses=addresses)
+                            addresses=addresses)
         return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir, host.address))
 
     def run(self) -> TrialResult:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.faults import FaultBase
-from harness.cluster.userjob import rdzv_conf_text
+from harness.cluster.agent import rdzv_conf_text
 from harness.job.policies import PolicySpec
 from harness.run.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.run.yaml_errors import file_line

@@ -15,8 +15,9 @@ from harness.cluster.frameworks import FRAMEWORKS, Framework
 from harness.cluster.userjob import JobSpec, JobVariant, launch_command, rank_command, rank_environment
 from harness.job.hook.chaos_hook import HOST_RANK_ENV
 from harness.run.scenario import load_scenario
-from reports.metrics import FaultWindow, _quorum_change, _resumed
 from reports.state import CONSISTENT, DIVERGED, RESTORE_IS_REAL, REPLICAS_AGREE, check_state
+from reports.trial_events import FaultWindow
+from reports.trial_facts import _quorum_change, _resumed
 from runfolder.classify import classify_line, heal_of
 from runfolder.frameworks import COORDINATED, coordinator_host, training_hosts
 
@@ -85,20 +86,23 @@ cluster: {{ranks: {ranks}, backend: {backend}}}
 job:
   command: [python, train_torchft.py]
   workdir: {workdir}
-  launcher: torchft
+  launcher: {launcher}
 faults:
   - {{kind: kill, target: {{rank: 1}}, start: 1s}}
 """
 
 
-@pytest.mark.parametrize("ranks, backend, message", [
-    (4, "docker", r"s\.yaml:\d+: job\.launcher: torchft runs on the netns backend only .*UTS namespace"),
-    (2, "netns", r"s\.yaml:\d+: job\.launcher: torchft's coordinator \(torchft_lighthouse\) takes the last"),
+@pytest.mark.parametrize("launcher, ranks, backend, message", [
+    ("torchft", 4, "docker", r"s\.yaml:\d+: job\.launcher: torchft runs on the netns backend only .*UTS namespace"),
+    ("torchft", 2, "netns", r"s\.yaml:\d+: job\.launcher: torchft's coordinator \(torchft_lighthouse\) takes "
+                            "the last"),
+    ("ft_launcher", 4, "slurm", r"s\.yaml:\d+: job\.launcher: ft_launcher runs on the netns backend only \(it "
+                                r"has been run under the netns backend only\)"),
 ])
-def test_a_torchft_trial_where_it_cannot_run_is_refused_at_load_with_file_and_line(tmp_path, ranks, backend,
-                                                                                    message):
+def test_a_framework_trial_where_it_cannot_run_is_refused_at_load_with_file_and_line(tmp_path, launcher, ranks,
+                                                                                      backend, message):
     path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(ranks=ranks, backend=backend, workdir=tmp_path))
+    path.write_text(SCENARIO.format(ranks=ranks, backend=backend, workdir=tmp_path, launcher=launcher))
     with pytest.raises(UsageError, match=message):
         load_scenario(path)
 
@@ -110,6 +114,54 @@ def test_torchfts_lines_say_a_quorum_change_and_a_heal():
             "recover_src_replica_rank=1")
     assert (classify_line(heal), heal_of(heal)) == (None, {"step": 0, "max_step": 93, "source": 1})
     assert heal_of("step 12 participants 2 lr 0.05 loss 2.3") is None
+
+
+def ft_launcher_job(**changes) -> JobSpec:
+    return JobSpec.model_validate({"command": ["python", "train_ft_launcher.py"], "launcher": "ft_launcher",
+                                   "max_restarts": 3, "start": "exec",
+                                   "ft_launcher": {"initial_rank_heartbeat_timeout": "60s",
+                                                   "rank_heartbeat_timeout": 5, "workload_check_interval": 0.5},
+                                   **changes})
+
+
+def test_every_host_runs_an_ft_launcher_agent_in_the_harness_rendezvous_with_its_ft_options():
+    job = ft_launcher_job(nproc_per_host=2, min_hosts=3, rdzv_conf={"last_call_timeout": 2})
+    assert coordinator_host(4, {"launcher": "ft_launcher"}) is None  # every host trains
+    argv = rank_command(job, 1, 4, "ab12cd", "10.77.0.1:29400", addresses=ADDRESSES)
+    assert argv == ["ft_launcher", "--nnodes=3:4", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                    "--rdzv-endpoint=10.77.0.1:29400", "--rdzv-id=ab12cd", "--max-restarts=3",
+                    "--rdzv-conf=last_call_timeout=2", "--local-addr=10.77.0.11",
+                    "--log-dir={trial_dir}/logs/torchrun/r001", "--ft-initial-rank-heartbeat-timeout=60",
+                    "--ft-rank-heartbeat-timeout=5", "--ft-workload-check-interval=0.5", "--no-python",
+                    "python", "train_ft_launcher.py"]
+    # torchrun's own command is the same agent without the ft options
+    torchrun = rank_command(job.model_copy(update={"launcher": "torchrun"}), 1, 4, "ab12cd", "10.77.0.1:29400",
+                            addresses=ADDRESSES)
+    assert torchrun == ["torchrun", *(a for a in argv[1:] if not a.startswith("--ft-"))]
+    env = rank_environment(job, 1, 4, "ab12cd", "ft_launcher", "/tmp/e.jsonl", base={}, addresses=ADDRESSES)
+    assert env[HOST_RANK_ENV] == "1" and "RANK" not in env  # the agent sets the worker's
+
+
+def test_a_variant_runs_another_framework_with_its_own_script_and_settings():
+    job = torchft_job()
+    variant = JobVariant.model_validate({"launcher": "ft_launcher", "command": ["python", "train_ft_launcher.py"],
+                                         "args": ["--step-period", "0"], "max_restarts": 2,
+                                         "ft_launcher": {"rank_heartbeat_timeout": "5s", "relaunch": "1s"}})
+    varied = variant.applied_to(job)
+    assert varied.command == ("python", "train_ft_launcher.py", "--step-period", "0")
+    assert (varied.torchft, varied.ft_launcher.relaunch, varied.framework.name) == (None, 1.0, "ft_launcher")
+    with pytest.raises(ValueError, match="torchft: these are torchft's settings, and the job's launcher is "
+                                         "ft_launcher"):
+        JobVariant.model_validate({"launcher": "ft_launcher", "torchft": {"timeout": 3}}).applied_to(job)
+
+
+def test_ft_launchers_lines_say_a_missed_heartbeat_and_a_restart():
+    assert classify_line("[2026-12-07 09:43:38,113] [WARNING] [RankMonServer17811@vm:1] Did not get subsequent "
+                         "heartbeat. Waited 5.00 seconds.") == "heartbeat"
+    assert classify_line("[INFO] [ft_launcher17524@vm] [default] Worker group UNHEALTHY. 3/3 attempts left; "
+                         "will restart worker group") == "agent"
+    assert classify_line("[WARNING] [ft_launcher17524@vm] GPU Health checks disabled: Unable to determine "
+                         "driver version due to: NVML Shared Library Not Found") is None
 
 
 def states(events):

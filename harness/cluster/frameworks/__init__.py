@@ -11,12 +11,15 @@ module says, as a `Framework`:
     coordinator  its coordinator's process (None: it has none), started on a host of its
                  own, the cluster's last, so that faults can target it as any host
                  (runfolder.frameworks says which hosts train)
-    command      what runs on a host: a training host's launcher, or the coordinator
+    command      what runs on a host (harness.cluster.agent.AgentHost): a training host's
+                 launcher, or the coordinator
     environment  what a training host's processes get besides the torchrun contract
     relaunch     how long after a kill fault ended a training host's processes the harness
                  starts them again, as the framework's scheduler would (None: never)
     own_hostname each host's processes see a hostname of their own (the host's address),
                  where the framework advertises `socket.gethostname()` to its peers
+    elastic      its hosts form one torchrun rendezvous, which takes torchrun's elastic
+                 options (`min_hosts`, `rdzv_conf`)
 
 The harness's side stays the same for every framework: the hosts, the hook inside each rank
 (harness.job.hook: steps, state fingerprints), the output tap (runfolder.classify: its log
@@ -31,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
-from harness.cluster.frameworks import torchft
+from harness.cluster.agent import AgentHost
+from harness.cluster.frameworks import ft_launcher, torchft
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,12 @@ class Framework:
     settings: type[BaseModel]
     backends: tuple[str, ...]
     coordinator: str | None
-    # (job, host, addresses, run_id, workers, log_dir) -> argv, where the last host is the
-    # coordinator's; `workers` is the job's command as a launcher on the host runs it
-    command: Callable[[Any, int, Sequence[str], str, list[str], str], list[str]]
+    command: Callable[[Any, AgentHost], list[str]]  # (job, host) -> argv
     # (job, host, addresses) -> the training host's environment besides the harness's
     environment: Callable[[Any, int, Sequence[str]], dict[str, str]]
     relaunch: Callable[[Any], float | None]
     own_hostname: bool = False
+    elastic: bool = False
     why_backend: str = ""  # why it runs on `backends` only
 
     def installed(self) -> bool:
@@ -61,4 +64,9 @@ FRAMEWORKS: dict[str, Framework] = {
         backends=torchft.BACKENDS, coordinator=torchft.LIGHTHOUSE, command=torchft.command,
         environment=torchft.environment, relaunch=torchft.relaunch_after, own_hostname=True,
         why_backend=torchft.WHY_BACKENDS),
+    "ft_launcher": Framework(
+        name="ft_launcher", package="nvidia_resiliency_ext", install=ft_launcher.INSTALL,
+        settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, coordinator=None,
+        command=ft_launcher.command, environment=ft_launcher.environment, relaunch=ft_launcher.relaunch_after,
+        elastic=True, why_backend=ft_launcher.WHY_BACKENDS),
 }

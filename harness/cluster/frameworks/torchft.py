@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from chaos.faults import Seconds
+from harness.cluster.agent import AgentHost
 from harness.cluster.spec import JOB_MASTER_PORT
 
 LIGHTHOUSE = "torchft_lighthouse"
@@ -66,16 +67,14 @@ def lighthouse_command(settings: Settings) -> list[str]:
             str(settings.heartbeat_timeout_ms), "--bind", f"[::]:{LIGHTHOUSE_PORT}"]
 
 
-def command(job: Any, host: int, addresses: Sequence[str], run_id: str, workers: list[str],
-            log_dir: str) -> list[str]:
+def command(job: Any, host: AgentHost) -> list[str]:
     """The Lighthouse on the last host; on every other, the replica group's torchrun agent,
-    which hosts the group's store at the host's address and runs `workers` (the job's
-    command, through the preloaded start's stub where it has one)."""
-    if host == len(addresses) - 1:
+    which hosts the group's store at the host's address and runs the job's command."""
+    if host.number == len(host.addresses) - 1:
         return lighthouse_command(job.torchft or Settings())
-    return ["torchrun", "--nnodes=1", f"--nproc-per-node={job.nproc_per_host}", f"--master-addr={addresses[host]}",
-            f"--master-port={JOB_MASTER_PORT}", f"--rdzv-id={run_id}-g{host}", f"--max-restarts={job.max_restarts}",
-            f"--log-dir={log_dir}", "--no-python", *workers]
+    return ["torchrun", "--nnodes=1", f"--nproc-per-node={job.nproc_per_host}", f"--master-addr={host.address}",
+            f"--master-port={JOB_MASTER_PORT}", f"--rdzv-id={host.run_id}-g{host.number}",
+            f"--max-restarts={job.max_restarts}", f"--log-dir={host.log_dir}", "--no-python", *host.workers]
 
 
 def environment(job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:

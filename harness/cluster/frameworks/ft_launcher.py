@@ -1,0 +1,71 @@
+"""NVIDIA's ft_launcher (nvidia-resiliency-ext) as a user's job (`job.launcher: ft_launcher`).
+
+ft_launcher is torchrun with a rank monitor per worker: each host runs one agent, in a c10d
+rendezvous on the harness's store as torchrun's agents are (harness.cluster.agent), with
+torchrun's options and its own (`--ft-*`). Each worker sends heartbeats from the training
+loop through `RankMonitorClient` (examples/train_ft_launcher.py); a worker whose heartbeat
+is missing for `rank_heartbeat_timeout` (`initial_rank_heartbeat_timeout` before its first)
+is terminated by its monitor, and the agent restarts the worker group (every agent's, by a
+new rendezvous round) while it has restarts left (`job.max_restarts`). The workers resume
+from the job's own checkpoint. ft_launcher has no coordinator of its own: every host trains,
+and the rendezvous's store is the harness's.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chaos.faults import Seconds
+from harness.cluster.agent import AgentHost, agent_command
+
+INSTALL = ("pip install -e '.[frameworks]' in the harness's repository (nvidia-resiliency-ext==0.4.1), "
+           "or run ./dev.sh")
+# the docker and slurm backends start torchrun agents as well, but ft_launcher under them has
+# not been run: refused rather than promised
+BACKENDS = ("netns",)
+WHY_BACKENDS = "it has been run under the netns backend only"
+
+
+class Settings(BaseModel):
+    """ft_launcher's fault-tolerance options in a scenario (`job.ft_launcher:`), each its
+    `--ft-<name>` flag; unset, ft_launcher's own default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    initial_rank_heartbeat_timeout: Seconds | None = Field(
+        default=None, description="a worker with no first heartbeat this long after it started is terminated "
+                                  "(ft_launcher's default: 1 h)")
+    rank_heartbeat_timeout: Seconds | None = Field(
+        default=None, description="a worker whose next heartbeat is this late is terminated (default: 45 min)")
+    workload_check_interval: Seconds | None = Field(
+        default=None, description="how often each rank monitor checks its worker's heartbeats (default: 5 s)")
+    restart_policy: Literal["any-failed", "min-healthy"] | None = Field(
+        default=None, description="any-failed: the worker groups restart when any fails (torchrun's); "
+                                  "min-healthy: while at least min_hosts are healthy")
+    relaunch: Seconds | None = Field(
+        default=None, description="a host whose agent a kill fault ended is started again this long after, as "
+                                  "the scheduler (Slurm, Kubernetes) starts a failed node's launcher again; the "
+                                  "others restart their workers when it joins; default: never")
+
+
+FLAGS = {"initial_rank_heartbeat_timeout": "--ft-initial-rank-heartbeat-timeout",
+         "rank_heartbeat_timeout": "--ft-rank-heartbeat-timeout",
+         "workload_check_interval": "--ft-workload-check-interval", "restart_policy": "--ft-restart-policy"}
+
+
+def relaunch_after(job: Any) -> float | None:
+    return (job.ft_launcher or Settings()).relaunch
+
+
+def command(job: Any, host: AgentHost) -> list[str]:
+    """One ft_launcher agent per host, torchrun's options and the scenario's `--ft-*`."""
+    settings = job.ft_launcher or Settings()
+    options = [f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}"
+               for name, flag in FLAGS.items() if (value := getattr(settings, name)) is not None]
+    return agent_command("ft_launcher", job, host, len(host.addresses), *options)
+
+
+def environment(job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:
+    """Nothing besides torchrun's contract: ft_launcher gives each worker its monitor's socket."""
+    return {}
