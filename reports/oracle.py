@@ -38,7 +38,7 @@ UNJUDGED = ("incomplete", "inconclusive", "bypassed", "no-fault")
 KEPT, BROKEN, NOT_JUDGED = "kept", "broken", "unjudged"
 _RANKS = re.compile(r"\br\d+\b")
 _COUNTS = re.compile(r"\b\d+ of \d+\b")  # "3 of 4 ranks exited": how many moves with the targets
-_CRASH_ERROR = re.compile(r"(crashed \(first rN, [^:()]+): .*\)$")  # reports.metrics: "(first rN, HOW: ERROR)"
+_CRASH_ERROR = re.compile(r"(crashed \(first rN, [^:()]+): .*\)$")  # reports.outcome: "(first rN, HOW: ERROR)"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 APPLY = "apply"
 REVERT = "revert"
 # Every outcome a trial can have, in the order the reports' rules try them
-# (reports.metrics.OUTCOME_RULES); "inconclusive" when no rule applies.
+# (reports.outcome.OUTCOME_RULES); "inconclusive" when no rule applies.
 OUTCOMES: tuple[str, ...] = ("incomplete", "no-fault", "bypassed", "hung", "preempted", "crashed", "exited-clean",
                              "running-at-cap", "continued", "recovered", "isolated", "retries-exhausted",
                              "failed-fast", "absorbed", "inconclusive")

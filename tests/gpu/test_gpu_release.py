@@ -77,7 +77,7 @@ def test_nvml_sees_what_this_process_holds_and_that_the_release_gives_it_back() 
 def test_an_exit_by_sigabrt_is_a_crash_by_abort() -> None:
     import signal
 
-    from reports.metrics import departures, is_crash
+    from reports.trial_facts import departures, is_crash
     events = pd.DataFrame([{"kind": "rank_start", "t": 1.0, "rank": 0},
                            {"kind": "rank_exited", "t": 9.0, "rank": 0, "signal": int(signal.SIGABRT), "exitcode": None}])
     gone = departures(events, (0,), (), observation_end=20.0)

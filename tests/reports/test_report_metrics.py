@@ -9,7 +9,10 @@ import pytest
 
 import report_fakes as fakes
 from reports.history import events_frame
-from reports.metrics import OUTCOME_RULES, classify, progress_gaps, ranks_text, trial_facts, trial_metrics
+from reports.metrics import trial_metrics
+from reports.outcome import OUTCOME_RULES, classify, ranks_text
+from reports.step_progress import progress_gaps
+from reports.trial_facts import trial_facts
 from runfolder.plan import OUTCOMES
 
 

@@ -15,14 +15,17 @@ from chaos.errors import UsageError
 from harness.run.nightly import Done, Manifest, NightProgress
 from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
-from harness.run.tune import (FAULT_FREE, FaultChoice, Options, Stages, Tune, options_of, parse_faults,
-                              JOB_STEPS_S, plan_estimate_text, planned_cells, trial_count, window_estimate_s)
-from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Findings,
-                          HostsResult, Reference, RestartResult, Wave, dead_host_notes, hosts_choice, rdzv_conf_for,
-                          rdzv_wait_s, breaker_verdict, candidates, choose_detector, control_trips,
-                          detector_candidates, fault_free, flap_warnings, halve, max_restarts_of, recommendation_text,
-                          rejoin_wave, restart_choice, restarts_used, select, step_interval_s, transient_s, tune_json,
-                          wave_jitter)
+from harness.run.tune import options_of, parse_faults
+from harness.run.tune_plan import JOB_STEPS_S, plan_estimate_text, planned_cells, trial_count
+from harness.run.tune_runner import Tune, window_estimate_s
+from harness.run.tune_stages import FAULT_FREE, FaultChoice, Options, Stages
+from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Reference, Wave,
+                          dead_host_notes, breaker_verdict, candidates, choose_detector, control_trips,
+                          detector_candidates, fault_free, flap_warnings, halve, rejoin_wave, select, step_interval_s,
+                          transient_s, wave_jitter)
+from reports.tune_report import Findings, recommendation_text, tune_json
+from reports.tune_torchrun import (HostsResult, RestartResult, hosts_choice, max_restarts_of, rdzv_conf_for,
+                                   rdzv_wait_s, restart_choice, restarts_used)
 from runfolder.heartbeats import HeartbeatGaps, bucket_of
 
 REPO = Path(__file__).resolve().parent.parent.parent
