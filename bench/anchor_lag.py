@@ -1,4 +1,4 @@
-"""How long after its event an anchored fault lands (harness.run.anchor): the lag from the
+"""How long after its event an anchored fault lands (harness.scenario.anchors): the lag from the
 event's `t` (the rank wrote it) to the fault's `t` (the kernel acknowledged the apply), on
 the built-in workload, beside its step period.
 

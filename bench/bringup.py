@@ -37,14 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.undo import record_owner
 from chaos.ledger import Ledger
-from harness.cluster.spec import ClusterSpec
+from chaos.undo import record_owner
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.netns import NetnsBackend, NetnsCluster
+from harness.cluster.spec import ClusterSpec
 from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.policies import policy_spec
-from harness.run import machine
+from harness.trial import machine
 from runfolder.events import EVENTS_FILE, read_events
 
 TRAIN_S = 3.0  # a few steps in, so that the pages a rank touches while training count

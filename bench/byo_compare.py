@@ -51,14 +51,14 @@ from typing import Any
 import detector
 import yaml
 
-import reports
 from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
-from harness.run.orchestrator import run_scenario
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 from harness.signals import Terminated
+from harness.trial.orchestrator import run_scenario
+from harness.trial.progress import Progress
+import reports
 
 EXAMPLE = detector.REPO / "examples" / "train_ddp.py"
 FAULTS = ("link_down", "kill", "pause")  # keys of detector.FAULTS

@@ -73,17 +73,17 @@ from bringup import GLOO_CONNECTS
 from control_plane import cpu_seconds
 import yaml
 
-import reports
 from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
-from harness.run import machine
-from harness.run.orchestrator import run_scenario
-from harness.run.hogs import cpu_hogs
-from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec, PolicySpec
-from harness.run.scenario import Scenario, load_scenario
-from harness.run.scaling import scaled_to_cores
+from harness.scenario.scaling import scaled_to_cores
+from harness.scenario.scenario import Scenario, load_scenario
+from harness.trial import machine
+from harness.trial.hogs import cpu_hogs
+from harness.trial.orchestrator import run_scenario
+from harness.trial.progress import Progress
+import reports
 from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, GROUP_RELEASED,
                               REJOIN_REQUEST, RESTORED, STEP, SUSPECT, TRIAL_END, WARMUP_DONE, read_events)
 from runfolder.layout import RUN_FILE, trial_dirs
@@ -261,7 +261,7 @@ def scale_scenario(path: Path, ranks: int, control_s: float) -> Scenario:
     scenario = scaled_to_cores(load_scenario(path, {"cluster.ranks": ranks}))
     if scenario.faults:
         return scenario
-    # a trial without faults is watched for 3 hang caps at most (harness.run.orchestrator)
+    # a trial without faults is watched for 3 hang caps at most (harness.trial.orchestrator)
     return scenario.model_copy(update={"settle_steps": math.ceil(control_s / scenario.workload.step_period),
                                        "hang_cap": max(scenario.hang_cap, control_s / 2)})
 

@@ -33,10 +33,10 @@ from detector import latest_run, scale_scenario
 from chaos.errors import ChaosError
 from harness import signals
 from harness.cluster.backends import backend_named
-from harness.run import machine
-from harness.run.orchestrator import run_scenario
-from harness.run.progress import Progress
-from harness.run.scaling import scale_factor, usable_cores
+from harness.scenario.scaling import scale_factor, usable_cores
+from harness.trial import machine
+from harness.trial.orchestrator import run_scenario
+from harness.trial.progress import Progress
 from runfolder.events import EVENTS_FILE, HOST_DROPS, MACHINE_STEAL, STEP, TRIAL_END, WARMUP_DONE, read_events
 from runfolder.layout import trial_dirs
 

@@ -168,7 +168,7 @@ def choose_mechanisms(caps: probe.Capabilities) -> dict[str, Mechanism]:
         "kill": SignalKill(),
         "pause": SignalStop(),
         "slow": slow_mechanism(),
-        # the trial gives the run folder it writes to (harness.run.orchestrator)
+        # the trial gives the run folder it writes to (harness.trial.orchestrator)
         **cmdfile.command_mechanisms(None),
         "disk_full": SizedTmpfs(),
         "read_only": ReadOnlyBind(),

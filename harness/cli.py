@@ -52,9 +52,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario, refuse_what_this_machine_cannot_set, reproduce_command
-    from harness.run.scaling import scaled_to_cores, scaling_note
+    from harness.scenario.scaling import scaled_to_cores, scaling_note
+    from harness.scenario.scenario import load_scenario, refuse_what_this_machine_cannot_set, reproduce_command
+    from harness.trial.plan import plan_text
 
     overrides = {}
     if args.ranks is not None:
@@ -99,15 +99,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: cannot write run folders there ({exc}); "
                          f"pick a writable folder") from None
     from harness.cluster.launcher import LauncherPool
-    from harness.run import machine
+    from harness.trial import machine
     speed = machine.measure_or_why()  # before the launcher's import of torch takes a CPU
     run_dirs: list[Path] = []
     try:
         with LauncherPool() as launchers:
             launchers.start_ahead()  # its import of torch overlaps the imports and work below
             from harness.cluster.backends import backend_named
-            from harness.run.orchestrator import run_scenario
-            from harness.run.progress import Progress
+            from harness.trial.orchestrator import run_scenario
+            from harness.trial.progress import Progress
             backend = backend_named(scenario.cluster.backend)
             progress = Progress(quiet=args.quiet, scope=scenario.name)
             run_scenario(scenario, Path(args.scenario), policies, out, backend, progress,
@@ -181,13 +181,13 @@ def _mechanism_names(backend: str) -> Callable[[object], str]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from harness.run.init import init_command
+    from harness.studies.init.command import init_command
     return init_command(args)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
-    from harness.run.schema import json_schema
+    from harness.scenario.schema import json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -204,13 +204,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """What this machine and user can run: the probe's capabilities and fault mechanisms
     (root: it builds a scratch namespace), the backends, the devices."""
     from chaos import userns
+    from chaos.doctor import doctor_command
     from chaos.inject import process_mechanisms
     from chaos.mechanism import Unavailable
-    from chaos.doctor import doctor_command
     from harness.cluster.backends import BACKEND_NAMES, backend_class
     from harness.job.device import describe_host
-    from harness.run import machine
-    from harness.run.scenario import ClusterConfig
+    from harness.scenario.scenario import ClusterConfig
+    from harness.trial import machine
     if args.backend == "slurm":  # the cluster's nodes, not this machine
         from harness.cluster.slurm.doctor import doctor_slurm
         return doctor_slurm()
@@ -269,7 +269,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from harness.run.nightly import nightly_command
+    from harness.studies.nightly import nightly_command
     return nightly_command(args, require_privileges)
 
 
@@ -279,17 +279,17 @@ def cmd_slurm(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from harness.run.tune import tune_command
+    from harness.studies.tune.command import tune_command
     return tune_command(args, require_privileges)
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from harness.run.explore_command import explore_command
+    from harness.studies.explore.command import explore_command
     return explore_command(args)
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    from harness.run.campaign.cli import campaign_command
+    from harness.studies.campaign.command import campaign_command
     return campaign_command(args, require_privileges)
 
 
@@ -346,7 +346,7 @@ def _arguments_of(module: str, function: str) -> Callable[[argparse.ArgumentPars
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "run": ("run a scenario under its policies and report", _run_arguments, cmd_run),
     "init": ("write a commented first scenario: the built-in workload, or --job your own script",
-             _arguments_of("harness.run.init", "add_init_arguments"), cmd_init),
+             _arguments_of("harness.studies.init.command", "add_init_arguments"), cmd_init),
     "schema": ("print the JSON Schema of scenario files (for editors)", _no_arguments, cmd_schema),
     "report": ("re-analyze stored run folders", _arguments_of("reports.cli", "add_report_arguments"),
                cmd_report),
@@ -361,15 +361,15 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "collect": ("read a trial run on a cluster back into a run folder (collect k8s ...)",
                 _k8s_arguments("add_collect_arguments"), cmd_collect),
     "nightly": ("run a plan of scenarios x policies x repeats as one night: history, trends, gate",
-                _arguments_of("harness.run.nightly", "add_nightly_arguments"), cmd_nightly),
+                _arguments_of("harness.studies.nightly", "add_nightly_arguments"), cmd_nightly),
     "slurm": ("a local Slurm cluster to run --backend slurm on: up --nodes N, status, down",
               _arguments_of("harness.cluster.slurm.cli", "add_slurm_arguments"), cmd_slurm),
     "tune": ("measure the job without faults, derive timeouts and retries, try them under faults, recommend",
-             _arguments_of("harness.run.tune", "add_tune_arguments"), cmd_tune),
+             _arguments_of("harness.studies.tune.command", "add_tune_arguments"), cmd_tune),
     "explore": ("draw fault schedules, run them, judge each trial against its policy's contract (docs/explore.md)",
-                _arguments_of("harness.run.explore_command", "add_explore_arguments"), cmd_explore),
+                _arguments_of("harness.studies.explore.command", "add_explore_arguments"), cmd_explore),
     "campaign": ("each policy's effective training time (ETTR) under a realistic fault mix",
-                 _arguments_of("harness.run.campaign.cli", "add_campaign_arguments"), cmd_campaign),
+                 _arguments_of("harness.studies.campaign.command", "add_campaign_arguments"), cmd_campaign),
 }
 
 

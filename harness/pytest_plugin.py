@@ -4,11 +4,11 @@
                                         analyzes it, and fails naming the expectation that
                                         broke, the measured value and `chaos run ... --seed N`
 
-A thin layer over `harness.run.check.check_policy`: options (the `chaos` group), the fixture
+A thin layer over `harness.trial.check.check_policy`: options (the `chaos` group), the fixture
 `chaos_check` (run one policy of a scenario file; usable from Python tests too; the
 session's checks share one rank launcher, `chaos_launchers`), markers
 (chaos_scenario always; the trial's tier unless it is the default, so `nightly` for a trial its
-scenario's `tier:` leaves to the nights (harness.run.tiers); requires_root for a backend that
+scenario's `tier:` leaves to the nights (harness.scenario.tiers); requires_root for a backend that
 needs it, requires_docker for docker, requires_netem for kinds only netem injects), skips with the reason
 `chaos doctor` gives for a fault kind this machine cannot inject, the fault timeline and
 the tail of each rank's log on a failing test, and a runtime table at the end.
@@ -30,12 +30,12 @@ import pytest
 
 from chaos.errors import ChaosError
 from harness.cluster.backends import BACKEND_NAMES, backend_class, traits_of
-from harness.run.tiers import DEFAULT_TIER, TIERS
+from harness.scenario.tiers import DEFAULT_TIER, TIERS
 
 if TYPE_CHECKING:
     from harness.cluster.launcher import LauncherPool
-    from harness.run.check import PolicyCheck
-    from harness.run.scenario import Scenario
+    from harness.scenario.scenario import Scenario
+    from harness.trial.check import PolicyCheck
 
 _RESULTS = pytest.StashKey[list["PolicyCheck"]]()
 _SCENARIO_KEY = re.compile(rb"^(faults|policies):", re.MULTILINE)
@@ -94,7 +94,7 @@ class ScenarioFile(pytest.File):
 
     def collect(self) -> list[pytest.Item]:
         from chaos.errors import UsageError
-        from harness.run.scenario import load_scenario
+        from harness.scenario.scenario import load_scenario
         overrides = scenario_overrides(self.config)
         skip = None
         try:
@@ -217,9 +217,9 @@ def chaos_check(request: pytest.FixtureRequest, chaos_out: Path,
             if earlier.scenario_file.resolve() == path and earlier.policy == policy:
                 return earlier
         from harness import signals
-        from harness.run.check import check_policy
-        from harness.run.progress import Progress
         from harness.signals import Terminated
+        from harness.trial.check import check_policy
+        from harness.trial.progress import Progress
         signals.install()  # SIGTERM raises Terminated: the trial tears down on the way out
         progress = Progress(quiet=not config.getoption("chaos_progress", False))
         try:
@@ -263,7 +263,7 @@ def machine_range(run_dirs: list[Path]) -> str:
     faults = [m.fault_us for m in speeds if m.fault_us is not None]
     fault = f", a page's first touch {_spread(faults, 1)} us" if faults else ""
     return (f"machine over {len(speeds)} run(s): a Python loop step {loop} ns, a round trip between "
-            f"two processes on one CPU {wake} us{fault}, load average {load} (harness/run/machine.py)")
+            f"two processes on one CPU {wake} us{fault}, load average {load} (harness/trial/machine.py)")
 
 
 def steal_range(rows: list[dict[str, Any]]) -> str:

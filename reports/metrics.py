@@ -14,7 +14,7 @@ Definitions (the one definition of each; every report repeats them):
                       process had already exited: named, with when each exited (after the
                       warm-up), and not a fault of the trial (no fault_applied); its other
                       targets got it. Also a fault anchored on an event that never came
-                      (harness.run.anchor): named with its event and how long it was waited for.
+                      (harness.trial.anchor_watch): named with its event and how long it was waited for.
   observation end     when the harness stopped watching: the first of hang_detected,
                       a fault reverted at teardown, a rank reaped by the harness's stop
                       (rank_exited stopped), a rank exiting "terminated" (asked to stop),
@@ -164,7 +164,7 @@ def not_applied_text(events: pd.DataFrame) -> str:
     for _, row in of_kind(events, FAULT_NOT_APPLIED).iterrows():
         ranks, exited = list(row["targets"]), list(row["exited_t"])
         waited_for = event_field(row, "waited_for")
-        if waited_for is not None:  # an anchored fault (harness.run.anchor)
+        if waited_for is not None:  # an anchored fault (harness.trial.anchor_watch)
             texts.append(f"{row['fault_kind']} on {', '.join(f'r{r}' for r in ranks)}: not applied, its event "
                          f"{waited_for} never came (waited to +{float(row['t']) - t0:.1f} s)")
             continue

@@ -1,4 +1,4 @@
-"""Where each rank was stuck: a trial's stacks/ (harness.run.stacks) summarised.
+"""Where each rank was stuck: a trial's stacks/ (harness.trial.stacks) summarised.
 
 Every dumped process is described by its main thread's innermost frames (py-spy lists
 them innermost first) and its role (a torchrun agent, a worker it started, a rank); the

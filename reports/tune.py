@@ -1,6 +1,6 @@
 """`chaos tune`'s analysis: the job measured without faults, the candidate settings derived
 from it by written rules, each candidate judged from its trials, the successive halving,
-and the settings chosen. Pure: values in, values out (the runs are harness.run.tune's; a
+and the settings chosen. Pure: values in, values out (the runs are harness.studies.tune.command's; a
 user's job under torchrun is reports.tune_torchrun's; tune.md, tune.json and the picture
 are reports.tune_report's).
 

@@ -56,7 +56,7 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   15  a trial's events gain `checkpoint_failed` (the built-in runner's save refused by its
       disk: a storage fault, disk_full or read_only; a version 1-14 trial had none), and a
       `fault_applied` of a storage fault names the rank's checkpoint directory (`storage`)
-  16  a fault in the plan gains `anchor` (it starts on an event, harness.run.anchor) and the
+  16  a fault in the plan gains `anchor` (it starts on an event, harness.scenario.anchors) and the
       plan `anchored` (those faults' actions, after their event); `fault_applied` gains
       `anchor_t` and `anchor_rank` (the event it started on), `fault_not_applied`
       `waited_for` (an anchored fault whose event never came); a trial's events gain
@@ -112,7 +112,7 @@ class RunFolderError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class MachineSpeed:
-    """How fast the machine was (harness/run/machine.py measures it and says how), so that a
+    """How fast the machine was (harness/trial/machine.py measures it and says how), so that a
     slower machine, or a slower hour of one shared machine, is not taken for slower code."""
 
     cpus: int         # usable by the measuring process
@@ -127,7 +127,7 @@ class MachineSpeed:
         fault = "" if self.fault_us is None else f", a page's first touch {self.fault_us:.1f} us"
         return (f"{self.cpus} CPUs{model}: a Python loop step {self.loop_ns:.0f} ns, a round trip "
                 f"between two processes on one CPU {self.wake_us:.1f} us{fault}, load average "
-                f"{self.load_1m:.2f} (harness/run/machine.py)")
+                f"{self.load_1m:.2f} (harness/trial/machine.py)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@
     RUN_DIR/trials/<policy>/ckpt/             the ranks' atomic checkpoints
     RUN_DIR/trials/<policy>/stacks/           every live process's Python stacks at the hang cap
                                               (index.json, and one py-spy JSON per process:
-                                              harness.run.stacks; reports.stuck reads them)
+                                              harness.trial.stacks; reports.stuck reads them)
     RUN_DIR/trials/<policy>/flight/rNNN.json  a rank's flight recorder at the hang cap: the
                                               collectives it entered (harness.job.flight)
     RUN_DIR/trials/<policy>/heartbeat_gaps.json   the gaps between every rank's heartbeats at
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# a campaign's folder (harness.run.campaign): its record, one run folder per job of each policy
+# a campaign's folder (harness.studies.campaign): its record, one run folder per job of each policy
 CAMPAIGN_FILE = "campaign.json"
 CAMPAIGN_FORMAT = 1  # of campaign.json: its readers refuse another
 RUN_FILE = "run.json"

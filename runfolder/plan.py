@@ -1,6 +1,6 @@
 """The plan of one trial as a value: what the harness does, when, and what it expects.
 
-Built once from a scenario and a policy (`harness.run.plan.build_plan`), printed by
+Built once from a scenario and a policy (`harness.trial.plan.build_plan`), printed by
 `chaos run --dry-run`, executed by the orchestrator, stored in trial.json, and read back by
 the reports, which judge the trial against its `expect`. Times are float seconds; offsets
 are after warm-up. Faults and policies are stored as the JSON their own packages write
@@ -62,7 +62,7 @@ class Expectation:
 @dataclass(frozen=True)
 class Anchor:
     """When an anchored fault starts: `delay` seconds after the `nth` event `on` (a name of
-    harness.run.anchor.ANCHOR_EVENTS) of one rank since warm-up, the first rank to see its
+    harness.scenario.anchors.ANCHOR_EVENTS) of one rank since warm-up, the first rank to see its
     nth (or rank `rank`'s only); waited for until `until` seconds after warm-up, after which
     the fault is not applied."""
 
@@ -89,7 +89,7 @@ class PlannedFault:
     targets: tuple[int, ...]         # ranks, sorted
     start: float                     # after warm-up, or after its anchor's event (then the delay)
     duration: float | None           # None: it never heals while the harness watches
-    # the event it starts on (harness.run.anchor); None: at `start` after warm-up. Absent
+    # the event it starts on (harness.scenario.anchors); None: at `start` after warm-up. Absent
     # from trial.json written before anchors: None
     anchor: Anchor | None = None
 

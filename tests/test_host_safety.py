@@ -17,15 +17,15 @@ from chaos import netlink, proc, topology
 from chaos.calibrate import scratch_cluster
 from chaos.errors import HarnessError
 from chaos.heal import heal
-from chaos.undo import UNDOS
 from chaos.ledger import Ledger
+from chaos.undo import UNDOS
 from harness.cluster import host
-from harness.cluster.undos import undo_table
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.orchestrator import Trial, start_run
-from harness.run.plan import build_plan
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.cluster.undos import undo_table
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import Trial, start_run
+from harness.trial.plan import build_plan
+from harness.trial.progress import Progress
 from runfolder.layout import trial_dir
 from tests.conftest import CHAOS, REPO, chaos_cli, leftovers, stop_child
 from tests.run.test_trial_fake import FLAPS

@@ -25,11 +25,16 @@ FORBIDDEN = {
     "runfolder": ("chaos", "harness", "reports"),
     "reports": ("chaos", "harness"),
     "harness.signals": ("chaos", "harness.", "reports", "runfolder"),
-    "harness.job": ("harness.cluster", "harness.run", "harness.k8s", "harness.cli",
-                    "harness.pytest_plugin", "reports"),
-    "harness.cluster": ("harness.run", "harness.k8s", "harness.cli", "harness.pytest_plugin", "reports"),
-    "harness.run": ("harness.k8s", "harness.cli", "harness.pytest_plugin"),
-    "harness.k8s": ("harness.cli", "harness.pytest_plugin"),
+    "harness.job": ("harness.cluster", "harness.scenario", "harness.trial", "harness.studies", "harness.k8s",
+                    "harness.cli", "harness.pytest_plugin", "reports"),
+    "harness.cluster": ("harness.scenario", "harness.trial", "harness.studies", "harness.k8s", "harness.cli",
+                        "harness.pytest_plugin", "reports"),
+    # the harness process in three layers: the scenario model, the trial engine that runs
+    # it, and the studies (tune, explore, nightly, campaign, init) that run many trials
+    "harness.scenario": ("harness.trial", "harness.studies", "harness.k8s", "harness.cli", "harness.pytest_plugin"),
+    "harness.trial": ("harness.studies", "harness.k8s", "harness.cli", "harness.pytest_plugin"),
+    "harness.studies": ("harness.k8s", "harness.cli", "harness.pytest_plugin"),
+    "harness.k8s": ("harness.studies", "harness.cli", "harness.pytest_plugin"),
 }
 
 
@@ -40,7 +45,7 @@ def _module_name(path: Path, repo: Path) -> str:
 
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) for every import; `from harness import signals` counts as
-    harness.signals, `from harness.run.plan import TrialPlan` as harness.run.plan."""
+    harness.signals, `from harness.trial.plan import TrialPlan` as harness.trial.plan."""
     tree = ast.parse(path.read_text(), filename=str(path))
     return [found for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
             for found in _imports_of(node)]
@@ -116,8 +121,8 @@ def import_circles(repo: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> l
 
 
 def _targets(node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> list[str]:
-    """The project modules an import reaches: `from harness.run import plan` is
-    harness.run.plan where that is a module, else the package (harness.run)."""
+    """The project modules an import reaches: `from harness.trial import plan` is
+    harness.trial.plan where that is a module, else the package (harness.trial)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names if alias.name in modules]
     if node.level or not node.module:
@@ -155,17 +160,26 @@ def test_an_import_circle_is_found_through_any_kind_of_import(tmp_path):
 
 
 def test_the_rule_catches_a_violation(tmp_path):
-    """The checker itself: a job module importing the orchestrator inside a function, and
-    reports importing the harness, are both reported."""
+    """The checker itself: a job module importing the orchestrator inside a function, reports
+    importing the harness, the scenario model importing the trial engine and the trial
+    engine importing a study are all reported."""
     (tmp_path / "harness" / "job").mkdir(parents=True)
     (tmp_path / "harness" / "job" / "bad.py").write_text(
-        "def f():\n    from harness.run.orchestrator import Trial\n")
+        "def f():\n    from harness.trial.orchestrator import Trial\n")
+    (tmp_path / "harness" / "scenario").mkdir()
+    (tmp_path / "harness" / "scenario" / "bad.py").write_text("from harness.trial.plan import Plan\n")
+    (tmp_path / "harness" / "trial").mkdir()
+    (tmp_path / "harness" / "trial" / "bad.py").write_text("from harness.studies.nightly import Cell\n")
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "bad.py").write_text("from harness import signals\n")
-    assert violations(tmp_path) == ["harness/job/bad.py:2: harness.job.bad imports harness.run.orchestrator "
-                            "(harness.job must not import harness.run)",
-                                      "reports/bad.py:1: reports.bad imports harness.signals "
-                                      "(reports must not import harness)"]
+    assert violations(tmp_path) == [
+        "harness/job/bad.py:2: harness.job.bad imports harness.trial.orchestrator "
+        "(harness.job must not import harness.trial)",
+        "harness/scenario/bad.py:1: harness.scenario.bad imports harness.trial.plan "
+        "(harness.scenario must not import harness.trial)",
+        "harness/trial/bad.py:1: harness.trial.bad imports harness.studies.nightly "
+        "(harness.trial must not import harness.studies)",
+        "reports/bad.py:1: reports.bad imports harness.signals (reports must not import harness)"]
 
 
 def _loaded_after(statement: str) -> dict:

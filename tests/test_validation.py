@@ -8,7 +8,7 @@ from chaos.errors import HarnessError, InvalidFault, UsageError
 from chaos.faults import parse_fault
 from harness.cluster.docker.template import RankTemplate
 from harness.job.policies import policy_spec
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 from tests.conftest import chaos_cli
 
 

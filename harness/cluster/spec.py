@@ -21,7 +21,7 @@ class Traits:
     needs_root: bool          # it makes namespaces, links or containers
     user_namespace: bool      # an ordinary user runs it as root of a user namespace of its own (chaos.userns)
     network_faults: bool      # every host has a link of its own that link faults can act on
-    link_counters: bool       # per-rank link byte counts (the traffic proof, harness.run.traffic)
+    link_counters: bool       # per-rank link byte counts (the traffic proof, harness.trial.traffic)
     host_sysctls: bool        # each host's own net.* settings (cluster.sysctls)
     # the link fault kinds its hosts take where it has links (None: every kind the machine
     # can inject); the others are refused at load with the reason

@@ -6,7 +6,7 @@ ProcessGroupGloo objects included). For gloo an entry's state stays "scheduled" 
 group's "last completed" counts an op that never completed, so only what a rank *entered*
 is read from it. A rank whose recorder is there installs a SIGUSR2 handler and says so in
 its rank_start (`flight: true`); the harness sends SIGUSR2 only to such ranks (at the hang
-cap, after stacks: harness.run.orchestrator), and the handler writes the entries to
+cap, after stacks: harness.trial.orchestrator), and the handler writes the entries to
 ``flight/rNNN.json`` in the trial (atomically). Python runs the handler in the main thread
 between bytecodes: a rank waiting in the harness's collective wait (slices of sleep)
 answers within milliseconds; one blocked inside a C++ call answers when it returns, or

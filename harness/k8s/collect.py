@@ -26,8 +26,8 @@ from harness.k8s.jobs import API_KEY, PLAN_SUFFIX, POLICY_KEY, SCENARIO_FILE_KEY
 from harness.k8s.kube import ClusterView
 from harness.k8s.observe import Observed, RankPod, observe, wall_seconds
 from harness.k8s.operators import OPERATORS, Operator
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan
 from runfolder.events import EVENTS_FILE
 from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info
 from runfolder.layout import LOGS_DIR, SCENARIO_FILE, trial_dir

@@ -5,7 +5,7 @@
     OUT/faults.yaml   the fault timeline as a Chaos Mesh Workflow (none for a fault-free
                       scenario); apply it once the ranks are warm
 
-Targets and offsets come from the trial's plan (harness.run.plan.build_plan), the one the
+Targets and offsets come from the trial's plan (harness.trial.plan.build_plan), the one the
 local harness executes. A comment above each document says what every mapping decision
 is, and whether it is exact or approximated; what cannot be mapped is refused, naming the
 file, the line, the fault and why.
@@ -25,8 +25,8 @@ from harness.k8s.env import RUN_DIR, rank_env
 from harness.k8s.faults import FaultMapping, map_fault, workflow, workflow_notes
 from harness.k8s.jobs import JOB_BUILDERS, plan_config_map
 from harness.k8s.operators import OPERATORS, Pods, job_name
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan
 
 JOB_FILE = "job.yaml"
 FAULTS_FILE = "faults.yaml"

@@ -27,7 +27,7 @@ from chaos.tc import tbf_sizes
 from chaos.topology import host_index, host_name
 from harness.k8s.env import duration_text
 from harness.k8s.operators import Pods
-from harness.run.plan import ranks_text
+from harness.trial.plan import ranks_text
 from runfolder.plan import APPLY, PlannedFault, TrialPlan
 
 API_VERSION = "chaos-mesh.org/v1alpha1"

@@ -10,7 +10,7 @@ kubelet's, in whole seconds. Event times in the run folder are seconds after `an
 wall-clock second), so figures within a rank are exact, figures across nodes are as close
 as the nodes' clocks are (NTP), and figures from a fault's start carry its 1 s resolution.
 
-The end of a trial is judged as the orchestrator judges it live (harness.run.orchestrator):
+The end of a trial is judged as the orchestrator judges it live (harness.trial.orchestrator):
 every rank exited; or every live rank made `settle_steps` steps after the last fault
 action; or no rank event for the hang cap (hung); or past the deadline. Rank events after
 that end are dropped: under the harness the ranks would have been stopped there.
@@ -25,7 +25,7 @@ from typing import Any
 
 from chaos.errors import HarnessError
 from harness.k8s.faults import CHAOS_PLURALS, TEMPLATE
-from harness.run.plan import trial_deadline_s
+from harness.trial.plan import trial_deadline_s
 from runfolder import events as kinds
 from runfolder.plan import APPLY, REVERT, TrialPlan
 

@@ -28,7 +28,7 @@ scenario x policy (fewer: the series is listed as not judged, never passed silen
 Each regression names the metric, tonight's and the window's figures, the window's nights
 and the command that reproduces the worst trial tonight (its stored command with --seed).
 
-The machine: where tonight's speed figures (harness.run.machine, stored with each night)
+The machine: where tonight's speed figures (harness.trial.machine, stored with each night)
 differ from the window's median by MACHINE_DIFFERS or more either way, the result says so
 (`machine`), so that a slower machine is not read as slower code; it judges nothing.
 """
@@ -201,7 +201,7 @@ def machine_difference(history: History, night: str, window: tuple[str, ...]) ->
     if not differences:
         return ""
     return (f"tonight's machine differed from the window's nights: {'; '.join(differences)} "
-            "(harness/run/machine.py); a time that got worse may be the machine, not the code")
+            "(harness/trial/machine.py); a time that got worse may be the machine, not the code")
 
 
 def check_gate(history: History, night: str, rules: GateRules = DEFAULT_RULES) -> GateResult:

@@ -6,7 +6,7 @@ each repeat a run folder that `reports.analyze_run` turns into one row per trial
 
   nights   one row per night: night (its id), started (ISO 8601 wall time; nights are read
            in this order), the run metadata of NightInfo (with the machine's speed as the
-           night began, harness.run.machine: NULL where not measured), and digest (sha256
+           night began, harness.trial.machine: NULL where not measured), and digest (sha256
            of the night's rows, so that appending the same night again can be recognised)
   trials   one row per night, scenario, policy (or variant) and repeat: what analyze_run says
            of the trial (outcome, seed, expectations, ...) and the run's stored command
@@ -107,7 +107,7 @@ class NightInfo:
     driver: str = ""
     nccl: str = ""
     backend: str = ""
-    # harness.run.machine's figures as the night began: None where not measured
+    # harness.trial.machine's figures as the night began: None where not measured
     loop_ns: float | None = None
     wake_us: float | None = None
     fault_us: float | None = None
@@ -161,7 +161,7 @@ class Table:
 
 TEXT, INTEGER, REAL = "TEXT NOT NULL", "INTEGER", "REAL"
 NIGHT_FIELDS = tuple(f.name for f in fields(NightInfo))
-# NightInfo's machine figures (harness.run.machine): what each measures, its unit
+# NightInfo's machine figures (harness.trial.machine): what each measures, its unit
 MACHINE_FIGURES = {"loop_ns": ("a Python loop step", "ns"),
                    "wake_us": ("a round trip between two processes on one CPU", "us"),
                    "fault_us": ("a page's first touch", "us")}

@@ -123,7 +123,7 @@ def night_registry(report: NightReport) -> CollectorRegistry:
         {name: getattr(report.info, name) for name in NIGHT_FIELDS if name not in MACHINE_FIELDS})
     for name, (what, unit) in MACHINE_FIGURES.items():
         if (value := getattr(report.info, name)) is not None:
-            Gauge(f"chaos_nightly_machine_{name}", f"{what} ({unit}) as the night began (harness/run/machine.py)",
+            Gauge(f"chaos_nightly_machine_{name}", f"{what} ({unit}) as the night began (harness/trial/machine.py)",
                   registry=registry).set(value)
     Gauge("chaos_nightly_started_timestamp_seconds", "when the night started (Unix time)",
           registry=registry).set(report.info.started_at.timestamp())

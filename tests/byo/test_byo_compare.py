@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

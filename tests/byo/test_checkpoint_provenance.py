@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import start_run
+from harness.trial.plan import build_plan
 import reports
-from harness.run.orchestrator import start_run
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events, schema_problems
 from runfolder.info import TrialInfo, read_trial_info, write_trial_info

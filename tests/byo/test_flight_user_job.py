@@ -15,7 +15,7 @@ import pytest
 
 from chaos import proc
 from harness.cluster.userjob import JobSpec, rank_environment
-from harness.run.stacks import ask_flight_recorders, recording_ranks
+from harness.trial.stacks import ask_flight_recorders, recording_ranks
 from reports.stuck import flight_text, read_flight
 from runfolder.events import read_events, schema_problems
 from tests.byo.test_hook import free_port

@@ -78,7 +78,7 @@ def test_optimizer_steps_of_a_real_2_rank_ddp_job_are_recorded(tmp_path):
     saves = [e for e in by_rank[0] if e["kind"] == "checkpoint_save"]
     assert [(e["path"], e["step"], e["api"]) for e in saves] == [(str(tmp_path / "c.pt.tmp"), s, "torch.save")
                                                                  for s in (2, 4)]
-    # and when each save began (a fault may be anchored on it: harness.run.anchor)
+    # and when each save began (a fault may be anchored on it: harness.scenario.anchors)
     began = [e for e in by_rank[0] if e["kind"] == "checkpoint_begin"]
     assert [(e["path"], e["step"]) for e in began] == [(e["path"], e["step"]) for e in saves]
     assert all(b["t"] <= e["t"] for b, e in zip(began, saves, strict=True))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chaos import proc
-from harness.run.orchestrator import Monitor
+from harness.trial.orchestrator import Monitor
 from reports.history import events_frame
 from reports.metrics import trial_metrics
 from runfolder import events as kinds

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import UsageError
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan
 from tests.conftest import chaos_cli
 
 REPO = Path(__file__).resolve().parents[2]

@@ -93,8 +93,8 @@ def test_the_workload_steps_on_the_gpu_as_it_does_on_the_cpu() -> None:
 
 
 def test_run_json_records_the_choice_and_its_reason(tmp_path) -> None:
-    from harness.run.orchestrator import start_run
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.trial.orchestrator import start_run
     from runfolder.info import read_run_info
     path = tmp_path / "s.yaml"
     path.write_text("name: s\ncluster: {ranks: 4}\npolicies: {timeout: {}}\n")
@@ -108,9 +108,9 @@ def test_run_json_records_the_choice_and_its_reason(tmp_path) -> None:
 def test_a_scenario_that_asks_for_cuda_without_a_gpu_is_refused_before_anything_is_built(tmp_path) -> None:
     from chaos.errors import UsageError
     from harness.cluster.fake import FakeBackend, FakeClock
-    from harness.run.orchestrator import run_scenario
-    from harness.run.progress import Progress
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.trial.orchestrator import run_scenario
+    from harness.trial.progress import Progress
     path = tmp_path / "s.yaml"
     path.write_text("name: s\ncluster: {ranks: 4, device: cuda}\npolicies: {timeout: {}}\n")
     backend = FakeBackend(FakeClock())
@@ -134,8 +134,8 @@ def test_a_user_s_job_gets_its_host_s_gpu_and_nccl_on_its_link_but_keeps_its_own
 
 
 def test_a_job_with_several_processes_per_host_is_refused_on_gpus(tmp_path) -> None:
-    from harness.run.plan import placement_problem
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.trial.plan import placement_problem
     path = tmp_path / "job.yaml"
     path.write_text("cluster: {ranks: 2}\njob:\n  command: [python, train.py]\n  launcher: torchrun\n"
                     "  nproc_per_host: 2\n")

@@ -19,15 +19,15 @@ from chaos.cmdfile import CommandFile, command_path
 from chaos.errors import InvalidFault, UnsupportedFault
 from chaos.faults import GpuHang, parse_fault
 from chaos.heal import heal
-from chaos.undo import UNDOS
 from chaos.ledger import Ledger
+from chaos.undo import UNDOS
 from harness.cluster.docker.template import RankTemplate
 from harness.job.device import choose
 from harness.job.gpufault import (CALIBRATION_CYCLES, HangWatcher, command_file, commands_dir, cycles_per_second,
                                   spin_kernel)
-from harness.run.gpumem import GpuRelease
-from harness.run.plan import placement_problem
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.gpumem import GpuRelease
+from harness.trial.plan import placement_problem
 from reports.metrics import _gpu_freed_columns
 from reports.tables import what_happened
 
@@ -120,7 +120,7 @@ def test_a_trial_delivers_gpu_hang_into_its_own_folder_on_every_backend(tmp_path
     # trial's own must win (on the first GPU run the local backend's gpu_hang was refused)
     from harness.cluster.backends import backend_class
     from harness.cluster.local import LocalCluster
-    from harness.run.orchestrator import trial_mechanisms
+    from harness.trial.orchestrator import trial_mechanisms
 
     class Cluster:
         mechanisms = LocalCluster.mechanisms if backend == "local" else lambda self: {}

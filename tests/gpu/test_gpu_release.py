@@ -1,4 +1,4 @@
-"""GPU memory released after a breaker opens (harness.run.gpumem), with NVML's answers given
+"""GPU memory released after a breaker opens (harness.trial.gpumem), with NVML's answers given
 as values, and the report's figure judged against 512 MB within 50 s; on a GPU, NVML's own
 answer for this process (requires_gpu)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from harness.job.device import gpu_memory_by_pid
 from harness.job.runner import free_accelerator_memory
-from harness.run.gpumem import RELEASE_BAR_BYTES, GpuRelease
+from harness.trial.gpumem import RELEASE_BAR_BYTES, GpuRelease
 from reports.metrics import _gpu_release_columns
 
 GB = 2**30

@@ -12,7 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from chaos import proc
-from harness.run.stacks import ask_flight_recorders, recording_ranks
+from harness.trial.stacks import ask_flight_recorders, recording_ranks
 from reports.stuck import flight_text, read_flight
 
 pytestmark = pytest.mark.system  # real gloo ranks on loopback: not in ./dev.sh check

@@ -14,7 +14,7 @@ from chaos.errors import UsageError
 from harness.cluster.frameworks import FRAMEWORKS, Framework
 from harness.cluster.userjob import JobSpec, JobVariant, launch_command, rank_command, rank_environment
 from harness.job.hook.chaos_hook import HOST_RANK_ENV
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 from reports.state import CONSISTENT, DIVERGED, RESTORE_IS_REAL, REPLICAS_AGREE, check_state
 from reports.trial_events import FaultWindow
 from reports.trial_facts import _quorum_change, _resumed

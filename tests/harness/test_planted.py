@@ -72,8 +72,8 @@ def test_restore_while_saving_needs_the_checkpoint_restore() -> None:
 
 
 def test_a_planted_defect_is_named_in_the_plan() -> None:
-    from harness.run.plan import plan_text
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.trial.plan import plan_text
     path = Path(__file__).resolve().parents[1] / "run" / "planted" / "retries_never_reset.yaml"
     text = plan_text(load_scenario(path), path, ["retry_once"], lambda fault: "a signal")
     assert "retry_once timeout 2 s, 1 retries (backoff 0.5..1 s), breaker off, PLANTED DEFECT retries_never_reset" in text

@@ -23,12 +23,12 @@ from chaos.ledger import Ledger
 from chaos.storage import SizedTmpfs
 from harness.job.checkpoint import Checkpointer
 from harness.job.detector import Straggler, Suspicion
-from runfolder.events import EventRecorder
 from harness.job.group import CollectiveError, NotAMember
-from harness.job.policies import policy_spec
 from harness.job.outcome import ExitReason as Outcome
+from harness.job.policies import policy_spec
 from harness.job.runner import FaultTolerantRunner, State, free_accelerator_memory
 from harness.job.workload import Workload, WorkloadSpec
+from runfolder.events import EventRecorder
 
 
 class ScriptedGroup:
@@ -172,7 +172,7 @@ def test_retry_gives_up_after_max_retries(tmp_path):
     ("isolation", {"max_retries": 3}, Outcome.ISOLATED),
 ])
 def test_a_policy_gives_up_within_the_time_it_states(tmp_path, policy, overrides, outcome):
-    """give_up_s bounds a trial's deadline (harness.run.plan.trial_deadline_s): every wait the
+    """give_up_s bounds a trial's deadline (harness.trial.plan.trial_deadline_s): every wait the
     runner makes on its way to giving up, at its longest (a failed collective its timeout, a
     failed rendezvous its rendezvous timeout, a health check its timeout), fits in it."""
     group = ScriptedGroup(fail_steps={2}, join_failures=99)

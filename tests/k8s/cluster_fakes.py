@@ -28,8 +28,8 @@ from harness.k8s.jobs import PLAN_SUFFIX
 from harness.k8s.kube import WORKFLOW_LABEL
 from harness.k8s.observe import CONTROLLED_BY
 from harness.k8s.operators import OPERATORS
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE
 from runfolder.info import RunInfo, TrialInfo, write_run_info, write_trial_info

@@ -18,8 +18,8 @@ from harness.k8s.env import duration_text
 from harness.k8s.export import FAULTS_FILE, JOB_FILE, export_trial
 from harness.k8s.faults import phases
 from harness.k8s.operators import OPERATORS
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan
 from tests.k8s.admission import admission_problems
 
 REPO = Path(__file__).resolve().parents[2]

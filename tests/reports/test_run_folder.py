@@ -17,7 +17,7 @@ HISTORIES = (fakes.absorbed, fakes.failed_fast, fakes.recovered, fakes.isolated,
              fakes.stalled_without_verdict, fakes.no_fault, fakes.restarted)
 
 # run.json and trial.json as the orchestrator wrote them before run folders were versioned
-# (commit b3f0031: harness/run/orchestrator.py, run_scenario and Trial._write_metadata)
+# (commit b3f0031: harness/trial/orchestrator.py, run_scenario and Trial._write_metadata)
 UNVERSIONED_RUN = {
     "scenario": "kill_rank", "scenario_file": "scenarios/kill_rank.yaml", "seed": 1, "backend": "netns",
     "policies": ["timeout"], "started_wall": "2026-11-30T19:00:00+00:00",
@@ -53,7 +53,7 @@ def test_the_machines_speed_is_kept_with_the_run_and_reported_beside_its_figures
             fakes.write_run(tmp_path / "unmeasured", {"timeout": fakes.failed_fast()})]
     assert read_run_info(runs[0]).machine == SPEED
     line = ("machine: 2 CPUs (Intel(R) Xeon(R) Processor): a Python loop step 52 ns, a round trip between "
-            "two processes on one CPU 9.5 us, a page's first touch 3.1 us, load average 1.80 (harness/run/machine.py)")
+            "two processes on one CPU 9.5 us, a page's first touch 3.1 us, load average 1.80 (harness/trial/machine.py)")
     assert report_main([str(runs[0])]) == 0
     assert f"- {line}" in (runs[0] / "report.md").read_text()
     assert report_main([str(runs[1])]) == 0
@@ -82,7 +82,7 @@ def test_a_format_3_machine_reads_without_a_pages_first_touch(tmp_path):
     machine = read_run_info(run_dir).machine
     assert machine is not None and machine.fault_us is None and machine.loop_ns == SPEED.loop_ns
     assert report_main([str(run_dir)]) == 0
-    assert ("one CPU 9.5 us, load average 1.80 (harness/run/machine.py)"
+    assert ("one CPU 9.5 us, load average 1.80 (harness/trial/machine.py)"
             in (run_dir / "report.md").read_text())
 
 

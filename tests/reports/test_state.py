@@ -163,8 +163,8 @@ def test_a_diverged_state_fails_any_expectation_unless_it_is_the_one_expected():
 
 
 def test_a_scenario_expects_a_state_and_the_plan_says_so(tmp_path):
-    from harness.run.plan import build_plan
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.trial.plan import build_plan
     path = tmp_path / "s.yaml"
     path.write_text("cluster: {ranks: 4}\nfaults: [{kind: kill, target: {rank: 1}, start: 1s}]\n"
                     "policies: {retry: {}}\nexpect: {retry: {state: consistent}}\n")

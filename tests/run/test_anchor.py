@@ -1,5 +1,5 @@
-"""Faults anchored on events (harness.run.anchor): the scenario's `start: {on: EVENT, ...}`,
-refused where it cannot come, planned and shown by --dry-run, and applied by the
+"""Faults anchored on events (harness.scenario.anchors, harness.trial.anchor_watch): the
+scenario's `start: {on: EVENT, ...}`, refused where it cannot come, planned and shown by --dry-run, and applied by the
 orchestrator when the event comes (fake clock) or recorded as not applied when it never
 does; one real trial kills a rank when a checkpoint save begins."""
 from __future__ import annotations
@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import reports
 from chaos.errors import UsageError
 from harness.cluster.backends import backend_named
-from harness.run.anchor import ANCHOR_EVENTS, AnchorWatch
-from harness.run.orchestrator import run_scenario
-from harness.run.plan import build_plan, plan_text
-from harness.run.progress import Progress
-from harness.run.scaling import scaled_to_cores
-from harness.run.scenario import load_scenario
+from harness.scenario.anchors import ANCHOR_EVENTS
+from harness.scenario.scaling import scaled_to_cores
+from harness.scenario.scenario import load_scenario
+from harness.trial.anchor_watch import AnchorWatch
+from harness.trial.orchestrator import run_scenario
+from harness.trial.plan import build_plan, plan_text
+from harness.trial.progress import Progress
+import reports
 from runfolder.events import SCHEMA, read_events, schema_problems
 from runfolder.plan import Anchor, PlannedFault
 from tests.run.test_trial_fake import HEADER, offsets, run_trial

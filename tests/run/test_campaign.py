@@ -9,8 +9,8 @@ import pytest
 
 from chaos.errors import UsageError
 from harness.cli import main
-from harness.run.campaign.mix import load_mix
-from harness.run.campaign.schedule import draw_schedule
+from harness.studies.campaign.mix import load_mix
+from harness.studies.campaign.schedule import draw_schedule
 from reports.campaign import executions, measure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,9 +253,9 @@ def test_the_spread_over_windows_gives_each_policys_median_and_range(tmp_path: P
 
 
 def test_a_restarted_job_carries_the_faults_still_ahead_shifted_and_trains_to_the_windows_end() -> None:
-    from harness.run.campaign.run import segment_scenario
-    from harness.run.campaign.schedule import ScheduledFault
-    from harness.run.scenario import load_scenario
+    from harness.scenario.scenario import load_scenario
+    from harness.studies.campaign.run import segment_scenario
+    from harness.studies.campaign.schedule import ScheduledFault
     base = load_scenario(SCENARIO)
     schedule = (ScheduledFault(10.0, "faulty_gpu", {"kind": "kill"}, None, 3),
                 ScheduledFault(50.0, "nic", {"kind": "link_down"}, 40.0, 4),
@@ -273,8 +273,8 @@ def test_a_restarted_job_carries_the_faults_still_ahead_shifted_and_trains_to_th
 
 def test_a_users_job_campaigns_its_variants_and_a_new_job_resumes_from_the_checkpoint_it_names(
         tmp_path: Path) -> None:
-    from harness.run.campaign.prepare import load_campaign_scenario, plan_campaign
-    from harness.run.campaign.run import _carry_checkpoint, segment_scenario
+    from harness.studies.campaign.prepare import load_campaign_scenario, plan_campaign
+    from harness.studies.campaign.run import _carry_checkpoint, segment_scenario
     byo = REPO / "scenarios" / "byo_kill.yaml"
     base, own_faults = load_campaign_scenario(byo, {"cluster.ranks": 4, "seed": 2})
     assert own_faults and base.faults == () and base.expect == {}

@@ -1,5 +1,5 @@
 """`chaos explore`'s pieces that run no trial: the seeded schedule generator
-(harness.run.explore) and the per-trial oracle with its failure signature (reports.oracle)."""
+(harness.studies.explore.generator) and the per-trial oracle with its failure signature (reports.oracle)."""
 from __future__ import annotations
 
 import itertools
@@ -10,9 +10,9 @@ import pytest
 
 from chaos import units
 from chaos.errors import UsageError
-from harness.run.explore import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
-from harness.run.plan import build_plan
-from harness.run.scenario import Scenario, load_scenario
+from harness.scenario.scenario import Scenario, load_scenario
+from harness.studies.explore.generator import ExploreOptions, Weights, explorable_events, explorable_kinds, schedules
+from harness.trial.plan import build_plan
 from reports.oracle import BROKEN, KEPT, NOT_JUDGED, judge, signature
 from tests.conftest import REPO
 
@@ -145,7 +145,7 @@ def test_drawn_schedules_are_judged_by_the_contract_not_the_scenario_s_own_expec
         tmp_path: Path, capsys) -> None:
     """A shipped scenario's expect: (link_down.yaml: retry recovers within 40 s of its link
     down) is for its own faults: explore leaves it out, and says so, unless --expect."""
-    from harness.run.explore_command import judged_by, schedule_scenario
+    from harness.studies.explore.command import judged_by, schedule_scenario
     scenario = load_scenario(REPO / "scenarios" / "link_down.yaml")
     [schedule] = itertools.islice(schedules(scenario, ExploreOptions(policies=("retry",))), 1)
     judged = judged_by(scenario, "link_down.yaml", own_expect=False)
@@ -172,7 +172,7 @@ def test_a_schedule_holds_one_storage_fault_at_most_and_the_loader_refuses_two_a
 def test_no_schedule_waits_only_for_events_that_a_failure_brings(tmp_path: Path) -> None:
     """A lone fault on `detect` (or `retry`, `restore`, ...) would never be applied: an
     unplanted hour ran 7 such schedules for nothing (docs/explore.md)."""
-    from harness.run.anchor import ANCHOR_EVENTS
+    from harness.scenario.anchors import ANCHOR_EVENTS
     for schedule in drawn(load(tmp_path, RUNNER % ""), seed=1):
         assert any(not isinstance(f["start"], dict) or not ANCHOR_EVENTS[f["start"]["on"]].after_failure
                    for f in schedule.faults), schedule
@@ -203,7 +203,7 @@ def test_chaos_explore_refuses_bad_input_before_anything_runs(tmp_path: Path, ca
 
 
 def test_shrinking_candidates_are_one_step_smaller_simplest_first() -> None:
-    from harness.run.shrink import candidates
+    from harness.studies.explore.shrink import candidates
     kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
     pause = {"kind": "pause", "target": {"rank": 2}, "start": {"on": "retry", "nth": 2, "delay": "1s"},
              "duration": "3s"}
@@ -219,7 +219,7 @@ def test_shrinking_candidates_are_one_step_smaller_simplest_first() -> None:
 
 
 def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_time_is_up() -> None:
-    from harness.run.shrink import shrink
+    from harness.studies.explore.shrink import shrink
     kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
     pause = {"kind": "pause", "target": {"rank": 2}, "start": "1s", "duration": "4s"}
     runs: list[tuple] = []
@@ -237,7 +237,7 @@ def test_shrinking_keeps_what_fails_in_more_than_half_its_runs_and_stops_when_ti
 
 
 def test_shrinking_skips_unrun_a_candidate_whose_faults_wait_for_a_failure_none_is_left_to_cause() -> None:
-    from harness.run.shrink import shrink
+    from harness.studies.explore.shrink import shrink
     pause = {"kind": "pause", "target": {"rank": 1}, "start": "3s", "duration": "3s"}
     on_restore = {"kind": "pause", "target": {"rank": 0}, "start": {"on": "restore", "nth": 1, "delay": "0s"},
                   "duration": "3s"}
@@ -274,8 +274,8 @@ def test_a_weights_file_steers_the_draw_and_a_bad_one_is_refused_naming_its_line
 
 def test_a_found_file_counts_its_reruns_by_outcome_not_by_the_signature_its_expect_block_changes(
         tmp_path: Path) -> None:
-    from harness.run.explore import Schedule
-    from harness.run.explore_command import Judged, _reproduce, _write_found, reproduces
+    from harness.studies.explore.command import Judged, _reproduce, _write_found, reproduces
+    from harness.studies.explore.generator import Schedule
     from reports.expect import check_expectations
     from reports.oracle import TOLERANT_ENDS
     scenario = load(tmp_path, RUNNER % "")
@@ -346,7 +346,7 @@ def test_a_resumed_folder_shrinks_first_what_its_last_session_found_and_did_not_
     """tried.jsonl after a session stopped mid-shrink: drawn 004 broke (two trials of one
     signature), candidates 004-s1.. ran, no found file; 006 broke with a signature already
     found. Only 004's first trial is taken up again."""
-    from harness.run.explore_page import unfinished
+    from harness.studies.explore.page import unfinished
     row = {"faults": [], "outcome": "hung", "violations": ["outcome hung"], "cause": ""}
     tried = [{**row, "schedule": "003", "policy": "timeout", "verdict": "kept", "signature": ""},
              {**row, "schedule": "004", "policy": "timeout", "verdict": "broken", "signature": "A"},

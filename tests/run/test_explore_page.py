@@ -1,5 +1,5 @@
 """`chaos explore`'s progress line against its budget, and the page of everything tried
-(harness.run.explore_page), built from an explore folder's files without running a trial."""
+(harness.studies.explore.page), built from an explore folder's files without running a trial."""
 from __future__ import annotations
 
 import argparse
@@ -11,13 +11,13 @@ import pytest
 
 from chaos.errors import UsageError
 from harness.cli import main
-from harness.run.explore import Schedule
-from harness.run.explore_command import Judged, _budget_s, _resumed, _write_found
-from harness.run.explore_page import (RECORD_FORMAT, ExploreProgress, page, read_record, shrink_steps,
+from harness.studies.explore.command import Judged, _budget_s, _resumed, _write_found
+from harness.studies.explore.generator import Schedule
+from harness.studies.explore.page import (RECORD_FORMAT, ExploreProgress, page, read_record, shrink_steps,
                                       write_record)
-from harness.run.progress import Progress, duration_text
-from harness.run.scenario import load_scenario
-from harness.run.shrink import Shrunk, shrink
+from harness.scenario.scenario import load_scenario
+from harness.studies.explore.shrink import Shrunk, shrink
+from harness.trial.progress import Progress, duration_text
 from reports.oracle import BROKEN, KEPT, TOLERANT_ENDS, Verdict
 
 

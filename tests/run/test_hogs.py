@@ -1,11 +1,11 @@
-"""harness.run.hogs: real busy processes while the block runs, none after it."""
+"""harness.trial.hogs: real busy processes while the block runs, none after it."""
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
 
-from harness.run.hogs import cpu_hogs
+from harness.trial.hogs import cpu_hogs
 
 
 def cpu_ticks(pid: int) -> int:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.init import scenario_text
-from harness.run.plan import build_plan
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.studies.init.command import scenario_text
+from harness.trial.plan import build_plan
 from tests.conftest import chaos_cli
 
 

@@ -1,4 +1,4 @@
-"""Proof that a fault reached the traffic (harness.run.traffic, reports.metrics `bypassed`),
+"""Proof that a fault reached the traffic (harness.trial.traffic, reports.metrics `bypassed`),
 on the fake cluster: a rank's link carries a gradient per step it makes, so a fault on a
 live rank's link shows the job's bytes through it, and one on the link of a rank that
 already left the job shows none and is reported `bypassed`, never absorbed."""
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import reports
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.orchestrator import Trial, start_run
-from harness.run.plan import build_plan
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import Trial, start_run
+from harness.trial.plan import build_plan
+from harness.trial.progress import Progress
+import reports
 from runfolder.events import EVENTS_FILE, read_events, schema_problems
 from runfolder.layout import trial_dir
 

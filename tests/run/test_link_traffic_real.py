@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import reports
 from harness.cluster.backends import backend_named
-from harness.run.orchestrator import run_scenario
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import run_scenario
+from harness.trial.progress import Progress
+import reports
 from runfolder.events import EVENTS_FILE, read_events
 
 HEADER = """\

@@ -22,7 +22,7 @@ from chaos.faults import LinkDown
 from chaos.inject import LinkStateDown, NetlinkInjector
 from chaos.ledger import Ledger
 from harness.cluster.backends import BACKEND_NAMES, backend_class
-from harness.run.schema import json_schema
+from harness.scenario.schema import json_schema
 from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli, processes_of
 
 pytestmark = pytest.mark.system  # real ranks of the local backend: not in ./dev.sh check

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chaos.errors import DeadlineExceeded
-from harness.run import machine
+from harness.trial import machine
 
 
 def _children() -> set[int]:

@@ -1,4 +1,4 @@
-"""`chaos nightly`'s runner (harness.run.nightly) against the fake cluster, on a fake clock: no
+"""`chaos nightly`'s runner (harness.studies.nightly) against the fake cluster, on a fake clock: no
 root, no namespaces. The plan expands into cells with distinct seeds per repeat; a night
 interrupted mid-cell resumes where it stopped; the progress line counts trials and gives an
 ETA; the finished night's history rows and files match the run folders it made."""
@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import reports
 from chaos.errors import UsageError
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.nightly import (MANIFEST, RUNS, Cell, NightProgress, expand, finish_night, load_night_plan,
+import reports
+from harness.studies.nightly import (MANIFEST, RUNS, Cell, NightProgress, expand, finish_night, load_night_plan,
                                  open_night, read_manifest, run_cells, seed_for)
-from harness.run.nightly.command import print_night
-from harness.run.nightly.plan import plan_digest
-from harness.run.orchestrator import Trial, start_run
-from harness.run.plan import build_plan
-from harness.run.progress import Progress
+from harness.studies.nightly.command import print_night
+from harness.studies.nightly.plan import plan_digest
+from harness.trial.orchestrator import Trial, start_run
+from harness.trial.plan import build_plan
+from harness.trial.progress import Progress
 from reports.nightly import append_night, night_report, read_history
 from runfolder.info import read_run_info
 from runfolder.layout import trial_dir

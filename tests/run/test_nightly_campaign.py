@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from chaos.errors import UsageError
-from harness.run.campaign.prepare import plan_campaign
-from harness.run.nightly import CampaignCell, expand, load_night_plan
-from harness.run.nightly.matrix import campaign_bars
-from harness.run.nightly.plan import plan_digest
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.studies.campaign.prepare import plan_campaign
+from harness.studies.nightly import CampaignCell, expand, load_night_plan
+from harness.studies.nightly.matrix import campaign_bars
+from harness.studies.nightly.plan import plan_digest
 from reports.nightly import (EttrBar, NightRun, append_night, judge_ettr, markdown_summary, night_history,
                              night_report, read_history)
 from reports.nightly.campaign import CAMPAIGN_SUFFIX

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.studies.nightly import MANIFEST, QUICK_PLAN, RUNS, expand, load_night_plan
 import reports
-from harness.run.nightly import MANIFEST, QUICK_PLAN, RUNS, expand, load_night_plan
 from runfolder.events import EVENTS_FILE, read_events
 from runfolder.layout import trial_dir
 from tests.conftest import CHAOS

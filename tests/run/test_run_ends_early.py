@@ -17,7 +17,7 @@ from harness import cli, signals
 from harness.cluster import backends
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.cluster.launcher import LauncherPool
-from harness.run import orchestrator
+from harness.trial import orchestrator
 from runfolder.layout import METRICS_FILE, REPORT_MARKDOWN
 
 SCENARIO = """\

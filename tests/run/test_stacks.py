@@ -1,4 +1,4 @@
-"""harness.run.stacks against real processes: a host's process and the one it started in a
+"""harness.trial.stacks against real processes: a host's process and the one it started in a
 session of its own (as torchrun starts its workers), one of them stopped, read from outside."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from chaos import proc
-from harness.run import stacks
+from harness.trial import stacks
 from reports.stuck import read_stacks, stuck_summary
 from runfolder.layout import STACKS_DIR, STACKS_INDEX
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""A whole trial (harness.run.orchestrator) against the fake cluster, on a fake clock: no
+"""A whole trial (harness.trial.orchestrator) against the fake cluster, on a fake clock: no
 root, no namespaces, no processes. The orchestrator executes its plan in order, stops a
 trial that makes no progress at the hang cap, and tears down last-in first-out."""
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-import reports
 from chaos.errors import UsageError
 from chaos.faults import parse_fault
 from harness.cluster.fake import FakeBackend, FakeClock
-from harness.run.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good, start_run
-from harness.run.plan import build_plan
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good, start_run
+from harness.trial.plan import build_plan
+from harness.trial.progress import Progress
+import reports
 from runfolder.events import EVENTS_FILE, read_events, schema_problems
 from runfolder.info import read_trial_info
 from runfolder.layout import trial_dir

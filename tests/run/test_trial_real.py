@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from harness.cluster.backends import backend_named
-from harness.run.orchestrator import run_scenario
-from harness.run.plan import build_plan
-from harness.run.progress import Progress
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.orchestrator import run_scenario
+from harness.trial.plan import build_plan
+from harness.trial.progress import Progress
 from runfolder.events import EVENTS_FILE, read_events, schema_problems
 from runfolder.info import read_run_info, read_trial_info
 from runfolder.layout import trial_dir

@@ -1,6 +1,6 @@
 """`chaos tune`'s logic on scripted figures (reports.tune: the measurement, the rules, the
 judging, the halving, the recommendation) and its stages' budget and resume with a fake
-cell runner (harness.run.tune); tests/run/test_tune_real.py runs a real one."""
+cell runner (harness.studies.tune.command); tests/run/test_tune_real.py runs a real one."""
 from __future__ import annotations
 
 import argparse
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import UsageError
-from harness.run.nightly import Done, Manifest, NightProgress
-from harness.run.progress import Progress
 from harness.job.policies import DetectorSpec
-from harness.run.tune import options_of, parse_faults
-from harness.run.tune_plan import JOB_STEPS_S, plan_estimate_text, planned_cells, trial_count
-from harness.run.tune_runner import Tune, window_estimate_s
-from harness.run.tune_stages import FAULT_FREE, FaultChoice, Options, Stages
+from harness.studies.nightly import Done, Manifest, NightProgress
+from harness.studies.tune.command import options_of, parse_faults
+from harness.studies.tune.planned import JOB_STEPS_S, plan_estimate_text, planned_cells, trial_count
+from harness.studies.tune.runner import Tune, window_estimate_s
+from harness.studies.tune.stages import FAULT_FREE, FaultChoice, Options, Stages
+from harness.trial.progress import Progress
 from reports.tune import (DETECTOR_DEFAULT, DetectorEvidence, Evidence, FaultFree, FaultResult, Reference, Wave,
                           dead_host_notes, breaker_verdict, candidates, choose_detector, control_trips,
                           detector_candidates, fault_free, flap_warnings, halve, rejoin_wave, select, step_interval_s,

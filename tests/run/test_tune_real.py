@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.run.nightly import MANIFEST, RUNS
+from harness.studies.nightly import MANIFEST, RUNS
 from runfolder.events import EVENTS_FILE, read_events
 from tests.conftest import CHAOS, REPO
 

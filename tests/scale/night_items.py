@@ -16,7 +16,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     from harness.pytest_plugin import ScenarioTest
-    from harness.run.nightly.plan import Cell
+    from harness.studies.nightly.plan import Cell
     items = []
     for item in session.items:
         if isinstance(item, ScenarioTest):

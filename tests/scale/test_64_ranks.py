@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from harness.run.nightly import PLANS, expand, load_night_plan
+from harness.studies.nightly import PLANS, expand, load_night_plan
 from tests.conftest import chaos_cli
 
 pytestmark = [pytest.mark.requires_root, pytest.mark.nightly]

@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.run.nightly import PLANS, expand, load_night_plan
-from harness.run.nightly.plan import Cell
-from harness.run.scenario import load_scenario
-from harness.run.scaling import scaled_to_cores
+from harness.scenario.scaling import scaled_to_cores
+from harness.scenario.scenario import load_scenario
+from harness.studies.nightly import PLANS, expand, load_night_plan
+from harness.studies.nightly.plan import Cell
 from tests.conftest import REPO, REQUIRE
 
 PLAN = PLANS / "scale.yaml"

@@ -1,12 +1,12 @@
-"""The scaling rule of `--ranks` (harness.run.scaling.scaled_to_cores; docs/scale.md)."""
+"""The scaling rule of `--ranks` (harness.scenario.scaling.scaled_to_cores; docs/scale.md)."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from harness.run.scenario import load_scenario
-from harness.run.scaling import scale_factor, scaled_to_cores, scaling_note
+from harness.scenario.scaling import scale_factor, scaled_to_cores, scaling_note
+from harness.scenario.scenario import load_scenario
 from tests.conftest import REPO, chaos_cli
 
 SCENARIOS = REPO / "scenarios"

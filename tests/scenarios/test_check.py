@@ -1,4 +1,4 @@
-"""Judging one policy of a scenario (harness.run.check) and the pytest plugin over it."""
+"""Judging one policy of a scenario (harness.trial.check) and the pytest plugin over it."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.pytest_plugin import machine_range, steal_range
-from harness.run.check import PolicyCheck
-from harness.run.scenario import load_scenario, reproduce_command
+from harness.scenario.scenario import load_scenario, reproduce_command
+from harness.trial.check import PolicyCheck
 from runfolder.info import MachineSpeed, RunInfo, write_run_info
 from tests.conftest import REPO, chaos_cli, leftovers
 
@@ -102,7 +102,7 @@ def test_the_summary_gives_the_machines_speed_over_the_runs(tmp_path: Path) -> N
     unmeasured = run("unmeasured", None)
     assert machine_range([fast, unmeasured, slow]) == (
         "machine over 2 run(s): a Python loop step 44-73 ns, a round trip between two processes on one CPU "
-        "5.6-9.8 us, a page's first touch 1.2-3.1 us, load average 0.1-64.3 (harness/run/machine.py)")
+        "5.6-9.8 us, a page's first touch 1.2-3.1 us, load average 0.1-64.3 (harness/trial/machine.py)")
     assert machine_range([fast]).startswith("machine over 1 run(s): a Python loop step 44 ns, a round trip "
                                             "between two processes on one CPU 5.6 us, a page's first touch "
                                             "1.2 us, load average 0.1 (")

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 import yaml
 
 from chaos.errors import UsageError
-from harness.run.scenario import Scenario, job_checkpoint_dir, load_scenario
-from harness.run.schema import json_schema
+from harness.scenario.scenario import Scenario, job_checkpoint_dir, load_scenario
+from harness.scenario.schema import json_schema
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))

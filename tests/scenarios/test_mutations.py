@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.errors import UsageError
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SHIPPED = {p.name: p.read_text() for p in sorted(SCENARIOS.glob("*.yaml"))}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.plan import build_plan, plan_text, trial_deadline_s
-from harness.run.scenario import load_scenario
+from harness.scenario.scenario import load_scenario
+from harness.trial.plan import build_plan, plan_text, trial_deadline_s
 from runfolder.plan import Action, Expectation
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

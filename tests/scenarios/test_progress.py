@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from harness.run.progress import Progress, bar
+from harness.trial.progress import Progress, bar
 
 
 class Terminal(io.StringIO):

@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from runfolder.plan import OUTCOMES
 from reports.nightly import GateRules, append_night, check_gate, read_history
 from reports.nightly.gate import DEFAULT_RULES, OUTCOME_SEVERITY
+from runfolder.plan import OUTCOMES
 
 from .nightly_fakes import info, night, seed_history, trial, usual_repeats
 
@@ -178,7 +178,7 @@ def test_a_slower_machine_tonight_is_named_beside_the_regressions_it_may_explain
     result = _machine_history(tmp_path, {"loop_ns": 146.0, "wake_us": 10.0}, usual)
     assert not result.passed  # it judges nothing: the regression stands
     assert result.machine == ("tonight's machine differed from the window's nights: a Python loop step 146 ns "
-                              "against the window's median 73 ns (2.00x) (harness/run/machine.py); a time "
+                              "against the window's median 73 ns (2.00x) (harness/trial/machine.py); a time "
                               "that got worse may be the machine, not the code")
 
 

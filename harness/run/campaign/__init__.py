@@ -1,2 +1,0 @@
-"""`chaos campaign`: a fault mix (mix), its seeded schedule (schedule), the trials that run it
-(run) and the command (cli); the measures and the report are reports.campaign."""
