@@ -14,7 +14,8 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
     heartbeat  a framework's monitor missed a worker's heartbeat (ft_launcher's rank
                monitor: "Did not get subsequent heartbeat. Waited 5.00 seconds.")
     quorum     a framework saw its membership change (torchft: the Lighthouse or a Manager
-               detected a quorum change) or a step it could not commit
+               detected a quorum change), a step it could not commit, or its coordinator
+               gone (torchft: a Manager could not reach the Lighthouse)
 
 The order matters: a watchdog line also says "timeout"; the rules are tried top-down. A
 Python traceback is not an error line by itself: its last line is (classified by its text),
@@ -30,7 +31,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
     ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group (failed|unhealthy)"
               r"|restarting worker group|will restart worker group|ChildFailedError|RendezvousClosedError"),
     ("heartbeat", r"Did not get (initial|subsequent) heartbeat"),
-    ("quorum", r"Detected quorum change|should_commit=False"),
+    ("quorum", r"Detected quorum change|should_commit=False|lighthouse quorum failed"
+               r"|Failed to send heartbeat to lighthouse"),
     ("timeout", r"timed out|connect timeout|timeout\(ms\)|socket timeout|DistStoreError"),
     ("reset", r"connection reset|broken pipe"),
     ("closed", r"connection closed|connection refused|failed to recv, got 0 bytes"

@@ -114,6 +114,12 @@ def test_torchfts_lines_say_a_quorum_change_and_a_heal():
             "recover_src_replica_rank=1")
     assert (classify_line(heal), heal_of(heal)) == (None, {"step": 0, "max_step": 93, "source": 1})
     assert heal_of("step 12 participants 2 lr 0.05 loss 2.3") is None
+    # a Manager whose Lighthouse is gone says so at its next quorum and heartbeat
+    gone = ('[INFO] [torchft::manager] - [Replica train_torchft_0] lighthouse quorum failed. error: status: '
+            'Unavailable, message: "tcp connect error", details: []')
+    heartbeat = ("[INFO] [torchft::manager] - [Replica train_torchft_0] Failed to send heartbeat to lighthouse: "
+                 'status: Unavailable, message: "tcp connect error"')
+    assert classify_line(gone) == classify_line(heartbeat) == "quorum"
 
 
 def ft_launcher_job(**changes) -> JobSpec:
