@@ -56,7 +56,7 @@ from harness import signals
 from harness.cluster.backends import backend_named
 from harness.scenario.scenario import load_scenario
 from harness.signals import Terminated
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.progress import Progress
 import reports
 

@@ -81,7 +81,7 @@ from harness.scenario.scaling import scaled_to_cores
 from harness.scenario.scenario import Scenario, load_scenario
 from harness.trial import machine
 from harness.trial.hogs import cpu_hogs
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.progress import Progress
 import reports
 from runfolder.events import (ADMIT, EVENTS_FILE, EXCLUDE, FAULT_APPLIED, FAULT_REVERTED, GROUP_READY, GROUP_RELEASED,

@@ -35,7 +35,7 @@ from harness import signals
 from harness.cluster.backends import backend_named
 from harness.scenario.scaling import scale_factor, usable_cores
 from harness.trial import machine
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.progress import Progress
 from runfolder.events import EVENTS_FILE, HOST_DROPS, MACHINE_STEAL, STEP, TRIAL_END, WARMUP_DONE, read_events
 from runfolder.layout import trial_dirs

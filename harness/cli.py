@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with LauncherPool() as launchers:
             launchers.start_ahead()  # its import of torch overlaps the imports and work below
             from harness.cluster.backends import backend_named
-            from harness.trial.orchestrator import run_scenario
+            from harness.trial.scenario_run import run_scenario
             from harness.trial.progress import Progress
             backend = backend_named(scenario.cluster.backend)
             progress = Progress(quiet=args.quiet, scope=scenario.name)

@@ -23,7 +23,8 @@ from harness.cluster import host
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.cluster.undos import undo_table
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import Trial, start_run
+from harness.trial.orchestrator import Trial
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 from runfolder.layout import trial_dir

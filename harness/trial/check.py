@@ -20,7 +20,7 @@ from typing import Any
 from harness.cluster.backends import backend_named
 from harness.cluster.launcher import LauncherPool
 from harness.scenario.scenario import Scenario, load_scenario, reproduce_command
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.progress import Progress
 import reports
 from runfolder import events as kinds

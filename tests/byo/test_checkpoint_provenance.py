@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import start_run
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 import reports
 from runfolder import events as kinds

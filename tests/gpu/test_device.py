@@ -94,7 +94,7 @@ def test_the_workload_steps_on_the_gpu_as_it_does_on_the_cpu() -> None:
 
 def test_run_json_records_the_choice_and_its_reason(tmp_path) -> None:
     from harness.scenario.scenario import load_scenario
-    from harness.trial.orchestrator import start_run
+    from harness.trial.scenario_run import start_run
     from runfolder.info import read_run_info
     path = tmp_path / "s.yaml"
     path.write_text("name: s\ncluster: {ranks: 4}\npolicies: {timeout: {}}\n")
@@ -109,7 +109,7 @@ def test_a_scenario_that_asks_for_cuda_without_a_gpu_is_refused_before_anything_
     from chaos.errors import UsageError
     from harness.cluster.fake import FakeBackend, FakeClock
     from harness.scenario.scenario import load_scenario
-    from harness.trial.orchestrator import run_scenario
+    from harness.trial.scenario_run import run_scenario
     from harness.trial.progress import Progress
     path = tmp_path / "s.yaml"
     path.write_text("name: s\ncluster: {ranks: 4, device: cuda}\npolicies: {timeout: {}}\n")

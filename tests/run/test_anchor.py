@@ -14,7 +14,7 @@ from harness.scenario.anchors import ANCHOR_EVENTS
 from harness.scenario.scaling import scaled_to_cores
 from harness.scenario.scenario import load_scenario
 from harness.trial.anchor_watch import AnchorWatch
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.plan import build_plan, plan_text
 from harness.trial.progress import Progress
 import reports

@@ -12,7 +12,8 @@ import pytest
 
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import Trial, start_run
+from harness.trial.orchestrator import Trial
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 import reports

@@ -12,7 +12,7 @@ import pytest
 
 from harness.cluster.backends import backend_named
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.progress import Progress
 import reports
 from runfolder.events import EVENTS_FILE, read_events

@@ -19,7 +19,8 @@ from harness.studies.nightly import (MANIFEST, RUNS, Cell, NightProgress, expand
                                  open_night, read_manifest, run_cells, seed_for)
 from harness.studies.nightly.command import print_night
 from harness.studies.nightly.plan import plan_digest
-from harness.trial.orchestrator import Trial, start_run
+from harness.trial.orchestrator import Trial
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 from reports.nightly import append_night, night_report, read_history

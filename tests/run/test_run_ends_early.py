@@ -17,7 +17,7 @@ from harness import cli, signals
 from harness.cluster import backends
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.cluster.launcher import LauncherPool
-from harness.trial import orchestrator
+from harness.trial import orchestrator, scenario_run
 from runfolder.layout import METRICS_FILE, REPORT_MARKDOWN
 
 SCENARIO = """\
@@ -70,7 +70,7 @@ def run_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock, ba
         def __init__(self, plan, trial_dir, backend_, progress, **kwargs):
             super().__init__(plan, trial_dir, backend_, progress, make_injector=backend_.injector,
                              clock=clock, sleep=clock.sleep, state_dir=tmp_path / "state", **kwargs)
-    monkeypatch.setattr(orchestrator, "Trial", FakeTrial)
+    monkeypatch.setattr(scenario_run, "Trial", FakeTrial)  # the trials a scenario's run makes
     monkeypatch.setattr(backends, "backend_named", lambda name: backend)
     monkeypatch.setattr(LauncherPool, "start_ahead", lambda self: None)  # no launcher: no process to start
     path = tmp_path / "scenario.yaml"

@@ -14,7 +14,8 @@ from chaos.errors import UsageError
 from chaos.faults import parse_fault
 from harness.cluster.fake import FakeBackend, FakeClock
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good, start_run
+from harness.trial.orchestrator import Monitor, POLL_S, Trial, cut_off_for_good, frozen_for_good
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 import reports

@@ -8,7 +8,7 @@ import pytest
 
 from harness.cluster.backends import backend_named
 from harness.scenario.scenario import load_scenario
-from harness.trial.orchestrator import run_scenario
+from harness.trial.scenario_run import run_scenario
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 from runfolder.events import EVENTS_FILE, read_events, schema_problems

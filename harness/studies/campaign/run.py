@@ -38,7 +38,8 @@ from harness.signals import Terminated
 from harness.studies.campaign.mix import Mapped, Mix
 from harness.studies.campaign.prepare import CampaignPlan
 from harness.studies.campaign.schedule import ScheduledFault
-from harness.trial.orchestrator import Trial, start_run
+from harness.trial.orchestrator import Trial
+from harness.trial.scenario_run import start_run
 from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 from runfolder.events import EVENTS_FILE, TRIAL_END, TRIAL_START, WARMUP_DONE, read_events

@@ -225,7 +225,7 @@ def explore_command(args: argparse.Namespace) -> int:
     from harness.cluster.backends import backend_named, require_privileges
     from harness.signals import Terminated
     from harness.studies.explore.shrink import shrink
-    from harness.trial.orchestrator import run_scenario
+    from harness.trial.scenario_run import run_scenario
     from harness.trial.progress import Progress
     import reports
     from reports.oracle import BROKEN, TOLERANT_ENDS, judge

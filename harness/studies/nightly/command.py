@@ -45,7 +45,7 @@ def _real_cell_runner(backend_name: str, launchers: LauncherPool) -> CellRunner:
     """Runs a cell's run folder; every trial of the night forks from the rank launcher
     `launchers` lends."""
     from harness.cluster.backends import backend_named
-    from harness.trial.orchestrator import run_scenario
+    from harness.trial.scenario_run import run_scenario
 
     backend = backend_named(backend_name)
 

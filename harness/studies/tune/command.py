@@ -113,7 +113,7 @@ def options_of(args: argparse.Namespace) -> Options:
 def tune_command(args: argparse.Namespace, require_privileges: Callable[[str, str], None]) -> int:
     from harness.cluster.backends import backend_named
     from harness.cluster.launcher import LauncherPool
-    from harness.trial.orchestrator import run_scenario
+    from harness.trial.scenario_run import run_scenario
 
     options = options_of(args)
     out = Path(args.out)
