@@ -1,5 +1,6 @@
 """A user's job's start against the built-in workload's: from the cluster's bring-up to every
-rank's warm-up, per launcher and start mode, side by side in one run.
+rank's warm-up, per launcher and start mode, and per fault-tolerance framework, side by side
+in one run.
 
     sudo .venv/bin/python bench/byo_start.py [--ranks 8,16,64] [--repeat 1] [--kinds ...]
 
@@ -7,7 +8,11 @@ Each measurement is one `chaos run` (the installed entry point, a fresh command 
 so every one pays its launcher's imports as a user's first trial does) of a scenario made
 here without faults: the built-in workload (`builtin`), or examples/train_ddp.py (DDP,
 torch.optim, a checkpoint resume) started by the `direct` launcher or by `torchrun`, with
-`job.start: exec` or `preloaded`. The kinds take turns within each round, so a slow hour of
+`job.start: exec` or `preloaded`; or a framework's example (docs/frameworks.md), preloaded:
+`torchft` (examples/train_torchft.py, one replica group per rank's host, and the Lighthouse
+on a host of its own besides, so that as many ranks train), `ft_launcher`
+(examples/train_ft_launcher.py, one agent per host) and `nvrx_inprocess`
+(examples/train_inprocess.py in its Wrapper, one process per host). The kinds take turns within each round, so a slow hour of
 the machine falls on all of them alike. Printed per rank count and kind (medians over the
 rounds): bring-up (`cluster_up`), bring-up to warm-up (every rank made WARMUP_STEPS steps:
 `warmup_done`), and from the trial's start (bring-up included: a preloaded job's launcher
@@ -34,7 +39,20 @@ from runfolder.layout import trial_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 WARMUP_STEPS = 5
-KINDS = ("builtin", "direct-exec", "direct-preloaded", "torchrun-exec", "torchrun-preloaded")
+KINDS = ("builtin", "direct-exec", "direct-preloaded", "torchrun-exec", "torchrun-preloaded", "torchft",
+         "ft_launcher", "nvrx_inprocess")
+# a framework's example and settings (scenarios/frameworks_kill.yaml's), and the hosts it
+# takes besides its ranks (torchft's Lighthouse)
+FRAMEWORK_JOBS = {
+    "torchft": ({"command": ["python", "train_torchft.py", "--step-period", "0.25", "--timeout", "30"],
+                 "torchft": {"min_replicas": 1, "quorum_tick_ms": 100, "join_timeout_ms": 10000,
+                             "heartbeat_timeout_ms": 5000}}, 1),
+    "ft_launcher": ({"command": ["python", "train_ft_launcher.py", "--step-period", "0.25", "--checkpoint",
+                                 "{trial_dir}/checkpoint.pt"],
+                     "ft_launcher": {"initial_rank_heartbeat_timeout": "600s", "rank_heartbeat_timeout": "60s"}}, 0),
+    "nvrx_inprocess": ({"command": ["python", "train_inprocess.py", "--step-period", "0.25", "--timeout", "60",
+                                    "--checkpoint", "{trial_dir}/checkpoint.pt"]}, 0),
+}
 RUN_TIMEOUT_S = 900
 
 
@@ -48,6 +66,10 @@ def scenario(kind: str, ranks: int) -> dict:
                   "warmup_steps": WARMUP_STEPS, "faults": [], "hang_cap": "5s", "settle_steps": 2}
     if kind == "builtin":
         return {**body, "workload": {"step_period": "250ms"}, "policies": {"timeout": {"timeout": "60s"}}}
+    if kind in FRAMEWORK_JOBS:
+        job, besides = FRAMEWORK_JOBS[kind]
+        return {**body, "cluster": {"ranks": ranks + besides},
+                "job": {**job, "workdir": str(REPO / "examples"), "launcher": kind, "start_timeout": "600s"}}
     launcher, start = kind.split("-")
     return {**body, "job": {
         "command": ["python", "train_ddp.py", "--step-period", "0.25", "--checkpoint", "{trial_dir}/checkpoint.pt"],

@@ -15,7 +15,7 @@ import pandas as pd
 from reports.scheduler_ends import Preempted, Requeue, requeue_detections, scheduler_preemption, scheduler_requeue
 from reports.trial_events import NAN, FaultWindow, end_reason, event_field, fault_windows, flagged, of_kind
 from runfolder.events import (BREAKER_OPEN, CLUSTER_UP, DETECTION_KINDS, EXIT, FAULT_APPLIED, FAULT_REVERTED,
-                              GROUP_DESTROYED, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, MEMBERSHIP,
+                              GROUP_DESTROYED, GROUP_INIT, GROUP_READY, HANG_DETECTED, HARNESS as HARNESS_SOURCE, MEMBERSHIP,
                               RANK_EXITED, RANK_SPAWNED, RANK_START, RESTORED, STEP, STEPS_NOT_OBSERVED, STOPPING,
                               TRIAL_END, TRIAL_START, WARMUP_DONE)
 from runfolder.frameworks import training_hosts
@@ -277,8 +277,8 @@ def _final_world(events: pd.DataFrame, start: float, per_host: int = 1) -> int |
         if len(quorum):
             return int(quorum.sort_values("t").iloc[-1]["participants"])
     formed, per_group = of_kind(events, GROUP_READY), 1
-    if not len(formed):  # a user's job
-        formed, per_group = of_kind(events, RANK_START), per_host
+    if not len(formed):  # a user's job: a process's start, or its group made again in-process
+        formed, per_group = of_kind(events, RANK_START, GROUP_INIT), per_host
     formed = formed[formed["t"] >= start]
     return int(formed.iloc[-1]["world"]) // per_group if len(formed) and "world" in formed else None
 

@@ -17,7 +17,10 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
                detected a quorum change), a step it could not commit, or its coordinator
                gone (torchft: a Manager could not reach the Lighthouse)
 
-The order matters: a watchdog line also says "timeout"; the rules are tried top-down. A
+Not error lines, though they say "timed out": torch's c10d "waitForInput" warnings, a socket
+poll inside a store call that goes on waiting (nvidia-resiliency-ext's Wrapper prints one a
+second per rank while its ranks start and while they wait for each other). The order
+matters: a watchdog line also says "timeout"; the rules are tried top-down. A
 Python traceback is not an error line by itself: its last line is (classified by its text),
 and an exception nobody caught ends the process, which the harness sees as an exit.
 """
@@ -57,8 +60,13 @@ def heal_of(line: str) -> dict[str, int] | None:
     return {"step": step, "max_step": max_step, "source": source}
 
 
+NOT_ERRORS = re.compile(r"\[c10d\] waitForInput: ")
+
+
 def classify_line(line: str) -> str | None:
     """The cause an output line reports (see the module's list), or None."""
+    if NOT_ERRORS.search(line):
+        return None
     for cause, pattern in RULES:
         if pattern.search(line):
             return cause

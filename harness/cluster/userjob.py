@@ -153,6 +153,12 @@ class _JobFields(BaseModel):
         """The fault-tolerance framework the job runs under, or None (direct, torchrun)."""
         return FRAMEWORKS.get(self.launcher)
 
+    @property
+    def one_process_per_host(self) -> bool:
+        """The job's command runs once per host, with no agent (direct, or a framework that
+        restarts inside the process)."""
+        return self.launcher == "direct" or (self.framework is not None and not self.framework.agent)
+
     @model_validator(mode="after")
     def _framework_fits(self) -> "_JobFields":
         framework = self.framework
@@ -173,19 +179,25 @@ class _JobFields(BaseModel):
 
     @model_validator(mode="after")
     def _restarts_need_an_agent(self) -> "_JobFields":
-        if self.max_restarts and self.launcher == "direct":
-            raise ValueError("max_restarts: the direct launcher starts each rank once; restarts are "
+        if not self.one_process_per_host:
+            return self._step_pattern_fits()
+        launcher = f"the {self.launcher} launcher"
+        if self.max_restarts:
+            raise ValueError(f"max_restarts: {launcher} starts each rank once; restarts are "
                              "torchrun's: set launcher: torchrun, or max_restarts: 0")
-        if self.min_hosts is not None and self.launcher == "direct":
-            raise ValueError(f"min_hosts: {self.min_hosts} is torchrun's --nnodes MIN:MAX; the direct launcher "
+        if self.min_hosts is not None:
+            raise ValueError(f"min_hosts: {self.min_hosts} is torchrun's --nnodes MIN:MAX; {launcher} "
                              "starts a fixed set of ranks: set launcher: torchrun, or drop min_hosts")
-        if self.rdzv_conf and self.launcher == "direct":
-            raise ValueError("rdzv_conf: it is torchrun's --rdzv-conf; the direct launcher has no rendezvous: "
+        if self.rdzv_conf:
+            raise ValueError(f"rdzv_conf: it is torchrun's --rdzv-conf; {launcher} has no rendezvous: "
                              "set launcher: torchrun, or drop rdzv_conf")
-        if self.nproc_per_host > 1 and self.launcher == "direct":
+        if self.nproc_per_host > 1:
             raise ValueError(f"nproc_per_host: {self.nproc_per_host} needs launcher: torchrun (its "
-                             "--nproc-per-node); the direct launcher starts one process per host: "
+                             f"--nproc-per-node); {launcher} starts one process per host: "
                              "set launcher: torchrun, or nproc_per_host: 1")
+        return self._step_pattern_fits()
+
+    def _step_pattern_fits(self) -> "_JobFields":
         if self.nproc_per_host > 1 and self.step_pattern is not None:
             raise ValueError("step_pattern: the output lines of a host's processes cannot be told apart "
                              f"with nproc_per_host: {self.nproc_per_host}; count steps by the hook "
@@ -268,8 +280,8 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
                      addresses: Sequence[str] | None = None) -> dict[str, str]:
     """The environment of `rank`'s process: `base` (default: the harness's), the hook first
     on PYTHONPATH, the harness's Python first on PATH, the sockets on the host's link; for
-    the `direct` launcher the torchrun contract for one process per host (under `torchrun`
-    the agent sets it for its worker); the host's GPU and NCCL transport (`device`:
+    the `direct` launcher (and a framework without an agent) the torchrun contract for one
+    process per host (under `torchrun` the agent sets it for its worker); the host's GPU and NCCL transport (`device`:
     harness.job.device.job_device_env); a framework's own variables on the hosts that train
     (the coordinator's host is not a rank: no rank variables, no hook events); then the
     job's own env (the user's settings win, as they would over torchrun's defaults).
@@ -284,7 +296,7 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
         "PYTHONUNBUFFERED": "1", EVENTS_ENV: events_path, REPO_ENV: str(REPO_ROOT), TRIAL_ENV: trial,
         HOST_RANK_ENV: str(rank), STATE_EVERY_ENV: str(job.state_every),
     })
-    if job.launcher == "direct":
+    if job.one_process_per_host:
         env.update({
             "RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": "1",
             "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(world), "ROLE_RANK": str(rank),
@@ -314,7 +326,7 @@ def _addresses(addresses: Sequence[str] | None, world: int) -> list[str]:
 def _runs_torchrun(job: JobSpec, rank: int, world: int) -> bool:
     """Whether `rank`'s host runs a torchrun agent (torchrun, or a framework's training host)."""
     if job.framework is not None:
-        return rank != coordinator_host(world, {"launcher": job.launcher})
+        return job.framework.agent and rank != coordinator_host(world, {"launcher": job.launcher})
     return job.launcher == "torchrun"
 
 
@@ -326,7 +338,7 @@ def rank_command(job: JobSpec, rank: int, world: int, run_id: str, rendezvous: s
     on each of its hosts (harness.cluster.frameworks). A preloaded job's workers are run
     through the stub that forks them warm (harness.cluster.workers). `addresses`: every
     host's (default: the switch's plan)."""
-    if job.launcher == "direct":
+    if job.one_process_per_host:
         return list(job.command)
     workers = stub_command(job.command) if job.start == "preloaded" else list(job.command)
     host = AgentHost(number=rank, addresses=_addresses(addresses, world), run_id=run_id, workers=workers,

@@ -510,12 +510,13 @@ class Trial:
 
     def _relaunch(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, now: float,
                   after: float, killed: set[int]) -> bool:
-        """A framework's training hosts that a kill fault ended, started again `after` seconds
-        later, as the scheduler it runs under would start a failed replica group again
-        (job.torchft.relaunch); True while one is still waiting for its delay. A host whose
-        processes ended by themselves (a crash) is not: its end stays the trial's outcome."""
+        """A framework's hosts that a kill fault ended (a training host, or its coordinator's),
+        started again `after` seconds later, as the scheduler it runs under would start a
+        failed replica group, node or coordinator again (job.<framework>.relaunch); True while
+        one is still waiting for its delay. A host whose processes ended by themselves (a
+        crash) is not: its end stays the trial's outcome."""
         waiting = False
-        for rank in sorted(r for r in monitor.exited if r in killed and r < monitor.ranks):  # not the coordinator's
+        for rank in sorted(monitor.exited & killed):
             waited = now - monitor.exited_at.get(rank, now)
             if waited < after:
                 waiting = True

@@ -124,6 +124,36 @@ def test_the_one_line_opt_in_records_steps_without_torch_optim(tmp_path):
     assert [e["kind"] for e in kinds_by_rank(events)[0]] == ["rank_start", "step", "step", "step"]
 
 
+def test_a_process_group_made_again_in_process_begins_a_generation_of_its_own(tmp_path):
+    """An in-process restart (nvidia-resiliency-ext's Wrapper calls the training function
+    again): the process's steps count from 0 again, and the state it resumes from is recorded,
+    as a process a launcher started again would have it."""
+    script = tmp_path / "restart.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        import torch
+        import torch.distributed as dist
+        for iteration, steps in enumerate((3, 2)):
+            store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]) + iteration, 1, True)
+            dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(steps):
+                model(torch.ones(1, 4)).sum().backward()
+                optimizer.step()
+            dist.destroy_process_group()
+    """))
+    events = tmp_path / "events.jsonl"
+    done = run_ranks([sys.executable, str(script)], events, 1, tmp_path)
+    assert done[0].returncode == 0, done[0].stdout
+    seen = [(e["kind"], e.get("gen"), e.get("step"), e.get("at")) for e in kinds_by_rank(events)[0]
+            if e["kind"] in ("group_init", "step") or e.get("at") == "start"]
+    assert seen == [("group_init", 0, None, None), ("state", 0, 0, "start"), ("step", 0, 1, None),
+                    ("step", 0, 2, None), ("step", 0, 3, None),
+                    ("group_init", 1, None, None), ("state", 1, 0, "start"), ("step", 1, 1, None),
+                    ("step", 1, 2, None)]
+
+
 def test_a_step_delay_command_holds_each_optimizer_step_while_its_file_is_there(tmp_path):
     """The step_delay fault in a user's job: the hook waits the command's delay before each
     optimizer step (chaos.cmdfile.StepDelayFile writes it; harness.job.stepdelay reads it)."""

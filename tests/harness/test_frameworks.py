@@ -17,7 +17,7 @@ from harness.job.hook.chaos_hook import HOST_RANK_ENV
 from harness.scenario.scenario import load_scenario
 from reports.state import CONSISTENT, DIVERGED, RESTORE_IS_REAL, REPLICAS_AGREE, check_state
 from reports.trial_events import FaultWindow
-from reports.trial_facts import _quorum_change, _resumed
+from reports.trial_facts import _final_world, _quorum_change, _resumed
 from runfolder.classify import classify_line, heal_of
 from runfolder.frameworks import COORDINATED, coordinator_host, training_hosts
 
@@ -159,6 +159,33 @@ def test_a_variant_runs_another_framework_with_its_own_script_and_settings():
     with pytest.raises(ValueError, match="torchft: these are torchft's settings, and the job's launcher is "
                                          "ft_launcher"):
         JobVariant.model_validate({"launcher": "ft_launcher", "torchft": {"timeout": 3}}).applied_to(job)
+
+
+def test_the_in_process_restart_runs_the_script_once_per_host_with_the_torchrun_contract():
+    job = JobSpec.model_validate({"command": ["python", "train_inprocess.py"], "launcher": "nvrx_inprocess"})
+    assert rank_command(job, 2, 4, "ab12cd", "10.77.0.1:29400", addresses=ADDRESSES) == ["python",
+                                                                                        "train_inprocess.py"]
+    env = rank_environment(job, 2, 4, "ab12cd", "nvrx_inprocess", "/tmp/e.jsonl", base={}, addresses=ADDRESSES,
+                           master=(ADDRESSES[0], 29500))
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "10.77.0.10", "MASTER_PORT": "29500"}
+    with pytest.raises(ValueError, match="max_restarts: the nvrx_inprocess launcher starts each rank once"):
+        JobSpec.model_validate({"command": ["python", "x.py"], "launcher": "nvrx_inprocess", "max_restarts": 1})
+
+
+def test_a_group_made_again_in_process_with_fewer_ranks_is_the_final_world():
+    events = pd.DataFrame([
+        {"t": 1.0, "kind": "rank_start", "rank": r, "world": 4} for r in range(4)] + [
+        {"t": 9.0, "kind": "group_init", "rank": r, "world": 3, "gen": 1} for r in (0, 1, 3)])
+    assert _final_world(events, start=5.0) == 3
+    assert _final_world(events[events["kind"] == "rank_start"], start=0.0) == 4
+
+
+def test_a_store_polls_warning_is_not_an_error_line():
+    poll = ("[rank3]:[W1207 10:26:23.314850148 socket.cpp:494] [c10d] waitForInput: socket SocketImpl(fd=8, "
+            "addr=[::]:28453, remote=[fdff:ffff:fd7f::1]:29502) timed out after 1000ms")
+    assert classify_line(poll) is None
+    assert classify_line("torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /x") == "timeout"
 
 
 def test_ft_launchers_lines_say_a_missed_heartbeat_and_a_restart():

@@ -20,6 +20,9 @@ module says, as a `Framework`:
                  where the framework advertises `socket.gethostname()` to its peers
     elastic      its hosts form one torchrun rendezvous, which takes torchrun's elastic
                  options (`min_hosts`, `rdzv_conf`)
+    agent        each host runs an agent that starts the workers (a torchrun or the
+                 framework's launcher); without one, the job's command runs once per host
+                 with the torchrun contract, as the `direct` launcher runs it
 
 The harness's side stays the same for every framework: the hosts, the hook inside each rank
 (harness.job.hook: steps, state fingerprints), the output tap (runfolder.classify: its log
@@ -35,7 +38,7 @@ from typing import Any, Callable, Sequence
 from pydantic import BaseModel
 
 from harness.cluster.agent import AgentHost
-from harness.cluster.frameworks import ft_launcher, torchft
+from harness.cluster.frameworks import ft_launcher, nvrx_inprocess, torchft
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Framework:
     relaunch: Callable[[Any], float | None]
     own_hostname: bool = False
     elastic: bool = False
+    agent: bool = True
     why_backend: str = ""  # why it runs on `backends` only
 
     def installed(self) -> bool:
@@ -69,4 +73,9 @@ FRAMEWORKS: dict[str, Framework] = {
         settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, coordinator=None,
         command=ft_launcher.command, environment=ft_launcher.environment, relaunch=ft_launcher.relaunch_after,
         elastic=True, why_backend=ft_launcher.WHY_BACKENDS),
+    "nvrx_inprocess": Framework(
+        name="nvrx_inprocess", package="nvidia_resiliency_ext", install=nvrx_inprocess.INSTALL,
+        settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS, coordinator=None,
+        command=nvrx_inprocess.command, environment=nvrx_inprocess.environment,
+        relaunch=nvrx_inprocess.relaunch_after, agent=False, why_backend=nvrx_inprocess.WHY_BACKENDS),
 }

@@ -51,10 +51,10 @@ class Settings(BaseModel):
     quorum_timeout: float | None = Field(default=None, gt=0, description="seconds: the Managers' quorum timeout "
                                                                          "(TORCHFT_QUORUM_TIMEOUT_SEC)")
     relaunch: Seconds | None = Field(
-        default=None, description="a replica group whose host a kill fault ended is started again this long "
-                                  "after, as the scheduler torchft runs under (torchx, Kubernetes) starts a "
-                                  "failed replica group again; one that crashed by itself is not (its crash is "
-                                  "the trial's outcome); default: never")
+        default=None, description="a host a kill fault ended (a replica group's, or the Lighthouse's) is started "
+                                  "again this long after, as the scheduler torchft runs under (torchx, "
+                                  "Kubernetes) starts a failed replica group or the Lighthouse again; one that "
+                                  "crashed by itself is not (its crash is the trial's outcome); default: never")
 
 
 def relaunch_after(job: Any) -> float | None:

@@ -14,6 +14,10 @@ dict or an optimizer) also records that state. Once torch.serialization (and tor
 their save and load are wrapped to record `checkpoint_begin` and `checkpoint_save` /
 `checkpoint_load` with the file's path and identity, and once torch.distributed is,
 init_process_group and destroy_process_group to record `group_init` and `group_destroyed`.
+A process that makes its process group again (an in-process restart: nvidia-resiliency-ext's
+Wrapper calls the training function again) begins a generation of its own, as a process a
+launcher started again would: its steps count from 0 and its next step records the state it
+starts from.
 Once torchft.manager is imported, its Manager is remembered: its step is the job's (a group
 healed from a peer takes up the peer's step) and each step says how many replica groups
 took part (`participants`), with `step_source: torchft` on steps and states; a state also
@@ -52,6 +56,7 @@ _grads_done: float | None = None  # when the step's last gradient was accumulate
 _wait: float | None = None  # from then to its optimizer step: the step's wait for its peers
 _timed = False  # every parameter of the first optimizer stepped notes its gradient (_time_gradients)
 _manager: Any = None  # torchft's Manager in this process, once one is made
+_groups_made = 0  # init_process_group calls of this process: each after the first, an in-process restart
 
 
 def _open() -> Any:
@@ -72,7 +77,8 @@ def _local_rank() -> int:
 
 
 def _generation() -> int:
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    """The launcher's restarts of this process's worker, plus its own restarts in-process."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + max(0, _groups_made - 1)
 
 
 def _framework_step(before: bool = False) -> dict[str, Any]:
@@ -146,9 +152,10 @@ def _before_step(optimizer: Any, *_: Any) -> None:
         return
     if _timed and _last is not None and _grads_done is not None and _grads_done > _last:
         _wait = time.monotonic() - _grads_done
-    if _steps == 0:
+    if _steps == 0:  # the process's first step, or its first after an in-process restart
         _record_state(recorder, optimizer, "start")
-        _serve_flight(recorder)
+        if _groups_made <= 1:
+            _serve_flight(recorder)
         _timed = _time_gradients(optimizer)
     if _delays is None:
         from pathlib import Path
@@ -284,7 +291,11 @@ def _watch_group(module: Any) -> None:
     init, destroy = module.init_process_group, module.destroy_process_group
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        global _groups_made, _steps, _last
         result = init(*args, **kwargs)
+        _groups_made += 1
+        if _groups_made > 1:  # restarted in-process: a new generation, its steps from 0
+            _steps, _last = 0, None
         recorder = _open()
         if recorder is not None:
             recorder.emit("group_init", gen=_generation(), world=module.get_world_size(), local_rank=_local_rank())

@@ -1,0 +1,45 @@
+"""NVIDIA's in-process restart (nvidia-resiliency-ext's `inprocess.Wrapper`) as a user's job
+(`job.launcher: nvrx_inprocess`).
+
+The Wrapper restarts the training function inside each process: no agent runs beside it
+(a torchrun agent would end every local worker with a failed one), so each host runs the
+job's command once, with the torchrun contract (RANK, WORLD_SIZE, MASTER_ADDR: rank 0's
+host, MASTER_PORT) as the `direct` launcher gives it (examples/train_inprocess.py). The
+Wrapper's own store is at MASTER_PORT + 1 on rank 0's host, the script's at MASTER_PORT + 2 +
+its iteration; when a rank fails, the others abort their process group, take a new rank and
+world size from the Wrapper (the ranks left, shifted down) and call the function again. Its
+settings (timeouts, health checks, rank assignment) are the decorator's, in the script.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from harness.cluster.agent import AgentHost
+
+INSTALL = ("pip install -e '.[frameworks]' in the harness's repository (nvidia-resiliency-ext==0.4.1), "
+           "or run ./dev.sh")
+BACKENDS = ("netns",)
+WHY_BACKENDS = "it has been run under the netns backend only"
+
+
+class Settings(BaseModel):
+    """Nothing to set in a scenario: the Wrapper's options are its decorator's, in the script
+    (a process it ended does not come back, so there is no relaunch)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def relaunch_after(job: Any) -> float | None:
+    return None
+
+
+def command(job: Any, host: AgentHost) -> list[str]:
+    """The job's command itself (one process per host: the job has no agent)."""
+    return list(job.command)
+
+
+def environment(job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:
+    """Nothing besides the torchrun contract the direct launcher gives."""
+    return {}
