@@ -81,8 +81,10 @@ def _summary_rows(row: Mapping[str, Any]) -> list[list[str]]:
 
 def _meta_lines(run: RunRecord) -> list[tuple[str, str]]:
     keys = ("scenario", "seed", "backend", "started_wall", "clock", "command")
-    return ([(k, str(getattr(run.info, k))) for k in keys] + [("machine", machine_text(run.info))]
-            + [("run folder", str(run.path))])
+    commit = run.info.harness_commit or (f"not recorded (run folder format {run.info.format_version}, from before "
+                                         "it was)" if run.info.format_version < 23 else "not a git checkout")
+    return ([(k, str(getattr(run.info, k))) for k in keys] + [("harness commit", commit)]
+            + [("machine", machine_text(run.info))] + [("run folder", str(run.path))])
 
 
 def machine_text(info: RunInfo) -> str:

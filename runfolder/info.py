@@ -89,6 +89,12 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       `participants` and `parts` (a fingerprint per part of the state), `job_output` the
       cause `quorum`, and the events `heal` (a replica group healed from a peer). A version
       1-21 trial reads as one with no framework and none of these
+  23  run.json gains `harness_commit`, the chaos-harness commit that ran it (None: a version
+      1-22 run, or one run outside a git checkout); a plan's job may run under ft_launcher or
+      nvrx_inprocess (their settings under their names), `job_output` gains the cause
+      `heartbeat`, and a `group_init` of a process that made its group before starts a
+      generation of its own (an in-process restart). A version 1-22 trial reads as one with
+      none of these
 """
 from __future__ import annotations
 
@@ -102,7 +108,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 22
+FORMAT_VERSION = 23
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 
@@ -148,6 +154,9 @@ class RunInfo:
     # How fast the machine was as the run began; None where it could not be measured (the
     # run's progress said why) and in version 1 files.
     machine: MachineSpeed | None = None
+    # The chaos-harness commit that ran it, "+changes" after it where the checkout's tracked
+    # files differed from that commit; None before format 23 and outside a git checkout.
+    harness_commit: str | None = None
     format_version: int = FORMAT_VERSION
 
 

@@ -8,6 +8,7 @@ import datetime
 import secrets
 import shlex
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -48,8 +49,31 @@ def start_run(out: Path, scenario: Scenario, scenario_file: Path, policies: list
         policies=tuple(policies), command=command,
         started_wall=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         clock="monotonic, one kernel shared by every rank",
-        placement=None if placement is None else asdict(placement), machine=machine))
+        placement=None if placement is None else asdict(placement), machine=machine,
+        harness_commit=harness_commit()))
     return run_dir
+
+
+GIT_DEADLINE_S = 10.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def harness_commit() -> str | None:
+    """The commit of the chaos-harness checkout that runs (a result names the code that made
+    it), "+changes" after it where tracked files differ from it; None outside a git checkout
+    or where git does not answer within its deadline."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True,
+                                  timeout=GIT_DEADLINE_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if commit is None:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return commit + ("+changes" if changed else "")
 
 
 def run_scenario(scenario: Scenario, scenario_file: Path, policies: list[str], out: Path,

@@ -4,6 +4,7 @@ trial that makes no progress at the hang cap, and tears down last-in first-out."
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,7 @@ from harness.trial.plan import build_plan
 from harness.trial.progress import Progress
 import reports
 from runfolder.events import EVENTS_FILE, read_events, schema_problems
-from runfolder.info import read_trial_info
+from runfolder.info import read_run_info, read_trial_info
 from runfolder.layout import trial_dir
 
 HEADER = """\
@@ -183,6 +184,23 @@ def test_a_relative_out_gives_an_absolute_run_folder(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     run_dir = start_run(Path("runs"), load_scenario(path), path, ["timeout"], "fake", "chaos run scenario.yaml")
     assert run_dir.is_absolute() and run_dir.parent == tmp_path / "runs"
+
+
+def test_a_run_names_the_commit_of_the_harness_that_ran_it(tmp_path: Path) -> None:
+    """A result names the code that made it: the checkout's commit, "+changes" where its
+    tracked files differ from it (as git itself says)."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(FLAPS)
+    run_dir = start_run(tmp_path / "runs", load_scenario(path), path, ["timeout"], "fake", "chaos run scenario.yaml")
+    repo = Path(__file__).resolve().parents[2]
+    git = ["git", "-C", str(repo)]
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        assert read_run_info(run_dir).harness_commit is None  # not a git checkout
+        return
+    changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                             text=True).stdout.strip()
+    assert read_run_info(run_dir).harness_commit == head.stdout.strip() + ("+changes" if changed else "")
 
 
 def test_ranks_settle_without_one_frozen_for_good_and_never_with_none_left_moving(tmp_path: Path) -> None:
