@@ -144,7 +144,7 @@ from reports.straggler import straggler_text
 from reports.trial_events import NAN, event_field, of_kind
 from reports.trial_facts import TrialFacts, fault_figures, trial_facts
 from runfolder.events import (EXCLUDE, FAULT_NOT_APPLIED, GPU_MEMORY_FREED, GPU_MEMORY_RELEASED, GROUP_READY, HEAL,
-                              HOST_DROPS, MACHINE_STEAL, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
+                              HEAL_FETCHED, HOST_DROPS, MACHINE_STEAL, REJOIN_ADMITTED, RESOURCES_RELEASED, RESTORED, RETRY,
                               RANK_START, STEP, STEPS_NOT_OBSERVED, SUSPECT, WARMUP_DONE)
 from runfolder.info import TrialInfo
 from runfolder.plan import PlannedFault, TrialPlan
@@ -249,15 +249,22 @@ def _state_columns(records: list[dict[str, Any]], events: pd.DataFrame, facts: T
 def _heal_columns(events: pd.DataFrame, facts: TrialFacts) -> dict[str, Any]:
     """heals: a framework's replica groups healed live from a peer after fault start (`heal`
     events, from its log lines); NaN: not observed (no framework that says its heals counted
-    the job's steps). heal_detail: each, with its source, when, and the steps it jumped."""
+    the job's steps). heal_detail: each, with its source, when, the steps it jumped, and how
+    long its fetch of the peer's state took where the framework said (`heal_fetched`)."""
     steps = of_kind(events, STEP)
     if "step_source" not in steps or not steps["step_source"].notna().any():
         return {"heals": NAN, "heal_detail": ""}
     t0 = facts.fault.start if facts.fault else -math.inf
     heals = of_kind(events, HEAL)
     heals = heals[heals["t"] >= t0].sort_values("t")
+    fetches = of_kind(events, HEAL_FETCHED).sort_values("t")
+
+    def fetched(heal: pd.Series) -> str:
+        after = fetches[(fetches["rank"] == heal["rank"]) & (fetches["t"] >= heal["t"])]
+        return f", fetched in {after.iloc[0]['seconds'] * 1000:.0f} ms" if len(after) else ""
     detail = "; ".join(f"r{int(h['rank'])} from replica rank {int(h['source'])} at +{h['t'] - t0:.1f} s "
-                       f"(its step {int(h['step'])} to the quorum's {int(h['max_step'])})" for _, h in heals.iterrows())
+                       f"(its step {int(h['step'])} to the quorum's {int(h['max_step'])}{fetched(h)})"
+                       for _, h in heals.iterrows())
     return {"heals": float(len(heals)), "heal_detail": detail}
 
 

@@ -51,6 +51,17 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
 HEAL_LINE = re.compile(r"healing is required step=(\d+), max_step=(\d+), recover_src_replica_rank=(\d+)")
 
 
+# torchft's HTTP checkpoint transport, once a healing group has its peer's state: "fetching
+# checkpoint from http://10.77.0.10:33373/checkpoint/1/full took 0.011888380000527832s"
+FETCH_LINE = re.compile(r"fetching checkpoint from \S+ took ([0-9.]+(?:e-?\d+)?)s")
+
+
+def heal_fetch_of(line: str) -> float | None:
+    """How long a framework's heal took to fetch its peer's state, as a line says, or None."""
+    found = FETCH_LINE.search(line)
+    return None if found is None else float(found.group(1))
+
+
 def heal_of(line: str) -> dict[str, int] | None:
     """A framework's heal that an output line reports (the `heal` event's fields), or None."""
     found = HEAL_LINE.search(line)

@@ -178,11 +178,15 @@ GROUP_DESTROYED = _kind("group_destroyed", RANK, ("gen",),
                         "teardown", optional=("local_rank",))
 JOB_OUTPUT = _kind("job_output", RANK, ("cause", "line"),
                    "the user's job printed an error line (runfolder.classify; t: when it "
-                   "arrived); cause: watchdog | agent | quorum | timeout | reset | closed | nccl | cuda")
+                   "arrived); cause: watchdog | agent | heartbeat | quorum | timeout | reset | closed | "
+                   "nccl | cuda")
 HEAL = _kind("heal", RANK, ("step", "max_step", "source", "line"),
              "a framework's replica group is healed live from a peer (runfolder.classify, from its "
              "log line; t: when it arrived): at its step `step`, to the quorum's `max_step`, from "
              "replica rank `source`")
+HEAL_FETCHED = _kind("heal_fetched", RANK, ("seconds", "line"),
+                     "a healing replica group has fetched its peer's state (runfolder.classify, from the "
+                     "framework's log line): in `seconds`, by its own count")
 # what says a rank saw a fault: the time to detect counts from these (reports.metrics)
 DETECTION_KINDS = (COLLECTIVE_ERROR, SUSPECT, JOB_OUTPUT)
 # -- written by the harness ---------------------------------------------------------------

@@ -92,9 +92,10 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
   23  run.json gains `harness_commit`, the chaos-harness commit that ran it (None: a version
       1-22 run, or one run outside a git checkout); a plan's job may run under ft_launcher or
       nvrx_inprocess (their settings under their names), `job_output` gains the cause
-      `heartbeat`, and a `group_init` of a process that made its group before starts a
-      generation of its own (an in-process restart). A version 1-22 trial reads as one with
-      none of these
+      `heartbeat`, a `group_init` of a process that made its group before starts a
+      generation of its own (an in-process restart), and the event `heal_fetched` (how long
+      a heal's fetch of its peer's state took). A version 1-22 trial reads as one with none
+      of these
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from harness.cluster import preload, workers
-from runfolder.classify import classify_line, heal_of
+from runfolder.classify import classify_line, heal_fetch_of, heal_of
 from harness.cluster.worker_stub import SERVER_ENV
 from harness.job.hook.chaos_hook import EVENTS_ENV
 from runfolder import events as kinds
@@ -98,6 +98,8 @@ def run_tap(fd: int, log_path: str, launch: dict[str, Any]) -> int:
                 recorder.emit(kinds.JOB_OUTPUT, t=arrived, cause=cause, line=line[:500])
             elif (heal := heal_of(line)) is not None:
                 recorder.emit(kinds.HEAL, t=arrived, **heal, line=line[:500])
+            elif (fetched := heal_fetch_of(line)) is not None:
+                recorder.emit(kinds.HEAL_FETCHED, t=arrived, seconds=fetched, line=line[:500])
             if pattern is not None and pattern.search(line):
                 steps += 1
                 recorder.emit(kinds.STEP, t=arrived, step=steps, gen=0, loss=None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -15,10 +16,11 @@ from harness.cluster.frameworks import FRAMEWORKS, Framework
 from harness.cluster.userjob import JobSpec, JobVariant, launch_command, rank_command, rank_environment
 from harness.job.hook.chaos_hook import HOST_RANK_ENV
 from harness.scenario.scenario import load_scenario
+from reports.metrics import _heal_columns
 from reports.state import CONSISTENT, DIVERGED, RESTORE_IS_REAL, REPLICAS_AGREE, check_state
 from reports.trial_events import FaultWindow
 from reports.trial_facts import _final_world, _quorum_change, _resumed
-from runfolder.classify import classify_line, heal_of
+from runfolder.classify import classify_line, heal_fetch_of, heal_of
 from runfolder.frameworks import COORDINATED, coordinator_host, training_hosts
 
 ADDRESSES = ["10.77.0.10", "10.77.0.11", "10.77.0.12", "10.77.0.13"]
@@ -114,6 +116,10 @@ def test_torchfts_lines_say_a_quorum_change_and_a_heal():
             "recover_src_replica_rank=1")
     assert (classify_line(heal), heal_of(heal)) == (None, {"step": 0, "max_step": 93, "source": 1})
     assert heal_of("step 12 participants 2 lr 0.05 loss 2.3") is None
+    fetched = ("INFO:torchft.checkpointing.http_transport:fetching checkpoint from "
+               "http://10.77.0.10:33373/checkpoint/1/full took 0.011888380000527832s")
+    assert (classify_line(fetched), heal_fetch_of(fetched)) == (None, 0.011888380000527832)
+    assert heal_fetch_of("INFO:torchft.checkpointing.http_transport:fetching checkpoint from http://x/1/full") is None
     # a Manager whose Lighthouse is gone says so at its next quorum and heartbeat
     gone = ('[INFO] [torchft::manager] - [Replica train_torchft_0] lighthouse quorum failed. error: status: '
             'Unavailable, message: "tcp connect error", details: []')
@@ -202,6 +208,19 @@ def states(events):
     return [{"t": 100 + i, "src": "rank", "kind": "state", "gen": 0, "optim": f"m{e[2]}", "step_source": "torchft",
              "rank": e[0], "pid": e[4] if len(e) > 4 else 1000 + e[0], "at": e[1], "step": e[2], "fingerprint": e[3]}
             for i, e in enumerate(events)]
+
+
+def test_a_heal_says_its_source_its_steps_and_how_long_its_fetch_took():
+    events = pd.DataFrame([
+        {"t": 9.0, "kind": "step", "rank": 0, "step": 4, "step_source": "torchft"},
+        {"t": 5.0, "kind": "heal", "rank": 2, "step": 0, "max_step": 1, "source": 0},  # the start-up's
+        {"t": 15.1, "kind": "heal", "rank": 2, "step": 0, "max_step": 17, "source": 0},
+        {"t": 15.2, "kind": "heal_fetched", "rank": 2, "seconds": 0.0119},
+        {"t": 16.0, "kind": "heal", "rank": 1, "step": 18, "max_step": 20, "source": 0}])
+    facts = SimpleNamespace(fault=SimpleNamespace(start=10.0))
+    assert _heal_columns(events, facts) == {"heals": 2.0, "heal_detail": (
+        "r2 from replica rank 0 at +5.1 s (its step 0 to the quorum's 17, fetched in 12 ms); "
+        "r1 from replica rank 0 at +6.0 s (its step 18 to the quorum's 20)")}
 
 
 def test_a_group_healed_at_its_peers_step_agrees_with_them():
