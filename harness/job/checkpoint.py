@@ -2,8 +2,10 @@
 
 A reader only ever sees complete files (``step-00000120.pt``); a crash mid-write leaves at
 most a ``.tmp-*`` file that the next save removes, and a save the disk refuses (ENOSPC,
-EROFS: chaos.storage) raises with the older checkpoints untouched, its own temp file
-removed where the disk allows it (one writer per directory: the group's
+EROFS, EIO: chaos.storage) raises with the older checkpoints untouched, its own file
+removed where the disk allows it: the temp file, or the renamed one when the directory's
+fsync fails after the rename, so that a save reported failed is never the newest checkpoint
+a restore finds (one writer per directory: the group's
 rank 0, so any other temp file there is a dead writer's). The newest `keep` checkpoints are kept
 so that ranks one checkpoint apart can still agree on a common one.
 """
@@ -63,11 +65,16 @@ class Checkpointer:
                 tmp.unlink(missing_ok=True)
             raise
         os.replace(tmp, final)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except BaseException:  # the rename may not last: the save failed, and leaves no file
+            with contextlib.suppress(OSError):
+                final.unlink(missing_ok=True)
+            raise
         for old in self.steps()[:-self.keep]:
             self.path(old).unlink(missing_ok=True)
         return final

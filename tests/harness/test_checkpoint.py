@@ -3,8 +3,10 @@ readable and a temp file the next save removes; with disks local to each node (o
 rank 0 saves), the ranks still agree on rank 0's checkpoint instead of starting over."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -66,6 +68,25 @@ def test_a_writer_killed_mid_write_leaves_the_newest_complete_checkpoint_readabl
     assert torch.equal(state["weights"], torch.full((16 * 1024 * 1024,), float(newest)))
     checkpoints.save(newest + 1, {"weights": torch.zeros(1)})
     assert temp_files(tmp_path) == []  # the next save removed the dead writer's temp file
+
+
+def test_a_save_whose_directory_fsync_fails_after_the_rename_leaves_the_older_checkpoint_newest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """EIO on the folder's fsync (chaos.fusefs fails fsyncdir with fsync), as a fault that
+    came between the file's fsync and the folder's: the save is reported failed, and the
+    renamed file must not be left for a restore to take as the newest checkpoint."""
+    checkpoints = Checkpointer(tmp_path)
+    checkpoints.save(10, {"weights": torch.zeros(1)})
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="Input/output error"):
+        checkpoints.save(15, {"weights": torch.ones(1)})
+    assert (checkpoints.latest(), temp_files(tmp_path)) == (10, [])
 
 
 def test_a_save_removes_stale_temp_files(tmp_path: Path):
