@@ -172,7 +172,7 @@ class _JobFields(BaseModel):
             raise ValueError(f"launcher: {framework.name}: its package ({framework.package}) is not installed in "
                              f"the harness's Python; install it: {framework.install}")
         for name, value in (("min_hosts", self.min_hosts), ("rdzv_conf", self.rdzv_conf)):
-            if value and not framework.elastic:
+            if value and framework.agent and not framework.elastic:  # without an agent: below
                 raise ValueError(f"{name}: it is torchrun's elastic rendezvous, and {framework.name} runs each "
                                  f"replica group as a torchrun of one node; drop {name}")
         return self

@@ -177,6 +177,9 @@ def test_the_in_process_restart_runs_the_script_once_per_host_with_the_torchrun_
         "RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "10.77.0.10", "MASTER_PORT": "29500"}
     with pytest.raises(ValueError, match="max_restarts: the nvrx_inprocess launcher starts each rank once"):
         JobSpec.model_validate({"command": ["python", "x.py"], "launcher": "nvrx_inprocess", "max_restarts": 1})
+    with pytest.raises(ValueError, match="min_hosts: 2 is torchrun's --nnodes MIN:MAX; the nvrx_inprocess launcher "
+                                         "starts a fixed set of ranks"):
+        JobSpec.model_validate({"command": ["python", "x.py"], "launcher": "nvrx_inprocess", "min_hosts": 2})
 
 
 def test_a_group_made_again_in_process_with_fewer_ranks_is_the_final_world():
