@@ -60,8 +60,10 @@ case "${1:-}" in
         bash .ci/fuse.sh || echo "dev.sh: fuse3 could not be installed; the FUSE storage faults' tests need it" >&2
         bash .ci/uml-kernel.sh
         .venv/bin/ruff check --quiet .
-        # pytest exits 5 when it collected no test: that fails here like any other error.
-        exec .venv/bin/python -m pytest "$@"
+        # CI's tier by default (docs/nightly.md); a later -m wins: -m nightly for the nights'
+        # tier, -m "" for every tier. pytest exits 5 when it collected no test: that fails
+        # here like any other error.
+        exec .venv/bin/python -m pytest -m "not nightly" "$@"
         ;;
     check)
         shift

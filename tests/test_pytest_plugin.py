@@ -47,5 +47,5 @@ def test_a_trial_the_scenario_leaves_to_the_nights_is_marked_nightly_and_ci_dese
 
     assert collect("-m", "nightly") == ["kill.yaml::timeout"]
     assert collect("-m", "not nightly") == ["kill.yaml::baseline", "kill.yaml::isolation"]
-    assert len(collect()) == 3  # without -m, every tier: the contributor's ./dev.sh test
+    assert len(collect()) == 3  # without -m, every tier (./dev.sh test -m "")
     assert "@pytest.mark.nightly: run only by the nights" in pytest("--markers")  # Python tests take it too
