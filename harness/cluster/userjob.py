@@ -311,7 +311,7 @@ def rank_environment(job: JobSpec, rank: int, world: int, run_id: str, trial: st
         if rank == coordinator_host(world, {"launcher": job.launcher}):
             del env[HOST_RANK_ENV]
         else:
-            env.update(framework.environment(job, rank, hosts))
+            env.update(framework.host_environment(job, rank, hosts))
     if _runs_torchrun(job, rank, world) and job.start == "preloaded":
         env[SERVER_ENV] = server_name(run_id, rank)
     env.update(device or {})

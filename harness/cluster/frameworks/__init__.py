@@ -12,17 +12,18 @@ module says, as a `Framework`:
                  own, the cluster's last, so that faults can target it as any host
                  (runfolder.frameworks says which hosts train)
     command      what runs on a host (harness.cluster.agent.AgentHost): a training host's
-                 launcher, or the coordinator
-    environment  what a training host's processes get besides the torchrun contract
-    relaunch     how long after a kill fault ended a training host's processes the harness
-                 starts them again, as the framework's scheduler would (None: never)
+                 agent (a torchrun, or the framework's launcher), or the coordinator; None:
+                 no agent, the job's command runs once per host with the torchrun contract,
+                 as the `direct` launcher runs it
+    environment  what a training host's processes get besides the torchrun contract (None:
+                 nothing)
     own_hostname each host's processes see a hostname of their own (the host's address),
                  where the framework advertises `socket.gethostname()` to its peers
     elastic      its hosts form one torchrun rendezvous, which takes torchrun's elastic
                  options (`min_hosts`, `rdzv_conf`)
-    agent        each host runs an agent that starts the workers (a torchrun or the
-                 framework's launcher); without one, the job's command runs once per host
-                 with the torchrun contract, as the `direct` launcher runs it
+
+A host a kill fault ended is started again after its settings' `relaunch` (where they have
+one), as the framework's scheduler would start it again.
 
 The harness's side stays the same for every framework: the hosts, the hook inside each rank
 (harness.job.hook: steps, state fingerprints), the output tap (runfolder.classify: its log
@@ -48,34 +49,42 @@ class Framework:
     install: str
     settings: type[BaseModel]
     backends: tuple[str, ...]
-    coordinator: str | None
-    command: Callable[[Any, AgentHost], list[str]]  # (job, host) -> argv
+    why_backend: str  # why it runs on `backends` only
+    coordinator: str | None = None
+    command: Callable[[Any, AgentHost], list[str]] | None = None  # (job, host) -> argv
     # (job, host, addresses) -> the training host's environment besides the harness's
-    environment: Callable[[Any, int, Sequence[str]], dict[str, str]]
-    relaunch: Callable[[Any], float | None]
+    environment: Callable[[Any, int, Sequence[str]], dict[str, str]] | None = None
     own_hostname: bool = False
     elastic: bool = False
-    agent: bool = True
-    why_backend: str = ""  # why it runs on `backends` only
+
+    @property
+    def agent(self) -> bool:
+        """Each host runs an agent that starts the workers."""
+        return self.command is not None
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.package) is not None
+
+    def relaunch(self, job: Any) -> float | None:
+        """Seconds after a kill fault ended a host's processes that they start again: the
+        job's settings' `relaunch` (None: never, as for settings without one)."""
+        return getattr(getattr(job, self.name) or self.settings(), "relaunch", None)
+
+    def host_environment(self, job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:
+        return {} if self.environment is None else self.environment(job, host, addresses)
 
 
 FRAMEWORKS: dict[str, Framework] = {
     "torchft": Framework(
         name="torchft", package="torchft", install=torchft.INSTALL, settings=torchft.Settings,
-        backends=torchft.BACKENDS, coordinator=torchft.LIGHTHOUSE, command=torchft.command,
-        environment=torchft.environment, relaunch=torchft.relaunch_after, own_hostname=True,
-        why_backend=torchft.WHY_BACKENDS),
+        backends=torchft.BACKENDS, why_backend=torchft.WHY_BACKENDS, coordinator=torchft.LIGHTHOUSE,
+        command=torchft.command, environment=torchft.environment, own_hostname=True),
     "ft_launcher": Framework(
         name="ft_launcher", package="nvidia_resiliency_ext", install=ft_launcher.INSTALL,
-        settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, coordinator=None,
-        command=ft_launcher.command, environment=ft_launcher.environment, relaunch=ft_launcher.relaunch_after,
-        elastic=True, why_backend=ft_launcher.WHY_BACKENDS),
+        settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, why_backend=ft_launcher.WHY_BACKENDS,
+        command=ft_launcher.command, elastic=True),
     "nvrx_inprocess": Framework(
         name="nvrx_inprocess", package="nvidia_resiliency_ext", install=nvrx_inprocess.INSTALL,
-        settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS, coordinator=None,
-        command=nvrx_inprocess.command, environment=nvrx_inprocess.environment,
-        relaunch=nvrx_inprocess.relaunch_after, agent=False, why_backend=nvrx_inprocess.WHY_BACKENDS),
+        settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS,
+        why_backend=nvrx_inprocess.WHY_BACKENDS),
 }

@@ -12,7 +12,7 @@ and the rendezvous's store is the harness's.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,18 +54,9 @@ FLAGS = {"initial_rank_heartbeat_timeout": "--ft-initial-rank-heartbeat-timeout"
          "workload_check_interval": "--ft-workload-check-interval", "restart_policy": "--ft-restart-policy"}
 
 
-def relaunch_after(job: Any) -> float | None:
-    return (job.ft_launcher or Settings()).relaunch
-
-
 def command(job: Any, host: AgentHost) -> list[str]:
     """One ft_launcher agent per host, torchrun's options and the scenario's `--ft-*`."""
     settings = job.ft_launcher or Settings()
     options = [f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}"
                for name, flag in FLAGS.items() if (value := getattr(settings, name)) is not None]
     return agent_command("ft_launcher", job, host, len(host.addresses), *options)
-
-
-def environment(job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:
-    """Nothing besides torchrun's contract: ft_launcher gives each worker its monitor's socket."""
-    return {}

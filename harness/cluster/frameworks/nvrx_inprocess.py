@@ -12,11 +12,7 @@ settings (timeouts, health checks, rank assignment) are the decorator's, in the 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 from pydantic import BaseModel, ConfigDict
-
-from harness.cluster.agent import AgentHost
 
 INSTALL = ("pip install -e '.[frameworks]' in the harness's repository (nvidia-resiliency-ext==0.4.1), "
            "or run ./dev.sh")
@@ -29,17 +25,3 @@ class Settings(BaseModel):
     (a process it ended does not come back, so there is no relaunch)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-def relaunch_after(job: Any) -> float | None:
-    return None
-
-
-def command(job: Any, host: AgentHost) -> list[str]:
-    """The job's command itself (one process per host: the job has no agent)."""
-    return list(job.command)
-
-
-def environment(job: Any, host: int, addresses: Sequence[str]) -> dict[str, str]:
-    """Nothing besides the torchrun contract the direct launcher gives."""
-    return {}

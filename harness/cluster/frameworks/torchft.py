@@ -57,10 +57,6 @@ class Settings(BaseModel):
                                   "crashed by itself is not (its crash is the trial's outcome); default: never")
 
 
-def relaunch_after(job: Any) -> float | None:
-    return (job.torchft or Settings()).relaunch
-
-
 def lighthouse_command(settings: Settings) -> list[str]:
     return [LIGHTHOUSE, "--min_replicas", str(settings.min_replicas), "--quorum_tick_ms", str(settings.quorum_tick_ms),
             "--join_timeout_ms", str(settings.join_timeout_ms), "--heartbeat_timeout_ms",
