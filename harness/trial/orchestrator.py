@@ -9,7 +9,8 @@ A trial goes through its phases, saving the event history as it goes:
          after the last fault action, or every live rank is frozen by a fault that never
          heals (held: nothing can move any more), or nothing moved for `hang_cap` (hung); a user's job
          that made no step by its start_timeout (steps not observed) is watched until every
-         rank exited or `hang_cap` after the last fault action (cap)
+         rank exited or `hang_cap` after the last fault action (cap); each round's facts
+         judged once by the ordered rules of harness.trial.watch_end
       -> teardown on every path (pass, fail, Ctrl-C): faults reverted last-in first-out,
          ranks stopped (SIGTERM, then SIGKILL at one deadline), hosts removed
 
@@ -53,6 +54,7 @@ from harness.trial.gpumem import GpuRelease
 from harness.trial.plan import Plan, ranks_text, trial_deadline_s
 from harness.trial.progress import Progress
 from harness.trial.traffic import Sample, TrafficWatch
+from harness.trial.watch_end import Round, decide
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
 from runfolder.frameworks import coordinator_host, training_hosts
@@ -141,6 +143,17 @@ class Monitor:
         steps = [self.step_of.get(r, 0) for r in self.live] or [0]
         return (f"step {min(steps)}..{max(steps)}  live {len(self.live)}/{self.ranks}"
                 f"  errors {self.errors}")
+
+
+@dataclass
+class _Timeline:
+    """The fault timeline's state across the watch's rounds."""
+
+    pending: list[Action]  # actions not yet due, by time (anchored ones once their event came)
+    traffic: TrafficWatch
+    fired: dict[int, Fired] = field(default_factory=dict)  # the anchored faults whose event came, by index
+    outstanding: dict[int, Injection] = field(default_factory=dict)  # applied and not yet reverted, by index
+    killed: set[int] = field(default_factory=set)  # hosts a kill fault ended, for the framework's relaunch
 
 
 @dataclass(frozen=True)
@@ -397,116 +410,135 @@ class Trial:
     def _watch(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, injector: Injector,
                faults: contextlib.ExitStack, steps_observed: bool, at_detection: stacks.AtDetection | None,
                t_warm: float, anchors: AnchorWatch) -> str:
+        """The watch's loop: each round the fault timeline acts, the watchers poll, and the
+        round's facts are judged once (harness.trial.watch_end), the loop acting on the rule."""
         plan = self.plan
-        pending = list(plan.actions)
-        fired: dict[int, Fired] = {}  # the anchored faults whose event came, by index
-        outstanding: dict[int, Injection] = {}  # applied and not yet reverted, by fault index
         # the settle steps' own time on top: a campaign's trial settles for minutes (harness.studies.campaign)
         settling = plan.settle_steps * plan.workload["step_period"] if steps_observed else 0.0
-        deadline = t_warm + trial_deadline_s(plan) + settling
+        deadline_s = trial_deadline_s(plan) + settling
         monitor.last_activity = t_warm
         monitor.mark()
-        traffic = self._traffic_watch(cluster, monitor)
+        timeline = _Timeline(list(plan.actions), self._traffic_watch(cluster, monitor))
         # NVML per pid means nothing for ranks on the CPU: not observed, never a 0 s release
         gpu = GpuRelease(gpu_memory_by_pid if self.placement.device == "cuda" else lambda: None)
         job = JobSpec.model_validate(plan.job) if plan.job else None
         relaunch = job.framework.relaunch(job) if job is not None and job.framework is not None else None
-        killed: set[int] = set()  # hosts a kill fault ended, for the framework's relaunch
+        watchers: list[Callable[[float], None]] = [  # after the timeline, each round, in this order
+            lambda now: self._poll_stacks(at_detection, cluster, monitor),
+            lambda now: self._poll_gpu(gpu, cluster, monitor, recorder),
+            lambda now: self._reap(cluster, monitor, recorder),
+        ]
         while True:
             monitor.poll()  # first: an anchored fault whose event came is applied in this round
             now = self.clock()
-            for event in anchors.take():
-                fired[event.index] = event
-                shifted = [replace(a, at=event.t - t_warm + a.at) for a in plan.anchored if a.index == event.index]
-                pending = sorted(pending + shifted, key=lambda a: (a.at, a.verb == APPLY))
-            self._not_come(anchors.expired(now), recorder)
-            traffic.due(now - t_warm)
-            while pending and t_warm + pending[0].at <= now:
-                action = pending.pop(0)
-                if action.verb == APPLY:
-                    targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
-                    pids = {rank: cluster.pid(rank) for rank in targets}
-                    applied = self._apply(action.index, targets, cluster, injector, recorder, outstanding,
-                                          on_phase_s(action, pending), traffic.applying(action),
-                                          fired.get(action.index)) if targets else None
-                    if applied is not None:
-                        if applied.fault.kind == "kill":  # type: ignore[attr-defined]
-                            gpu.killed(pids, applied.t_applied)
-                            killed.update(targets)
-                        if at_detection is not None:
-                            at_detection.armed(action.index, applied.t_applied)
-                        traffic.applied(action)
-                        faults.callback(self._revert, action.index, outstanding, recorder, traffic, True)
-                else:
-                    self._revert(action.index, outstanding, recorder, traffic)
-                # the settle steps count from the plan's last action, applied or not: a last
-                # fault whose rank was gone ended a campaign's trial 46 s before its window
-                monitor.mark()
+            self._act_due(timeline, now, t_warm, cluster, monitor, recorder, injector, faults, gpu, at_detection,
+                          anchors)
             monitor.poll()
-            if at_detection is not None:
-                at_detection.poll(monitor.detections, lambda: self._live_pids(cluster, monitor))
-            for rank, breaker_t, held in gpu.poll(monitor.breakers, cluster.pid):
-                recorder.emit(kinds.GPU_MEMORY_RELEASED, rank=rank, breaker_t=breaker_t, held=held)
-            for rank, pid, killed_t in gpu.freed():
-                recorder.emit(kinds.GPU_MEMORY_FREED, rank=rank, killed_t=killed_t, killed_pid=pid)
-            self._reap(cluster, monitor, recorder)
-            relaunching = relaunch is not None and self._relaunch(cluster, monitor, recorder, now, relaunch, killed)
-            if not monitor.live and not relaunching:
-                requeue = cluster.requeue_state()
-                if requeue is None:
-                    return "all-exited"
-                if requeue == "ready":
-                    self._restart(cluster, monitor, recorder)
-                else:  # the scheduler is to start the job again (Slurm holds a requeued job
-                    # for its credentials' lifetime, 120 s by default): nothing runs to settle or hang
-                    if now > deadline:
-                        self._say("the scheduler did not start the job again by the trial's deadline")
-                        return "deadline"
-                    waited = now - monitor.last_activity
-                    self.progress.status(plan.policy, (now - t_warm) / (deadline - t_warm),
-                                         f"the scheduler is to start the job again ({waited:.0f} s)")
-                    self.sleep(POLL_S)
-                    signals.check()
-                    continue
-            if anchors.waiting and not pending and steps_observed and set(monitor.live) <= frozen_for_good(
-                    outstanding, plan):  # the events they wait for come from ranks that can never move
+            for poll in watchers:
+                poll(now)
+            relaunching = relaunch is not None and self._relaunch(cluster, monitor, recorder, now, relaunch,
+                                                                   timeline.killed)
+            live = frozenset(monitor.live)
+            if anchors.waiting and not timeline.pending and steps_observed and live and live <= frozen_for_good(
+                    timeline.outstanding, plan):  # the events they wait for come from ranks that can never move
                 self._not_come(anchors.give_up(), recorder, "every live rank is frozen by a fault that never heals")
-            waiting = bool(pending or anchors.waiting or relaunching)  # a host to start again settles with the others
+            waiting = bool(timeline.pending or anchors.waiting or relaunching)  # a host to start again settles too
             # a rank frozen or cut off for good never steps with the others again: they settle without it
-            frozen, cut_off = ((frozen_for_good(outstanding, plan), cut_off_for_good(outstanding, plan))
+            frozen, cut_off = ((frozen_for_good(timeline.outstanding, plan), cut_off_for_good(timeline.outstanding,
+                                                                                               plan))
                                if not waiting and steps_observed else (set(), set()))
-            if not waiting and monitor.all_made(plan.settle_steps, frozen | cut_off):
-                return "settled"
-            if not waiting and steps_observed and set(monitor.live) <= frozen:
-                self._say(f"every live rank ({ranks_text(monitor.live)}) is frozen by a fault that never heals: "
-                          "nothing can move any more")
-                return "held"
-            idle = now - monitor.last_activity
-            if not steps_observed:  # no step can tell hung from training: watch to the cap
-                if not waiting and now - t_warm - plan.last_action_s >= plan.hang_cap:
-                    self._say(f"still running {plan.hang_cap:g} s after the last fault action (the cap); "
-                              "steps not observed")
-                    self._capture_stacks(cluster, monitor, recorder, "cap")
-                    return "cap"
-            elif idle >= plan.hang_cap and now - t_warm >= plan.hang_cap:
-                recorder.emit(kinds.HANG_DETECTED, cap=plan.hang_cap,
-                              idle_since=round(monitor.last_activity, 6))
-                self._say(f"hung: no step and no policy action for {plan.hang_cap:g} s (the cap)")
-                self._capture_stacks(cluster, monitor, recorder, "hung")
-                return "hung"
-            if now > deadline:
-                return "deadline"
-            if waiting:
-                done, phase = (now - t_warm) / max(plan.last_action_s, POLL_S), "faults  "
-            elif not steps_observed:
-                watched = now - t_warm - plan.last_action_s
-                done, phase = watched / plan.hang_cap, f"to the cap ({watched:.0f}/{plan.hang_cap:g} s, no steps)"
-            else:  # settled by steps, or hung by the cap: whichever comes first
-                done = max(monitor.least_since() / plan.settle_steps, idle / plan.hang_cap)
-                phase = f"settling (idle {idle:.0f}/{plan.hang_cap:g} s)"
-            self.progress.status(plan.policy, done, f"{phase}  t+{now - t_warm:5.1f}s  {monitor.summary()}")
+            this = Round(since_warm_s=now - t_warm, deadline_s=deadline_s, live=live, relaunching=relaunching,
+                         requeue=None if live or relaunching else cluster.requeue_state(), waiting=waiting,
+                         steps_observed=steps_observed, settled=monitor.all_made(plan.settle_steps, frozen | cut_off),
+                         frozen=frozenset(frozen), idle_s=now - monitor.last_activity, hang_cap=plan.hang_cap,
+                         last_action_s=plan.last_action_s)
+            rule = decide(this)
+            if rule is not None and rule.end is not None:
+                self._ending(rule.name, this, cluster, monitor, recorder)
+                return rule.end
+            if rule is not None and rule.name == "requeued":
+                self._restart(cluster, monitor, recorder)
+            self.progress.status(plan.policy, *self._progress(this, monitor, rule is not None
+                                                              and rule.name == "requeue-pending"))
             self.sleep(ANCHOR_POLL_S if anchors.waiting else POLL_S)
             signals.check()
+
+    def _act_due(self, timeline: _Timeline, now: float, t_warm: float, cluster: Cluster, monitor: Monitor,
+                 recorder: EventRecorder, injector: Injector, faults: contextlib.ExitStack, gpu: GpuRelease,
+                 at_detection: stacks.AtDetection | None, anchors: AnchorWatch) -> None:
+        """The fault timeline's round: anchored faults whose event came are scheduled, those
+        whose event is past its `until` given up, and every action now due applied or reverted."""
+        plan = self.plan
+        for event in anchors.take():
+            timeline.fired[event.index] = event
+            shifted = [replace(a, at=event.t - t_warm + a.at) for a in plan.anchored if a.index == event.index]
+            timeline.pending = sorted(timeline.pending + shifted, key=lambda a: (a.at, a.verb == APPLY))
+        self._not_come(anchors.expired(now), recorder)
+        traffic = timeline.traffic
+        traffic.due(now - t_warm)
+        while timeline.pending and t_warm + timeline.pending[0].at <= now:
+            action = timeline.pending.pop(0)
+            if action.verb == APPLY:
+                targets = self._with_a_process(action.index, cluster, monitor, recorder, t_warm)
+                pids = {rank: cluster.pid(rank) for rank in targets}
+                applied = self._apply(action.index, targets, cluster, injector, recorder, timeline.outstanding,
+                                      on_phase_s(action, timeline.pending), traffic.applying(action),
+                                      timeline.fired.get(action.index)) if targets else None
+                if applied is not None:
+                    if applied.fault.kind == "kill":  # type: ignore[attr-defined]
+                        gpu.killed(pids, applied.t_applied)
+                        timeline.killed.update(targets)
+                    if at_detection is not None:
+                        at_detection.armed(action.index, applied.t_applied)
+                    traffic.applied(action)
+                    faults.callback(self._revert, action.index, timeline.outstanding, recorder, traffic, True)
+            else:
+                self._revert(action.index, timeline.outstanding, recorder, traffic)
+            # the settle steps count from the plan's last action, applied or not: a last
+            # fault whose rank was gone ended a campaign's trial 46 s before its window
+            monitor.mark()
+
+    def _poll_stacks(self, at_detection: stacks.AtDetection | None, cluster: Cluster, monitor: Monitor) -> None:
+        if at_detection is not None:
+            at_detection.poll(monitor.detections, lambda: self._live_pids(cluster, monitor))
+
+    @staticmethod
+    def _poll_gpu(gpu: GpuRelease, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
+        for rank, breaker_t, held in gpu.poll(monitor.breakers, cluster.pid):
+            recorder.emit(kinds.GPU_MEMORY_RELEASED, rank=rank, breaker_t=breaker_t, held=held)
+        for rank, pid, killed_t in gpu.freed():
+            recorder.emit(kinds.GPU_MEMORY_FREED, rank=rank, killed_t=killed_t, killed_pid=pid)
+
+    def _ending(self, rule: str, this: Round, cluster: Cluster, monitor: Monitor, recorder: EventRecorder) -> None:
+        """What the watch says and keeps as it ends by `rule`."""
+        cap = self.plan.hang_cap
+        if rule == "requeue-late":
+            self._say("the scheduler did not start the job again by the trial's deadline")
+        elif rule == "held":
+            self._say(f"every live rank ({ranks_text(sorted(this.live))}) is frozen by a fault that never heals: "
+                      "nothing can move any more")
+        elif rule == "cap":
+            self._say(f"still running {cap:g} s after the last fault action (the cap); steps not observed")
+            self._capture_stacks(cluster, monitor, recorder, "cap")
+        elif rule == "hung":
+            recorder.emit(kinds.HANG_DETECTED, cap=cap, idle_since=round(monitor.last_activity, 6))
+            self._say(f"hung: no step and no policy action for {cap:g} s (the cap)")
+            self._capture_stacks(cluster, monitor, recorder, "hung")
+
+    def _progress(self, this: Round, monitor: Monitor, requeue_pending: bool) -> tuple[float, str]:
+        """How far the watch is, and in which phase, for the progress line."""
+        t = this.since_warm_s
+        if requeue_pending:
+            return t / this.deadline_s, f"the scheduler is to start the job again ({this.idle_s:.0f} s)"
+        if this.waiting:
+            done, phase = t / max(this.last_action_s, POLL_S), "faults  "
+        elif not this.steps_observed:
+            watched = t - this.last_action_s
+            done, phase = watched / this.hang_cap, f"to the cap ({watched:.0f}/{this.hang_cap:g} s, no steps)"
+        else:  # settled by steps, or hung by the cap: whichever comes first
+            done = max(monitor.least_since() / self.plan.settle_steps, this.idle_s / this.hang_cap)
+            phase = f"settling (idle {this.idle_s:.0f}/{this.hang_cap:g} s)"
+        return done, f"{phase}  t+{t:5.1f}s  {monitor.summary()}"
 
     def _relaunch(self, cluster: Cluster, monitor: Monitor, recorder: EventRecorder, now: float,
                   after: float, killed: set[int]) -> bool:
