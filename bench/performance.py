@@ -12,8 +12,11 @@ Each area is one figures file, bench/results/figures/<area>.json:
                  "computed": {"column": "how its figures come from the others (a ratio, a share)"}}],
      "notes": "what the figures mean (markdown)"}
 
-Every decimal figure of a table, outside its `computed` columns, is in a file its `source`
-names (to the precision shown; in s, ms, us or the like): tests/test_performance_doc.py.
+A cell is its text, or {"text": ..., "from": [the field of each figure in it]}: every
+figure names the file and the field it comes from, and is that field's value to the
+precision shown (bench/figure_fields.py; tests/test_performance_doc.py), unless its table
+says in `untraced` why its figures name only their files (the page then says so).
+`--trace` writes the field of each figure that the cited files give one way.
 
 A table without its machine, command or date is refused, naming the file and the field.
 After the areas (by order), the figures files' markdown pages (bench/results/figures/*.md),
@@ -26,6 +29,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+from figure_fields import figures as figures_in, propose, text_of
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = REPO / "bench" / "results" / "figures"
@@ -58,9 +63,10 @@ def _table(path: Path, index: int, table: dict) -> list[str]:
             raise FiguresError(f"{path}: tables.{index}.rows.{r}: {len(row)} cells for {width} columns")
     lines = [table["caption"], ""] if table.get("caption") else []
     lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * width]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in table["rows"]]
+    lines += ["| " + " | ".join(text_of(cell) for cell in row) + " |" for row in table["rows"]]
     source = f" Result file: `{table['source']}`." if table.get("source") else ""
-    return lines + ["", f"{table['machine']}; `{table['command']}`; {table['date']}.{source}", ""]
+    untraced = f" {table['untraced']}" if table.get("untraced") else ""
+    return lines + ["", f"{table['machine']}; `{table['command']}`; {table['date']}.{source}{untraced}", ""]
 
 
 def area_text(path: Path) -> tuple[int, str]:
@@ -87,10 +93,41 @@ def page(figures: Path = FIGURES) -> str:
     return "\n".join([HEADER, *(text for _, text in areas), *kept])
 
 
+def cited(source: str) -> list[str]:
+    """The paths a table's `source` names, a brace pair expanded (run4/fingerprint-{1,16}.json):
+    result files under bench/results/, or a scenario whose expectations record a measurement."""
+    paths = []
+    for path in re.findall(r"(?:bench/results|scenarios)/[^\s,;`(){]*(?:\{[^}]*\}[^\s,;`()]*)?", source):
+        head, braces, tail = re.fullmatch(r"([^{]*)(?:\{([^}]*)\})?(.*)", path.rstrip(".")).groups()
+        paths += [head + choice + tail for choice in braces.split(",")] if braces else [head + tail]
+    return paths
+
+
+def trace(figures: Path = FIGURES) -> list[str]:
+    """Write the field of each figure the cited files give one way; the cells left, by place."""
+    left = []
+    for path in sorted(figures.glob("*.json")):
+        data = json.loads(path.read_text())
+        for t, table in enumerate(data.get("tables", [])):
+            files = cited(table.get("source", ""))
+            computed = {table["columns"].index(c) for c in table.get("computed", {}) if c in table["columns"]}
+            table["rows"] = [propose(row, files, computed) for row in table["rows"]]
+            left += [f"{path.name}: tables.{t}.rows.{r}.{c}: {cell!r}" for r, row in enumerate(table["rows"])
+                     for c, cell in enumerate(row) if not isinstance(cell, dict) and figures_in(cell)]
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return left
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help=f"exit 1 when {DOC.relative_to(REPO)} differs")
+    parser.add_argument("--trace", action="store_true",
+                        help="write each figure's field where the cited files give it one way; list the rest")
     args = parser.parse_args(argv)
+    if args.trace:
+        left = trace()
+        print("\n".join(left) or "every figure names its field")
+        return 0
     try:
         text = page()
     except FiguresError as exc:

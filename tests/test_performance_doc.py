@@ -3,7 +3,6 @@ figures file that does not say its machine, command and date is refused."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
+import figure_fields  # noqa: E402
 import performance  # noqa: E402
 
 
@@ -33,79 +33,74 @@ def test_a_table_without_its_date_is_refused_naming_the_file_and_the_field(tmp_p
     assert text.index("## X") < text.index("## Kept as recorded")
 
 
-def cited(source: str) -> list[str]:
-    """The paths a table's `source` names, a brace pair expanded (run4/fingerprint-{1,16}.json):
-    result files under bench/results/, or a scenario whose expectations record a measurement."""
-    paths = []
-    for path in re.findall(r"(?:bench/results|scenarios)/[^\s,;`(){]*(?:\{[^}]*\}[^\s,;`()]*)?", source):
-        head, braces, tail = re.fullmatch(r"([^{]*)(?:\{([^}]*)\})?(.*)", path.rstrip(".")).groups()
-        paths += [head + choice + tail for choice in braces.split(",")] if braces else [head + tail]
-    return paths
-
-
 def test_every_table_cites_result_files_that_are_there():
     """A figure on the page comes from a bench's own result files: each table names them,
     and each named one is in bench/results/ (the page check compares the page with the
     figures files only)."""
     for path in sorted(performance.FIGURES.glob("*.json")):
         for i, table in enumerate(json.loads(path.read_text())["tables"]):
-            files = cited(table.get("source", ""))
+            files = performance.cited(table.get("source", ""))
             assert files, f"{path.name}: tables.{i}: no source under bench/results/"
             missing = [f for f in files if not (REPO / f).exists()]
             assert not missing, f"{path.name}: tables.{i}: cites {missing}, which are not there"
 
 
-def _numbers(text: str) -> list[float]:
-    return [float(n) for n in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", text)]
+def untraced_not_in(table: dict) -> list[str]:
+    """The figures of cells without fields that no number of the table's cited files gives
+    (a ratio or share without a field is not looked for: no one number gives it)."""
+    numbers = [v for _, v in figure_fields.places(performance.cited(table.get("source", "")))]
+    return [f"{column}: {shown}" for row in table["rows"] for column, cell in zip(table["columns"], row, strict=True)
+            if not isinstance(cell, dict) for shown in figure_fields.figures(str(cell))
+            if not shown.endswith(("x", "%")) and not figure_fields.shows(shown, numbers)]
 
 
-def _cited_text(source: str) -> str:
-    texts = []
-    for name in cited(source):
-        path = REPO / name
-        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
-            if file.is_file():
-                texts.append(file.read_text(errors="replace"))
-    return "\n".join(texts)
-
-
-UNITS = (1.0, 1e3, 1e-3, 1e6, 1e-6)  # a figure shown in ms from seconds, MB from bytes ...
-
-
-def figures_not_in(table: dict, cited_text: str) -> list[str]:
-    """Each decimal figure of `table` (outside its computed columns; a ratio `1.10x` or a
-    share `26.9%` is computed by its form) that no number of the text of its cited files
-    gives, to the precision shown, in some unit."""
-    raw = _numbers(cited_text)
-    computed = table.get("computed", {})
-    missing = []
-    for row in table["rows"]:
-        for column, cell in zip(table["columns"], row, strict=False):
-            if column in computed:
-                continue
-            for shown in re.findall(r"\d+\.\d+(?![\d.x%])", str(cell)):  # 1.10x, 26.9%: ratios
-                tolerance = 0.5 * 10 ** -len(shown.split(".")[1]) + 1e-9
-                if not any(abs(x * unit - float(shown)) <= tolerance for x in raw for unit in UNITS):
-                    missing.append(f"{column}: {shown}")
-    return missing
-
-
-def test_every_figure_is_in_the_result_files_its_table_cites():
-    """A figure typed by hand, or left from an older run, is found: each one must be in the
-    files the table cites (computed columns, such as ratios, say how they are computed)."""
+def test_every_figure_is_the_value_of_the_field_it_names():
+    """A figure typed by hand, or left from an older run, is found: each one names the file
+    and the field it comes from and is that field's value; a table whose cells name only
+    their files says why (`untraced`), and their figures are at least in those files."""
     problems = []
     for path in sorted(performance.FIGURES.glob("*.json")):
         for i, table in enumerate(json.loads(path.read_text())["tables"]):
-            for column, how in table.get("computed", {}).items():
-                assert column in table["columns"] and how.strip(), f"{path.name}: tables.{i}.computed.{column}"
-            problems += [f"{path.name}: tables.{i}: {m}"
-                         for m in figures_not_in(table, _cited_text(table.get("source", "")))]
+            for r, row in enumerate(table["rows"]):
+                for column, cell in zip(table["columns"], row, strict=True):
+                    problems += [f"{path.name}: tables.{i}.rows.{r} {column}: {p}"
+                                 for p in figure_fields.cell_problems(cell)]
+                    if not isinstance(cell, dict) and figure_fields.figures(str(cell)) and not table.get("untraced"):
+                        problems.append(f"{path.name}: tables.{i}.rows.{r} {column}: {cell!r} names no field "
+                                        "(write it: bench/performance.py --trace), nor does the table say why")
+            problems += [f"{path.name}: tables.{i}: {m}, in no file it cites" for m in untraced_not_in(table)]
     assert problems == []
 
 
-def test_a_figure_missing_from_its_source_is_found():
-    table = {"columns": ["detect", "lag", "ratio"], "rows": [["5.03 s (1.10x)", "14.0 ms", "0.58"]]}
-    raw = '{"ttd_s": 5.031, "lag_s": 0.01402}'
-    assert figures_not_in(table, raw) == ["ratio: 0.58"]
-    assert figures_not_in({**table, "computed": {"ratio": "slurm / netns"}}, raw) == []
-    assert figures_not_in(table, '{"ttd_s": 5.1}') == ["detect: 5.03", "lag: 14.0", "ratio: 0.58"]
+def test_a_figure_not_in_the_field_it_names_is_found(tmp_path):
+    result = tmp_path / "r.json"
+    result.write_text('{"rows": [{"ttd_s": 5.031, "lag_s": 0.01402}, {"ttd_s": 4.57}], "ratio": 0.58}')
+    printed = tmp_path / "r.txt"
+    printed.write_text("figures\nstep 14.0 ms, 5.03 s\n")
+    good = {"text": "5.03 s (1.10x), 14.0 ms", "from": [f"{result}#/rows/0/ttd_s",
+                                                         f"{result}#/rows/0/ttd_s / {result}#/rows/1/ttd_s",
+                                                         f"{printed}:2"]}
+    assert list(figure_fields.cell_problems(good)) == []
+    # the same number elsewhere in the file is not the field named
+    swapped = {**good, "from": [f"{result}#/rows/1/ttd_s", *good["from"][1:]]}
+    assert list(figure_fields.cell_problems(swapped)) == [f"5.03: not in {result}#/rows/1/ttd_s (it holds 4.57)"]
+    assert list(figure_fields.cell_problems({**good, "from": [*good["from"][:2], f"{printed}:1"]})) == \
+        [f"14.0: not in {printed}:1 (it holds no number)"]
+    wrong_ratio = {**good, "text": "5.03 s (1.20x), 14.0 ms"}
+    assert [p.split(":")[0] for p in figure_fields.cell_problems(wrong_ratio)] == ["1.20x"]
+    assert "1 figures, 3 fields" in next(figure_fields.cell_problems({**good, "text": "5.03 s"}))
+    assert "no field /rows/2" in next(figure_fields.cell_problems({"text": "5.03", "from": f"{result}#/rows/2"}))
+    assert figure_fields.figures("4.2M-parameter MLP, 26.9% of 1.36 s (2.24x), 16 ranks") == ["26.9%", "1.36", "2.24x"]
+
+
+def test_trace_writes_a_field_only_where_the_files_give_it_one_way(tmp_path):
+    result = tmp_path / "r.json"
+    result.write_text('{"rows": [{"event": "step", "median_s": 0.014, "worst_s": 0.0348},'
+                      ' {"event": "all", "median_s": 0.016, "worst_s": 0.0348}]}')
+    cited = [str(result)]
+    step, every = figure_fields.propose(["step", "14.0 ms", "34.8 ms"], cited), \
+        figure_fields.propose(["all", "16.0 ms", "34.8 ms"], cited)
+    # 34.8 ms is in both rows: each takes the row its unique figure came from
+    assert step[2] == {"text": "34.8 ms", "from": [f"{result}#/rows/0/worst_s"]}
+    assert every[2] == {"text": "34.8 ms", "from": [f"{result}#/rows/1/worst_s"]}
+    assert figure_fields.propose(["both", "34.8 ms"], cited) == ["both", "34.8 ms"]  # two places, no guess
