@@ -44,8 +44,15 @@ class FaultBase(BaseModel):
         without them."""
         return False
 
+    @property
+    def ends_host(self) -> bool:
+        """Whether its targets' processes end for good: nothing happens to them after it."""
+        return False
+
     def describe(self) -> str:
-        params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude={"kind"}).items())
+        # a whole host is what a process fault acts on unless it says otherwise: not repeated
+        quiet = {"kind"} | ({"processes"} if getattr(self, "processes", None) == HOST else set())
+        params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude=quiet).items())
         return f"{self.kind}({params})" if params else self.kind  # type: ignore[attr-defined]
 
 
@@ -60,13 +67,27 @@ def _signal_number(value: Any) -> int:
     raise ValueError(f"{value!r} is not a signal name such as \"SIGKILL\" or \"TERM\"")
 
 
+# Which of a host's processes a process fault acts on: the whole host (its process and
+# every one under it, as a node's failure), or only the workers an agent on it started
+# (torchrun, torchft's replica group, ft_launcher), as a worker's own crash or hang: the
+# agent lives on to see it and restart them.
+HOST, WORKERS = "host", "workers"
+Processes = Literal["host", "workers"]
+
+
 class Kill(FaultBase):
-    """The rank's process receives `signal` (SIGKILL by default): it dies, it does not come back."""
+    """The rank's process receives `signal` (SIGKILL by default): it dies, it does not come
+    back. With `processes: workers`, only the workers of the host's agent: the agent lives."""
 
     kind: Literal["kill"] = "kill"
     signal: Annotated[int, BeforeValidator(_signal_number)] = signal.SIGKILL.value
+    processes: Processes = HOST
     acts_on: ClassVar[str] = "process"
     reversible: ClassVar[bool] = False
+
+    @property
+    def ends_host(self) -> bool:
+        return self.processes == HOST
 
 
 def _finite_duration(seconds: float) -> float:
@@ -76,9 +97,12 @@ def _finite_duration(seconds: float) -> float:
 
 
 class Pause(FaultBase):
-    """The rank's process is frozen with SIGSTOP and thawed with SIGCONT (a GC or scheduler stall)."""
+    """The rank's process is frozen with SIGSTOP and thawed with SIGCONT (a GC or scheduler
+    stall). With `processes: workers`, only the workers of the host's agent (a hung worker
+    under a live agent, which ft_launcher's rank monitor is there to see)."""
 
     kind: Literal["pause"] = "pause"
+    processes: Processes = HOST
     acts_on: ClassVar[str] = "process"
     freezes: ClassVar[bool] = True
 

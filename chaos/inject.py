@@ -19,7 +19,7 @@ from typing import Sequence
 from chaos import cgroup, cmdfile, dutycycle, fusefs, netlink, nvml, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
-from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
+from chaos.faults import FAULT_KINDS, HOST, WORKERS, FaultBase, Kill, Slow
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, record_process
 from chaos.undotable import UndoTable
@@ -52,27 +52,43 @@ def _require_pid(fault: FaultBase, host: Host) -> int:
     return host.pid
 
 
+def _roots(fault: FaultBase, host: Host) -> list[tuple[int, int | None]]:
+    """The processes a process fault acts on, each with what is under it: the host's one
+    process, or with `processes: workers` the workers its agent runs now (`host.workers`;
+    none: the agent is between two restarts, and the fault is not applied)."""
+    pid = _require_pid(fault, host)
+    if getattr(fault, "processes", HOST) == HOST:
+        return [(pid, proc.start_time(pid))]
+    if not host.workers:
+        raise TargetGone(f"{fault.kind} of {host.name}'s workers: no worker runs under its agent ({pid}) now")
+    return list(host.workers)
+
+
 # A process fault hits the host's whole workload, as a node's failure would: the rank's
 # process and every process under it (a torchrun agent and its workers, a job's data
-# loaders). A descendant that ends meanwhile is already gone, not an error.
+# loaders); or, asked, only its agent's workers and what is under them. A descendant that
+# ends meanwhile is already gone, not an error.
 class SignalKill(Mechanism):
-    name = "signal to the rank's process and its descendants"
+    name = "signal to the rank's process (or its agent's workers) and what is under it"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
-        pid = _require_pid(fault, host)
-        proc.signal_tree(pid, fault.signal, proc.start_time(pid))
+        for pid, started in _roots(fault, host):
+            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.processes == WORKERS)
         return []  # a kill has nothing to undo
 
 
 class SignalStop(Mechanism):
-    name = "SIGSTOP / SIGCONT of the rank's process and its descendants"
+    name = "SIGSTOP / SIGCONT of the rank's process (or its agent's workers) and what is under it"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
-        pid = _require_pid(fault, host)
-        entries = [self._stop(ledger, pid, proc.start_time(pid), gone_ok=False)]
-        # the stopped parent starts no one else; its descendants are stopped after it
-        entries += [self._stop(ledger, child, started, gone_ok=True) for child, started in proc.descendants(pid)]
+        entries = []
+        for pid, started in _roots(fault, host):
+            # a worker that ended between the look and the signal is gone, not an error
+            entries.append(self._stop(ledger, pid, started, gone_ok=getattr(fault, "processes", HOST) == WORKERS))
+            # the stopped parent starts no one else; its descendants are stopped after it
+            entries += [self._stop(ledger, child, child_started, gone_ok=True)
+                        for child, child_started in proc.descendants(pid)]
         return entries
 
     @staticmethod

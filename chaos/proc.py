@@ -75,21 +75,72 @@ def signal_tree(pid: int, signum: int, started: int | None, gone_ok: bool = Fals
         send_signal(child, signum, child_started, gone_ok=True)
 
 
-def descendants(pid: int) -> list[tuple[int, int]]:
-    """Every process descended from `pid`, parents before children, each with its start
-    time: what a host runs under its one process (torchrun's workers live in sessions of
-    their own, so neither a process group nor a session names them all)."""
+# torch.distributed.elastic's agent (torchrun, torchft's replica groups, ft_launcher) puts
+# this in each worker's environment, and in no process of its own (its rank monitors,
+# its rendezvous); a worker's own children (data loaders) inherit it
+WORKER_MARK = b"TORCHELASTIC_RESTART_COUNT="
+
+
+def _environ_has(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(entry.startswith(mark) for entry in f.read().split(b"\0"))
+    except OSError:  # gone, or not ours to read
+        return False
+
+
+def workers(pid: int) -> list[tuple[int, int]]:
+    """The workers an elastic agent at or under `pid` started, each with its start time:
+    the topmost processes below `pid` whose environment carries the agent's mark (their own
+    children are theirs)."""
+    found: list[tuple[int, int]] = []
+    marked: set[int] = set()
+    for child, started in descendants(pid):
+        if _environ_has(child, WORKER_MARK):
+            fields = _stat(child)
+            if fields is not None and int(fields[1]) not in marked:
+                found.append((child, started))
+            marked.add(child)
+    return found
+
+
+def _children() -> dict[int, list[tuple[int, int]]]:
+    """Every process's children, each with its start time, as /proc lists them now."""
     children: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
         fields = _stat(int(name)) if name.isdigit() else None
         if fields is not None:
             children.setdefault(int(fields[1]), []).append((int(name), int(fields[19])))
+    return children
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every process descended from `pid`, parents before children, each with its start
+    time: what a host runs under its one process (torchrun's workers live in sessions of
+    their own, so neither a process group nor a session names them all)."""
+    children = _children()
     found, parents = [], [pid]
     while parents:
         level = [child for parent in parents for child in children.get(parent, [])]
         found += level
         parents = [child for child, _ in level]
     return found
+
+
+def children_of(pids: set[int]) -> list[tuple[int, int]]:
+    """The children of the processes `pids`, each with its start time."""
+    children = _children()
+    return [child for pid in sorted(pids) for child in children.get(pid, [])]
+
+
+def command_line(pid: int) -> str:
+    """The process's command line, its words joined by spaces ("" when gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
 def send_signal(pid: int, signum: int, started: int | None, gone_ok: bool = False) -> bool:

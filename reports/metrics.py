@@ -200,7 +200,7 @@ def _fault_columns(facts: TrialFacts, planned: tuple[PlannedFault, ...]) -> dict
     fault = facts.fault
     kinds = [f.kind for f in facts.faults] or [f.kind for f in planned]
     return {
-        "fault": fault.kind if fault else (kinds[0] if kinds else ""),
+        "fault": fault.label if fault else (kinds[0] if kinds else ""),
         "fault_targets": " ".join(str(r) for r in fault.targets) if fault else "",
         "fault_reaches": " ".join(str(r) for r in fault.reaches) if fault else "",
         "faults": ";".join(kinds),

@@ -24,6 +24,12 @@ class FaultWindow:
     end: float  # NaN when the fault was never reverted
     requested: float = NAN  # just before the harness acted; a signal can act before `start`
     reaches: tuple[int, ...] = ()  # the other ranks it reached (a Slurm node's link: every rank there)
+    processes: str = "host"  # a process fault's: the host whole, or its agent's "workers" (chaos.faults)
+
+    @property
+    def label(self) -> str:
+        """The fault in a report's words: its kind, and whose processes where not the host's."""
+        return self.kind if self.processes == "host" else f"{self.kind} ({self.processes})"
 
 
 def of_kind(events: pd.DataFrame, *kinds: str) -> pd.DataFrame:
@@ -52,8 +58,13 @@ def fault_windows(events: pd.DataFrame) -> tuple[FaultWindow, ...]:
                                    targets=tuple(int(r) for r in row["targets"]), start=float(row["t"]),
                                    end=float(reverted.get(int(row["index"]), NAN)),
                                    requested=float(row["t_requested"]),
-                                   reaches=tuple(int(r) for r in event_field(row, "reaches", None) or ())))
+                                   reaches=tuple(int(r) for r in event_field(row, "reaches", None) or ()),
+                                   processes=_processes(event_field(row, "fault", None))))
     return tuple(sorted(windows, key=lambda w: (w.start, w.index)))
+
+
+def _processes(fault: Any) -> str:
+    return str(fault.get("processes", "host")) if isinstance(fault, dict) else "host"
 
 
 def flagged(events: pd.DataFrame, column: str) -> pd.Series:

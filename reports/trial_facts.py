@@ -170,7 +170,8 @@ def _signal_name(number: int) -> str:
 def _killed_by_fault(rank: int, t: float, faults: tuple[FaultWindow, ...]) -> bool:
     # from the request: a kill of several ranks signals them one by one, and the first may be
     # reaped before the injector returns (its t) (found by chaos explore, docs/explore.md)
-    return any(f.kind == "kill" and rank in f.targets and t >= min(f.start, f.requested) for f in faults)
+    return any(f.kind == "kill" and f.processes == "host" and rank in f.targets and t >= min(f.start, f.requested)
+               for f in faults)
 
 
 def departures(events: pd.DataFrame, ranks: tuple[int, ...], faults: tuple[FaultWindow, ...],

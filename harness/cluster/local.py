@@ -78,7 +78,7 @@ class LocalBackend(Backend):
     name = "local"
     traits = Traits("a plain process per rank on this machine's loopback",
                     needs_root=False, user_namespace=False, network_faults=False,
-                    link_counters=False, host_sysctls=False, storage_faults=True)
+                    link_counters=False, host_sysctls=False, storage_faults=True, worker_faults=True)
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> LocalCluster:
         cluster = LocalCluster(spec, ledger, launchers)

@@ -39,7 +39,7 @@ class NetnsBackend(Backend):
     name = "netns"
     traits = Traits("a Linux network namespace per rank on one bridge",
                     needs_root=True, user_namespace=True, network_faults=True,
-                    link_counters=True, host_sysctls=True, storage_faults=True)
+                    link_counters=True, host_sysctls=True, storage_faults=True, worker_faults=True)
 
     @classmethod
     def why_not_here(cls) -> str | None:

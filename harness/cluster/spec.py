@@ -35,6 +35,9 @@ class Traits:
     # trials may run at once without sharing a machine: each gets hosts of its own from a
     # scheduler (`chaos nightly --parallel N`); on one machine they would skew each other's times
     parallel_trials: bool = False
+    # a process fault may act on only the workers of a host's agent (`processes: workers`):
+    # the harness signals them by pid, found under the host's process (chaos.proc.workers)
+    worker_faults: bool = False
 
 
 @dataclass(frozen=True)

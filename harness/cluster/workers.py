@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chaos import proc
 from chaos.proc import die_with_parent
 from harness.cluster import preload
 from harness.cluster.worker_stub import SERVER_ENV
@@ -30,6 +31,18 @@ from harness.cluster.worker_stub import SERVER_ENV
 STUB = str(Path(__file__).with_name("worker_stub.py"))
 SERVER_TITLE = "chaos-worker-server"  # its command line (ps, and the stacks it is left out of)
 POLL_S = 0.05
+
+
+def worker_processes(host_pid: int) -> list[tuple[int, int]]:
+    """The workers an agent at or under `host_pid` runs now, each with its start time: those
+    chaos.proc.workers finds, where the one it finds is a preloaded worker's stub (what
+    torchrun started and watches) the worker its host's worker server forked instead."""
+    marked = proc.workers(host_pid)
+    stubs = {pid for pid, _ in marked if STUB in proc.command_line(pid)}
+    if not stubs:
+        return marked
+    servers = {pid for pid, _ in proc.descendants(host_pid) if proc.command_line(pid).startswith(SERVER_TITLE)}
+    return [m for m in marked if m[0] not in stubs] + proc.children_of(servers)
 
 
 def server_name(run_id: str, rank: int) -> str:
@@ -145,4 +158,4 @@ def _start(listener: socket.socket, conn: socket.socket, workers: dict[int, sock
     return pid
 
 
-__all__ = ["SERVER_ENV", "SERVER_TITLE", "server_name", "start_server", "stub_command"]
+__all__ = ["SERVER_ENV", "SERVER_TITLE", "server_name", "start_server", "stub_command", "worker_processes"]

@@ -54,7 +54,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 
 from chaos import sysctl, units
 from chaos.errors import UsageError
-from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
+from chaos.faults import FAULT_KINDS, WORKERS, Fault, Seconds, kind_names
 from chaos.reach import why_unreadable
 from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
@@ -434,6 +434,10 @@ class Scenario(Frozen):
                 raise ValueError(f"faults.{i}.{setting}: sets the rank's GPU, and the ranks run on the CPU "
                                  "(cluster.device: cpu); set cluster.device: cuda (or auto on a GPU node), "
                                  "or slow the rank by cpu_percent")
+            if getattr(event.fault, "processes", None) == WORKERS and self.job is None:
+                raise ValueError(f"faults.{i}.processes: workers are those a host's agent started (torchrun, "
+                                 "torchft, ft_launcher), and the harness's runner is one process per host; "
+                                 "remove processes to act on the host, or run your job under an agent (job:)")
             if self.job is not None and event.fault.kind == "gpu_hang":
                 raise ValueError(f"faults.{i}.kind: 'gpu_hang' is queued by the harness's rank code, and "
                                  "a user's job (job:) has none; use kind: pause for a silent stall, "
@@ -450,6 +454,13 @@ class Scenario(Frozen):
                 except ValueError as exc:
                     raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
                                      f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
+            workers = next((i for i, event in enumerate(self.faults)
+                            if getattr(event.fault, "processes", None) == WORKERS), None)
+            if job is not None and workers is not None and job.one_process_per_host:
+                raise ValueError(f"faults.{workers}.processes: workers are those a host's agent started, and "
+                                 f"{f'variant {name} of ' if name else ''}the job runs without one (launcher: "
+                                 f"{job.launcher}); run it under torchrun, torchft or ft_launcher (job.launcher), "
+                                 "or remove processes to act on the host")
             if job is not None and (problem := _framework_problem(job, self.cluster)):
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.launcher: {problem}")
             if job is not None and job.min_hosts is not None and job.min_hosts > world:
@@ -488,6 +499,11 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
                     f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
                     f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
+            if getattr(event.fault, "processes", None) == WORKERS and not traits.worker_faults:
+                raise ValueError(
+                    f"faults.{i}.processes: workers: the {backend} backend acts on a host whole "
+                    f"({traits.summary}); run it with --backend {' or '.join(backends_with('worker_faults'))}, "
+                    "or remove processes to act on the host")
             if event.fault.acts_on == "storage" and not traits.storage_faults:
                 raise ValueError(
                     f"faults.{i}.kind: {event.fault.kind} mounts over the ranks' checkpoint folder in the "
@@ -636,7 +652,7 @@ def _check_overlaps(scenario: Scenario) -> None:
             if not shared or earlier.clock() != later.clock():
                 continue
             for a, b in ((i, j), (j, i)):
-                if faults[a].fault.kind == "kill" and faults[b].offset >= faults[a].offset:
+                if faults[a].fault.ends_host and faults[b].offset >= faults[a].offset:
                     raise ValueError(f"faults.{b}: rank {shared[0]} is killed by faults.{a} at "
                                      f"{faults[a].offset:g} s; nothing can happen to it after that")
             if earlier.fault.kind == later.fault.kind and _overlap(earlier, later):

@@ -32,7 +32,7 @@ from typing import Any, Callable, Collection, Sequence
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.cmdfile import command_mechanisms
 from chaos.errors import HarnessError, TargetGone, UsageError
-from chaos.faults import FaultBase
+from chaos.faults import HOST, WORKERS, FaultBase
 from chaos.inject import default_mechanisms
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
@@ -43,6 +43,7 @@ from harness.cluster.frameworks import FRAMEWORKS
 from harness.cluster.launcher import LauncherPool
 from harness.cluster.spec import ClusterSpec
 from harness.cluster.undos import undo_table
+from harness.cluster.workers import worker_processes
 from harness.cluster.userjob import JobSpec, launch_command, rank_command, rank_environment
 from harness.job.config import RankConfig, WorkloadSpec
 from harness.job.device import (Placement, choose, gpu_memory_by_pid, job_device_env, rank_env)
@@ -485,7 +486,7 @@ class Trial:
                                       on_phase_s(action, timeline.pending), traffic.applying(action),
                                       timeline.fired.get(action.index)) if targets else None
                 if applied is not None:
-                    if applied.fault.kind == "kill":  # type: ignore[attr-defined]
+                    if applied.fault.ends_host:  # a host killed (a worker killed leaves its agent)
                         gpu.killed(pids, applied.t_applied)
                         timeline.killed.update(targets)
                     if at_detection is not None:
@@ -651,7 +652,10 @@ class Trial:
         applied (recorded as not applied, like a process gone before: the trial goes on)."""
         planned, fault = self.plan.faults[index], self.faults[index]
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
-        hosts = [replace(cluster.hosts[rank], pid=cluster.pid(rank), storage=storage, gpu=self.placement.gpu_of(rank))
+        on_workers = getattr(fault, "processes", HOST) == WORKERS
+        hosts = [replace(cluster.hosts[rank], pid=(pid := cluster.pid(rank)), storage=storage,
+                         gpu=self.placement.gpu_of(rank),
+                         workers=tuple(worker_processes(pid)) if on_workers and pid is not None else ())
                  for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.

@@ -64,11 +64,7 @@ def py_spy() -> str | None:
 
 
 def _command(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)[:300]
+    return proc.command_line(pid)[:300]
 
 
 def _dump(tool: str, pid: int, deadline_s: float, nonblocking: bool, yielding: bool = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -111,6 +112,72 @@ def test_a_pause_stops_every_process_and_its_revert_continues_them(tree, tmp_pat
         UNDOS.revert(entry, ledger)
     wait_for(lambda: all(proc.state(pid) == "S" for pid in everyone), "a process stayed stopped")
     assert ledger.outstanding() == []
+
+
+# An agent as torch.distributed.elastic's: a monitor of its own (unmarked) and a worker in a
+# session of its own with the agent's mark in its environment, which starts a child (a data
+# loader, inheriting the mark).
+MARKED_AGENT = """
+import os, subprocess, sys, time
+child = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+monitor = subprocess.Popen([sys.executable, "-c", child])
+worker = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}]); {child}"],
+                          start_new_session=True, env={**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"})
+print(monitor.pid, worker.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def marked():
+    agent = subprocess.Popen([sys.executable, "-c", MARKED_AGENT], stdout=subprocess.PIPE, text=True)
+    try:
+        monitor, worker = (int(word) for word in agent.stdout.readline().split())
+        wait_for(lambda: len(proc.descendants(agent.pid)) >= 3, "the worker's child never started")
+        [loader] = [pid for pid, _ in proc.descendants(worker)]
+        yield agent, monitor, worker, loader
+    finally:
+        for pid, _ in [*proc.descendants(agent.pid), (agent.pid, 0)]:
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        agent.wait(DEADLINE_S)
+        agent.stdout.close()
+
+
+def workers_host(agent: int) -> Host:
+    return replace(host_of(agent), workers=tuple(proc.workers(agent)))
+
+
+def test_the_workers_are_the_topmost_processes_with_the_agents_mark(marked):
+    agent, monitor, worker, loader = marked
+    assert proc.workers(agent.pid) == [(worker, proc.start_time(worker))]
+
+
+def test_a_kill_of_the_workers_ends_them_and_leaves_the_agent_and_its_monitor(marked, tmp_path):
+    agent, monitor, worker, loader = marked
+    SignalKill().apply(parse_fault({"kind": "kill", "processes": "workers"}), workers_host(agent.pid),
+                       Ledger(new_run_id(), tmp_path))
+    wait_for(lambda: all(proc.state(pid) in (None, "Z") for pid in (worker, loader)), "a worker outlived the kill")
+    assert agent.poll() is None and proc.state(monitor) == "S"
+
+
+def test_a_pause_of_the_workers_stops_them_alone_and_its_revert_continues_them(marked, tmp_path):
+    agent, monitor, worker, loader = marked
+    ledger = Ledger(new_run_id(), tmp_path)
+    entries = SignalStop().apply(parse_fault({"kind": "pause", "processes": "workers"}), workers_host(agent.pid),
+                                 ledger)
+    assert [e.args["pid"] for e in entries] == [worker, loader]
+    wait_for(lambda: proc.state(worker) == proc.state(loader) == "T", "a worker was not stopped")
+    assert proc.state(agent.pid) == proc.state(monitor) == "S"
+    for entry in reversed(entries):
+        UNDOS.revert(entry, ledger)
+    wait_for(lambda: proc.state(worker) == proc.state(loader) == "S", "a worker stayed stopped")
+
+
+def test_a_fault_on_the_workers_while_none_runs_is_not_applied(marked, tmp_path):
+    agent, *_ = marked
+    with pytest.raises(TargetGone, match="no worker runs under its agent"):  # between two restarts
+        SignalStop().apply(parse_fault({"kind": "pause", "processes": "workers"}), host_of(agent.pid),
+                           Ledger(new_run_id(), tmp_path))
 
 
 @pytest.mark.requires_root

@@ -312,3 +312,67 @@ def test_replicas_whose_data_position_differs_are_named():
     assert verdict.violations[0].invariant == REPLICAS_AGREE
     assert "(the data differs)" in verdict.violations[0].detail
     assert check_state(with_parts(relaunched("w{}"), {})).verdict == CONSISTENT
+
+
+# A preloaded agent's host (harness.cluster.workers): torchrun's child is the stub (marked),
+# the worker is a child of the host's worker server, its environment the server's.
+PRELOADED_AGENT = """
+import os, subprocess, sys, time
+sleep = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+stub = subprocess.Popen([sys.executable, "-c", sleep, {stub!r}], env={{**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}},
+                        stdout=subprocess.PIPE, text=True)
+server = subprocess.Popen([{title!r}, "-c", f"import subprocess; subprocess.Popen([{{sys.executable!r}}, '-c', {{sleep!r}}]); {{sleep}}"],
+                          executable=sys.executable, stdout=subprocess.PIPE, text=True)
+stub.stdout.readline(); server.stdout.readline(); worker = server.stdout.readline()
+print(stub.pid, server.pid, worker.strip(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_preloaded_worker_is_the_one_its_hosts_server_forked_not_its_stub():
+    import subprocess
+    import sys
+
+    from chaos import proc
+    from harness.cluster.workers import SERVER_TITLE, STUB, worker_processes
+    agent = subprocess.Popen([sys.executable, "-c", PRELOADED_AGENT.format(stub=STUB, title=SERVER_TITLE)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        stub, server, worker = (int(word) for word in agent.stdout.readline().split())
+        assert proc.workers(agent.pid) == [(stub, proc.start_time(stub))]  # what the agent's mark shows
+        assert worker_processes(agent.pid) == [(worker, proc.start_time(worker))]
+    finally:
+        for pid, _ in [*proc.descendants(agent.pid), (agent.pid, 0)]:
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        agent.wait(30)
+        agent.stdout.close()
+
+
+WORKERS_FAULT = "faults:\n  - {kind: pause, processes: workers, target: {rank: 1}, start: 1s, duration: 2s}\n"
+
+
+@pytest.mark.parametrize("head, message", [
+    ("policies: {timeout: {timeout: 5s}}\n",
+     r"s\.yaml:\d+: faults\.0\.processes: workers are those a host's agent started .* the harness's runner is one "
+     "process per host"),
+    ("job: {command: [python, x.py], launcher: direct}\n",
+     r"s\.yaml:\d+: faults\.0\.processes: workers are those a host's agent started, and the job runs without one "
+     r"\(launcher: direct\); run it under torchrun"),
+    ("job: {command: [python, x.py], launcher: nvrx_inprocess}\n", r"the job runs without one \(launcher: nvrx_inpro"),
+    ("cluster: {backend: docker}\njob: {command: [python, x.py], launcher: torchrun}\n",
+     r"s\.yaml:\d+: faults\.0\.processes: workers: the docker backend acts on a host whole .* --backend netns or "
+     "local"),
+])
+def test_a_fault_on_the_workers_where_no_agent_starts_them_is_refused_at_load(tmp_path, head, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\n{head}{WORKERS_FAULT}".replace("x.py]", f"x.py], workdir: {tmp_path}"))
+    with pytest.raises(UsageError, match=message):
+        load_scenario(path)
+
+
+def test_a_fault_on_the_workers_under_an_agent_loads_and_says_so(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\njob: {{command: [python, x.py], launcher: torchrun, workdir: {tmp_path}}}\n"
+                    f"{WORKERS_FAULT}")
+    fault = load_scenario(path).faults[0].fault
+    assert fault.describe() == "pause(processes=workers)" and not fault.ends_host
