@@ -57,8 +57,9 @@ def main(command):
     for number in FORWARDED:
         signal.signal(number, forward)
     ended = json.loads(conn.recv(65536) or b'{"exit": 70}')  # 70: the server went first
-    if "signal" in ended:
-        signal.signal(ended["signal"], signal.SIG_DFL)
+    if "signal" in ended:  # ended by it: so does the stub, for torchrun to read (-9 for a SIGKILL)
+        if ended["signal"] not in (signal.SIGKILL, signal.SIGSTOP):  # those take no handler
+            signal.signal(ended["signal"], signal.SIG_DFL)
         os.kill(os.getpid(), ended["signal"])
     return ended.get("exit", 70)
 

@@ -244,4 +244,5 @@ def test_torchruns_workers_fork_from_the_agents_server_and_the_stub_stands_in_fo
     assert facts["warm"]                                          # forked from the server
     assert facts["term"] == -signal.SIGTERM and facts["term_worker_gone"]  # forwarded, and died of it
     assert facts["kill_worker_gone"]                              # a SIGKILLed stub takes its worker
+    assert facts["worker_killed"] == -signal.SIGKILL              # a SIGKILLed worker: the stub reads as it
     assert not facts["no_server_warm"] and facts["no_server_gone"]  # no server: the stub execs it

@@ -43,6 +43,9 @@ stub, worker = started(out + ".b")
 os.killpg(stub.pid, signal.SIGKILL)  # torchrun's last resort: the server ends the worker
 stub.wait()
 facts["kill_worker_gone"] = gone(worker["pid"])
+stub, worker = started(out + ".d")
+os.kill(worker["pid"], signal.SIGKILL)  # the worker itself killed (an OOM kill, a worker fault)
+facts["worker_killed"] = stub.wait()
 stub, worker = started(out + ".c", env={k: v for k, v in os.environ.items() if k != SERVER_ENV})
 facts["no_server_warm"] = worker["warm"]
 os.killpg(stub.pid, signal.SIGKILL)
