@@ -61,9 +61,11 @@ case "${1:-}" in
         bash .ci/uml-kernel.sh
         .venv/bin/ruff check --quiet .
         # CI's tier by default (docs/nightly.md); a later -m wins: -m nightly for the nights'
-        # tier, -m "" for every tier. pytest exits 5 when it collected no test: that fails
-        # here like any other error.
-        exec .venv/bin/python -m pytest -m "not nightly" "$@"
+        # tier, -m "" for every tier. Two pytest-xdist workers, whatever the machine: a trial
+        # keeps about a third of CI's two CPUs busy, so two at once keep its timings; tests of
+        # one shared daemon go to one worker (tests/conftest.py); -n 0 runs one at a time.
+        # pytest exits 5 when it collected no test: that fails here like any other error.
+        exec .venv/bin/python -m pytest -m "not nightly" -n 2 --dist loadgroup "$@"
         ;;
     check)
         shift

@@ -198,11 +198,25 @@ def _scenario_needs(item: pytest.Item) -> list[str]:
             and refused(dataclasses.replace(caps, **{check: True})) < now]
 
 
+# What one daemon of this machine serves is tested one at a time, on one pytest-xdist worker
+# (`./dev.sh test` runs two, --dist loadgroup): the local Slurm cluster, the Docker engine
+# (whose tests list its containers and networks), a User-Mode Linux kernel.
+SHARED_DAEMONS = {"docker": "docker", "compose": "docker", "uml_netem": "uml"}
+
+
+def _daemon_group(item: pytest.Item) -> str | None:
+    if item.path.is_relative_to(Path(__file__).parent / "slurm"):
+        return "slurm"
+    return next((SHARED_DAEMONS[name] for name in _needs(item) if name in SHARED_DAEMONS), None)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     required = _names(REQUIRE)
     lacking: dict[str, list[str]] = {}
     for item in items:
+        if group := _daemon_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
         missing = [name for name in _needs(item) if why_missing(name)]
         # a test that skips for a capability not required skips, whatever else it lacks
         optional = [name for name in missing if name not in required]
