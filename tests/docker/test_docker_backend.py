@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from chaos import netlink, sysctl
+from chaos import netlink, proc, sysctl
 from chaos.faults import Kill, LinkDown, Pause
 from chaos.heal import heal
 from chaos.inject import NetlinkInjector, default_mechanisms
@@ -26,7 +26,7 @@ from chaos.storage import mounts_below
 from harness.cluster.spec import ClusterSpec
 from harness.cluster.undos import undo_table
 from harness.cluster.docker.cluster import DockerBackend, DockerCluster
-from harness.cluster.docker.engine import LABEL_RUN, engine
+from harness.cluster.docker.engine import LABEL_LEDGER, LABEL_OWNER, LABEL_RUN, engine
 from harness.cluster.docker.heal import heal_containers
 from harness.cluster.launcher import LauncherPool
 from harness.job import lease
@@ -242,9 +242,13 @@ def _running(run_id: str) -> list[str]:
         client.close()
 
 
-def test_containers_leave_once_their_harness_is_killed(run_id: str, tmp_path: Path) -> None:
+def test_containers_leave_once_their_harness_is_killed(run_id: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The lease (harness.job.lease): a SIGKILLed harness renews nothing, so its ranks leave
-    within the lease's timeout and their containers stop; heal then removes what is left."""
+    within the lease's timeout and their containers stop; heal then removes what is left.
+    Its ledger is kept in a folder of its own: a harness started meanwhile (another test)
+    heals dead runs as it starts, and would take these containers before their lease."""
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
     with _harness(run_id, tmp_path) as child:
         assert len(_running(run_id)) == 2
         child.kill()
@@ -259,18 +263,51 @@ def test_containers_leave_once_their_harness_is_killed(run_id: str, tmp_path: Pa
         assert not Ledger(run_id).path.exists()
 
 
-def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
+def _orphan(run_id: str, **labels: str) -> None:
+    """A container of `run_id` that no ledger names, its owner the process `owner` (alive
+    until the test ends it: a harness started meanwhile heals only dead runs)."""
     client = engine()
     try:
         from harness.cluster.docker.image import ensure_local_image
         client.containers.create(ensure_local_image(client), name=f"chaos-{run_id}-orphan",
-                                 labels={LABEL_RUN: run_id}, network_mode="none")
+                                 labels={LABEL_RUN: run_id, **labels}, network_mode="none")
     finally:
         client.close()
-    assert leftovers(run_id) == [f"container chaos-{run_id}-orphan"]
-    report = heal_containers()
+
+
+@contextlib.contextmanager
+def _owner() -> Iterator[tuple[subprocess.Popen, str]]:
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        yield owner, f"{owner.pid}:{proc.start_time(owner.pid)}"
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
+    with _owner() as (owner, label):
+        _orphan(run_id, **{LABEL_OWNER: label})
+        assert leftovers(run_id) == [f"container chaos-{run_id}-orphan"]
+        assert run_id in heal_containers().skipped_live
+        owner.kill()
+        owner.wait()
+        report = heal_containers()
     assert f"docker container chaos-{run_id}-orphan" in report.undone
     assert leftovers(run_id) == []
+
+
+def test_a_dead_runs_containers_are_its_own_ledger_folders_to_heal(run_id: str, tmp_path: Path) -> None:
+    """A heal of the default folder leaves a dead run's containers whose ledger is kept in
+    another folder (a test's, a user's CHAOS_STATE_DIR) to the heal of that folder."""
+    elsewhere = tmp_path / "state"
+    Ledger(run_id, elsewhere).record("docker_container", name=f"chaos-{run_id}-orphan", run_id=run_id)
+    with _owner() as (owner, label):
+        _orphan(run_id, **{LABEL_OWNER: label, LABEL_LEDGER: str(elsewhere)})
+    report = heal_containers()
+    assert f"{run_id} (its ledger in {elsewhere})" in report.elsewhere and leftovers(run_id)
+    report = heal_containers(directory=elsewhere)
+    assert f"docker container chaos-{run_id}-orphan" in report.undone and leftovers(run_id) == []
 
 
 def test_link_faults_on_the_container_side(run_id: str, ledger: Ledger, launchers: LauncherPool, tmp_path: Path) -> None:

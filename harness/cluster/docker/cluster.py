@@ -32,6 +32,7 @@ from harness.cluster.api import Backend, Cluster
 from harness.cluster.spec import STORE_PORT, ClusterSpec, RankExit, Traits
 from harness.cluster.undos import undo_table
 from harness.cluster.docker.engine import (
+    LABEL_LEDGER,
     LABEL_OWNER,
     LABEL_RANK,
     LABEL_ROLE,
@@ -150,7 +151,8 @@ class DockerCluster(Cluster):
                      "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S),
                      "--lease", str(self._lease.path)],
             labels={LABEL_RUN: self.spec.run_id, LABEL_RANK: str(rank), LABEL_ROLE: "rank",
-                    LABEL_OWNER: f"{os.getpid()}:{proc.start_time(os.getpid())}"},
+                    LABEL_OWNER: f"{os.getpid()}:{proc.start_time(os.getpid())}",
+                    LABEL_LEDGER: str(self._ledger.path.parent)},
             network_mode="none", volumes=volumes, working_dir="/", init=False, detach=True,
             log_config={"type": "json-file", "config": {}}, **self.template.create_options(self._gpu(rank)))
 

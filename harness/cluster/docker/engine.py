@@ -16,6 +16,10 @@ LABEL_RANK = "io.chaos-harness.rank"
 LABEL_ROLE = "io.chaos-harness.role"
 LABEL_IMAGE = "io.chaos-harness.image"
 LABEL_OWNER = "io.chaos-harness.owner"  # "<pid>:<start time>" of the harness that made it
+# the folder of the run's ledger: a heal of another folder leaves a dead run's containers to
+# the heal of that one while the ledger is there (chaos.heal: "beside runs that keep their
+# ledgers elsewhere")
+LABEL_LEDGER = "io.chaos-harness.ledger"
 DOCKER_HOST_ENV = "DOCKER_HOST"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 API_TIMEOUT_S = 60

@@ -16,10 +16,11 @@ from typing import Any
 
 from chaos.errors import HarnessError
 from chaos.heal import owner_alive
-from chaos.ledger import Ledger
+from chaos.ledger import Ledger, state_dir
 from chaos.undotable import HealReport, UndoTable
 from chaos import proc
-from harness.cluster.docker.engine import LABEL_OWNER, LABEL_RUN, conflict, engine, not_found, translated
+from harness.cluster.docker.engine import (LABEL_LEDGER, LABEL_OWNER, LABEL_RUN, conflict, engine, not_found,
+                                           translated)
 
 
 def _labelled(container: Any, run_id: str) -> bool:
@@ -30,6 +31,16 @@ def _owner_alive(container: Any) -> bool:
     """Whether the harness named by the container's owner label still lives."""
     pid, _, started = (container.labels or {}).get(LABEL_OWNER, "").partition(":")
     return pid.isdigit() and str(proc.start_time(int(pid))) == started
+
+
+def _ledger_elsewhere(found: list[Any], run_id: str, directory: Path | None) -> str | None:
+    """The other folder where the run's ledger still is (its containers are that heal's), or None."""
+    here = (directory or state_dir()).resolve()
+    for container in found:
+        folder = (container.labels or {}).get(LABEL_LEDGER)
+        if folder and Path(folder).resolve() != here and (Path(folder) / f"{run_id}.jsonl").exists():
+            return folder
+    return None
 
 
 def _removal_in_progress(exc: BaseException) -> bool:
@@ -73,7 +84,8 @@ def undo_pause(args: dict[str, Any]) -> None:
 
 def heal_containers(run_id: str | None = None, everything: bool = False,
                     report: HealReport | None = None, directory: Path | None = None) -> HealReport:
-    """Remove containers labelled with a run id: one run, or those whose owner is dead, or all.
+    """Remove containers labelled with a run id: one run, or those whose owner is dead (and
+    whose ledger is not kept in another folder, whose heal they are), or all.
 
     The ledger path (`chaos.heal.heal` with `UNDOS` in its table) covers what a run
     recorded; this finds what a lost or torn ledger no longer names. Without an engine it
@@ -96,6 +108,9 @@ def heal_containers(run_id: str | None = None, everything: bool = False,
                     owner_alive(Ledger(rid, directory)) or any(_owner_alive(c) for c in found)):
                 if rid not in report.skipped_live:
                     report.skipped_live.append(rid)
+                continue
+            if run_id is None and not everything and (folder := _ledger_elsewhere(found, rid, directory)):
+                report.elsewhere.append(f"{rid} (its ledger in {folder})")
                 continue
             for c in found:
                 undo_container({"name": c.name, "run_id": rid})
