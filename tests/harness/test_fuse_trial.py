@@ -60,7 +60,10 @@ def test_io_stall_holds_the_save_until_the_storage_comes_back(tmp_path, leaves_n
     assert timed_out and all(e["t"] < stalled["t"] for e in timed_out)  # the others gave up waiting meanwhile
 
 
-def test_sigkill_mid_stall_then_heal_of_the_run_leaves_no_mount(tmp_path, leaves_nothing):
+def test_sigkill_mid_stall_then_heal_of_the_run_leaves_no_mount(tmp_path, leaves_nothing, monkeypatch):
+    # a ledger folder of its own: a harness started meanwhile (another test) heals dead runs
+    # as it starts, and would take this one's mount before the heal below
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
     child = subprocess.Popen([CHAOS, "run", str(SCENARIOS / "io_stall.yaml"), "--policy", "timeout",
                               "--out", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)

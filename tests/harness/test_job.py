@@ -102,7 +102,10 @@ def owned_by(pid: int) -> set[str]:
             if any(e.op == "owner" and e.args["pid"] == pid for e in Ledger(name.removesuffix(".jsonl")).entries())}
 
 
-def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing):
+def test_sigkill_then_heal_leaves_nothing(tmp_path, leaves_nothing, monkeypatch):
+    # a ledger folder of its own: a harness started meanwhile (another test) heals dead runs
+    # as it starts, and would take this one's before the heal below
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
     proc = _start_run(tmp_path, "baseline")
     # the trial's ledger and the one of the rank launcher that the run's trials share
     assert len(owned_by(proc.pid)) == 2

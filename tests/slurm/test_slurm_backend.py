@@ -201,7 +201,7 @@ def _agent_of(node: str) -> int:
     raise AssertionError(f"no agent of {node} among {found}")
 
 
-def test_a_killed_harness_and_agent_are_healed_on_the_node(slurm_env, tmp_path):
+def test_a_killed_harness_and_agent_are_healed_on_the_node(slurm_env, tmp_path, monkeypatch):
     """SIGKILL of `chaos run --backend slurm` mid-fault, and of the node agent that applied the
     fault before it could take it back, then `chaos heal`: the run's job is cancelled and a
     heal on the nodes (srun) takes back what the agent's ledger there names: no job in
@@ -209,6 +209,11 @@ def test_a_killed_harness_and_agent_are_healed_on_the_node(slurm_env, tmp_path):
     from chaos import netlink, topology
     from chaos.ledger import state_dir
     from harness.cluster.slurm.local import running
+    [cluster] = running()  # found by its ledger in the default folder
+    # a ledger folder of its own: a harness started meanwhile (another test) heals dead runs
+    # as it starts, and would take this one's before the heal below
+    monkeypatch.setenv("CHAOS_STATE_DIR", str(tmp_path / "state"))
+    slurm_env = {**slurm_env, "CHAOS_STATE_DIR": str(tmp_path / "state")}
     path = _scenario(tmp_path, "held", """cluster: {ranks: 4}
 faults:
   - {kind: loss, percent: 10%, target: {rank: 3}, start: 2s, duration: 60s}
@@ -223,7 +228,7 @@ policies:
     while not any('"fault_applied"' in p.read_text() for p in runs.rglob("events.jsonl")):
         assert child.poll() is None and time.monotonic() < deadline, "the run never applied its fault"
         time.sleep(0.2)
-    node = topology.host_at(running()[0].id, 3)
+    node = topology.host_at(cluster.id, 3)
     while not netlink.filter_prios(node.ns_path, node.ifname, "ingress"):  # on a moment after its answer
         assert time.monotonic() < deadline, "the agent never put its filter on"
         time.sleep(0.05)
