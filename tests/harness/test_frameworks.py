@@ -318,13 +318,14 @@ def test_replicas_whose_data_position_differs_are_named():
 # the worker is a child of the host's worker server, its environment the server's.
 PRELOADED_AGENT = """
 import os, subprocess, sys, time
-sleep = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
-stub = subprocess.Popen([sys.executable, "-c", sleep, {stub!r}], env={{**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}},
-                        stdout=subprocess.PIPE, text=True)
-server = subprocess.Popen([{title!r}, "-c", f"import subprocess; subprocess.Popen([{{sys.executable!r}}, '-c', {{sleep!r}}]); {{sleep}}"],
+sleep = "import time; time.sleep(120)"
+stub = subprocess.Popen([sys.executable, "-c", sleep, {stub!r}], env={{**os.environ, "TORCHELASTIC_RESTART_COUNT": "0"}})
+server = subprocess.Popen([{title!r}, "-c", f"import subprocess, time; w = subprocess.Popen([{{sys.executable!r}}, '-c', {{sleep!r}}]); print(w.pid, flush=True); time.sleep(120)"],
                           executable=sys.executable, stdout=subprocess.PIPE, text=True)
-stub.stdout.readline(); server.stdout.readline(); worker = server.stdout.readline()
-print(stub.pid, server.pid, worker.strip(), flush=True)
+worker = server.stdout.readline().strip()
+while {stub!r} not in open(f"/proc/{{stub.pid}}/cmdline").read():  # until the stub has exec'd
+    time.sleep(0.01)
+print(stub.pid, server.pid, worker, flush=True)
 time.sleep(120)
 """
 
