@@ -54,6 +54,12 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
+def parent(pid: int) -> int | None:
+    """The process's parent pid, or None when it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
     fields = _stat(pid)

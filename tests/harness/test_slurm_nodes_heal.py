@@ -26,3 +26,26 @@ def test_the_srun_on_the_nodes_keeps_the_partition_and_account_only() -> None:
     args = ("--partition", "gpu", "--time", "10:00", "--account", "ml", "--signal", "USR1@60")
     assert placement(args) == ["--partition", "gpu", "--account", "ml"]
     assert placement(()) == []
+
+
+def test_a_copy_slurmd_forked_is_not_a_second_daemon() -> None:
+    """slurmd forks to exec slurmstepd for a step: for a moment the copy has its command line."""
+    import subprocess
+    import sys
+    import time
+
+    from chaos import proc
+    from harness.cluster.slurm import slurmd
+    code = "import os, time; os.fork(); time.sleep(60)"
+    daemon = subprocess.Popen(["slurmd", "-c", code, "-N", "chaos-test-node"], executable=sys.executable)
+    try:
+        deadline = time.monotonic() + 10
+        while not proc.descendants(daemon.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(proc.descendants(daemon.pid)) == 1
+        assert slurmd.daemons("chaos-test-node") == [daemon.pid]
+    finally:
+        for pid, _ in proc.descendants(daemon.pid):
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        daemon.kill()
+        daemon.wait()

@@ -33,7 +33,13 @@ def _argv(pid: int) -> list[str] | None:
 
 def daemons(node: str) -> list[int]:
     """The pids of the slurmd serving `node` on this host: the one started with `-N node`,
-    else the only one started without -N."""
+    else the only one started without -N. A copy the daemon forked (to exec slurmstepd for
+    a step, a moment later) carries its command line: it is the daemon's, not a second one."""
+    found = _named_or_plain(node)
+    return [pid for pid in found if proc.parent(pid) not in found]
+
+
+def _named_or_plain(node: str) -> list[int]:
     named, plain = [], []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
