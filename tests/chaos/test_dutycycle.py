@@ -45,8 +45,9 @@ def test_a_slow_rank_gets_the_share_asked_and_runs_again_after(spinner):
     injection.revert()
     assert proc.state(child.pid) in ("R", "S"), "left stopped by the revert"
     after = share_over(child.pid, 1.0)
-    # at most the 25% asked (a loaded machine may give it less), and well below the free share
-    assert slowed <= 0.30 and slowed < 0.6 * free, (free, slowed, after)
+    # at most the 25% asked (a loaded machine may give it less), and well below its share
+    # unslowed: the better of before and after, as a test beside it may take the CPU in either
+    assert slowed <= 0.30 and slowed < 0.6 * max(free, after), (free, slowed, after)
     assert after > 1.5 * slowed, (free, slowed, after)
 
 
