@@ -49,9 +49,14 @@ class FaultBase(BaseModel):
         """Whether its targets' processes end for good: nothing happens to them after it."""
         return False
 
+    @property
+    def on_workers(self) -> bool:
+        """Whether it acts on the workers of its hosts' agents only (`processes: workers`)."""
+        return getattr(self, "processes", HOST) == WORKERS
+
     def describe(self) -> str:
         # a whole host is what a process fault acts on unless it says otherwise: not repeated
-        quiet = {"kind"} | ({"processes"} if getattr(self, "processes", None) == HOST else set())
+        quiet = {"kind"} | ({"processes"} if hasattr(self, "processes") and not self.on_workers else set())
         params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude=quiet).items())
         return f"{self.kind}({params})" if params else self.kind  # type: ignore[attr-defined]
 

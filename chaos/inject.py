@@ -19,7 +19,7 @@ from typing import Sequence
 from chaos import cgroup, cmdfile, dutycycle, fusefs, netlink, nvml, probe, proc
 from chaos.api import AppliedFault, Host, Injection, Injector
 from chaos.errors import FaultConflict, TargetGone, UnsupportedFault
-from chaos.faults import FAULT_KINDS, HOST, WORKERS, FaultBase, Kill, Slow
+from chaos.faults import FAULT_KINDS, FaultBase, Kill, Slow
 from chaos.ledger import Entry, Ledger
 from chaos.mechanism import ClusterMechanism, Mechanism, Unavailable, record_process
 from chaos.undotable import UndoTable
@@ -57,7 +57,7 @@ def _roots(fault: FaultBase, host: Host) -> list[tuple[int, int | None]]:
     process, or with `processes: workers` the workers its agent runs now (`host.workers`;
     none: the agent is between two restarts, and the fault is not applied)."""
     pid = _require_pid(fault, host)
-    if getattr(fault, "processes", HOST) == HOST:
+    if not fault.on_workers:
         return [(pid, proc.start_time(pid))]
     if not host.workers:
         raise TargetGone(f"{fault.kind} of {host.name}'s workers: no worker runs under its agent ({pid}) now")
@@ -74,7 +74,7 @@ class SignalKill(Mechanism):
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
         for pid, started in _roots(fault, host):
-            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.processes == WORKERS)
+            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_workers)
         return []  # a kill has nothing to undo
 
 
@@ -85,7 +85,7 @@ class SignalStop(Mechanism):
         entries = []
         for pid, started in _roots(fault, host):
             # a worker that ended between the look and the signal is gone, not an error
-            entries.append(self._stop(ledger, pid, started, gone_ok=getattr(fault, "processes", HOST) == WORKERS))
+            entries.append(self._stop(ledger, pid, started, gone_ok=fault.on_workers))
             # the stopped parent starts no one else; its descendants are stopped after it
             entries += [self._stop(ledger, child, child_started, gone_ok=True)
                         for child, child_started in proc.descendants(pid)]

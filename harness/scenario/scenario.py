@@ -54,7 +54,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 
 from chaos import sysctl, units
 from chaos.errors import UsageError
-from chaos.faults import FAULT_KINDS, WORKERS, Fault, Seconds, kind_names
+from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
 from chaos.reach import why_unreadable
 from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
@@ -434,7 +434,7 @@ class Scenario(Frozen):
                 raise ValueError(f"faults.{i}.{setting}: sets the rank's GPU, and the ranks run on the CPU "
                                  "(cluster.device: cpu); set cluster.device: cuda (or auto on a GPU node), "
                                  "or slow the rank by cpu_percent")
-            if getattr(event.fault, "processes", None) == WORKERS and self.job is None:
+            if event.fault.on_workers and self.job is None:
                 raise ValueError(f"faults.{i}.processes: workers are those a host's agent started (torchrun, "
                                  "torchft, ft_launcher), and the harness's runner is one process per host; "
                                  "remove processes to act on the host, or run your job under an agent (job:)")
@@ -455,7 +455,7 @@ class Scenario(Frozen):
                     raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
                                      f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
             workers = next((i for i, event in enumerate(self.faults)
-                            if getattr(event.fault, "processes", None) == WORKERS), None)
+                            if event.fault.on_workers), None)
             if job is not None and workers is not None and job.one_process_per_host:
                 raise ValueError(f"faults.{workers}.processes: workers are those a host's agent started, and "
                                  f"{f'variant {name} of ' if name else ''}the job runs without one (launcher: "
@@ -499,7 +499,7 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
                     f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
                     f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
-            if getattr(event.fault, "processes", None) == WORKERS and not traits.worker_faults:
+            if event.fault.on_workers and not traits.worker_faults:
                 raise ValueError(
                     f"faults.{i}.processes: workers: the {backend} backend acts on a host whole "
                     f"({traits.summary}); run it with --backend {' or '.join(backends_with('worker_faults'))}, "

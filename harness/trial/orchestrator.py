@@ -32,7 +32,7 @@ from typing import Any, Callable, Collection, Sequence
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.cmdfile import command_mechanisms
 from chaos.errors import HarnessError, TargetGone, UsageError
-from chaos.faults import HOST, WORKERS, FaultBase
+from chaos.faults import FaultBase
 from chaos.inject import default_mechanisms
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
@@ -652,10 +652,9 @@ class Trial:
         applied (recorded as not applied, like a process gone before: the trial goes on)."""
         planned, fault = self.plan.faults[index], self.faults[index]
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
-        on_workers = getattr(fault, "processes", HOST) == WORKERS
         hosts = [replace(cluster.hosts[rank], pid=(pid := cluster.pid(rank)), storage=storage,
                          gpu=self.placement.gpu_of(rank),
-                         workers=tuple(worker_processes(pid)) if on_workers and pid is not None else ())
+                         workers=tuple(worker_processes(pid)) if fault.on_workers and pid is not None else ())
                  for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.
