@@ -22,6 +22,7 @@ DAEMON = "slurmd"
 NAMED_NAMESPACES = Path("/run/netns")
 KILLED_WAIT_S = 2.0
 START_TIMEOUT_S = 10.0
+COPY_EXEC_WAIT_S = 1.0
 
 
 def _argv(pid: int) -> list[str] | None:
@@ -31,12 +32,20 @@ def _argv(pid: int) -> list[str] | None:
         return None
 
 
-def daemons(node: str) -> list[int]:
+def daemons(node: str, settle_s: float = COPY_EXEC_WAIT_S) -> list[int]:
     """The pids of the slurmd serving `node` on this host: the one started with `-N node`,
-    else the only one started without -N. A copy the daemon forked (to exec slurmstepd for
-    a step, a moment later) carries its command line: it is the daemon's, not a second one."""
-    found = _named_or_plain(node)
-    return [pid for pid in found if proc.parent(pid) not in found]
+    else the only one started without -N. A step's slurmstepd is a copy of the daemon until
+    its exec: slurmd forks, and that child forks the one that execs and exits (the copy is an
+    orphan for a moment). A copy whose parent is found is left out at once; while more than
+    one remain they are looked for again until `settle_s` has passed: a copy execs within
+    milliseconds, a second daemon stays."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = _named_or_plain(node)
+        alone = [pid for pid in found if proc.parent(pid) not in found]
+        if len(alone) <= 1 or time.monotonic() >= deadline:
+            return alone
+        time.sleep(0.02)
 
 
 def _named_or_plain(node: str) -> list[int]:
