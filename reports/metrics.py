@@ -57,7 +57,8 @@ Definitions (the one definition of each; every report repeats them):
   restarts            rank processes that began (rank_start) at or after fault start: a
                       torchrun agent's or a retry wrapper's new worker; NaN (not observed)
                       for a user's job whose processes never ran the step hook.
-  final world         the world of the last group formed after fault start (group_ready);
+  final world         the world of the last group formed after fault start and before the
+                      observation end (group_ready);
                       a user's job has none: the WORLD_SIZE of the last process begun after
                       it over its processes per host (rank_start: torchrun's restart into
                       fewer hosts, --nnodes MIN:MAX).

@@ -65,7 +65,7 @@ class TrialFacts:
     detection_cause: str                # cause of the first detection ("" when none)
     departures: dict[int, Departure]
     resumed: dict[int, float]           # survivor -> first step after its last disruption
-    final_world: int | None             # world of the last group formed after fault start
+    final_world: int | None             # world of the last group formed after fault start, before the end
     breaker_opens: dict[int, float]     # rank -> first breaker_open
     end_reason: str                     # the harness's trial_end reason ("" when missing)
     stopped_at: str                     # where a trial that did not finish ended ("" when it did)
@@ -269,9 +269,12 @@ def _resumed(events: pd.DataFrame, survivors: tuple[int, ...], fault: FaultWindo
     return resumed
 
 
-def _final_world(events: pd.DataFrame, start: float, per_host: int = 1) -> int | None:
-    """In ranks (hosts): a user's job's WORLD_SIZE counts each host's `per_host` processes; a
-    framework's quorum (its steps' participants: replica groups, one per host) counts hosts."""
+def _final_world(events: pd.DataFrame, start: float, end: float = math.inf, per_host: int = 1) -> int | None:
+    """The world formed last between `start` and `end` (the observation end: a survivor may
+    form one alone while the harness stops the others), in ranks (hosts): a user's job's
+    WORLD_SIZE counts each host's `per_host` processes; a framework's quorum (its steps'
+    participants: replica groups, one per host) counts hosts."""
+    events = events[events["t"] < end]
     quorum = of_kind(events, STEP)
     if "participants" in quorum:
         quorum = quorum[(quorum["t"] >= start) & quorum["participants"].notna()]
@@ -356,7 +359,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
             detections, cause = _with_exits(detections, cause, gone, fault)
         survivors = tuple(r for r in ranks if r not in gone)
         resumed = _resumed(events, survivors, fault, detections, steps, end, _quorum_change(events, detections))
-        world = _final_world(events, fault.start, int((trial.plan.job or {}).get("nproc_per_host") or 1))
+        world = _final_world(events, fault.start, end, int((trial.plan.job or {}).get("nproc_per_host") or 1))
         members = _final_members(events, fault.start, end)
         if members is None and trial.plan.job is not None:
             members = _final_hosts(events, fault.start, int(trial.plan.job.get("nproc_per_host") or 1))

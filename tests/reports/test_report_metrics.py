@@ -131,6 +131,16 @@ def test_continued_reports_the_smaller_world():
     assert math.isnan(row["ttr_after_end_s"])  # a kill does not heal
 
 
+def test_a_group_a_survivor_forms_while_the_harness_stops_the_others_is_not_the_final_world():
+    """Teardown stops the survivors one by one: the last one, still in a collective, finds
+    the others gone and forms a world of itself before its own stop (seen on a loaded CI
+    machine under elastic). The final world is the one at the observation end."""
+    events, info = fakes.continued()  # the survivors 0-2 stopped at 16.0
+    late = {"t": 16.05, "kind": "group_ready", "rank": 2, "gen": 2, "world": 1, "group_rank": 0, "secs": 0.01}
+    row = metrics_of((sorted([*events, late], key=lambda e: e["t"]), info))
+    assert row["outcome"] == "continued" and row["final_world"] == 3
+
+
 def test_an_elastic_job_going_on_without_a_rank_frozen_for_good_continued():
     row = metrics_of(fakes.continued_without_a_frozen_rank())  # r3 frozen, left out; 0-2 step from 10.8 s
     assert row["outcome"] == "continued" and row["final_world"] == 3 and row["departed"] == 0
