@@ -33,6 +33,7 @@ GENERATION_KEY = "generation"
 REJOIN_REQUESTS_KEY = "rejoin/requests"
 LISTENING = "control plane listening"
 STALL_LOGGED = "control plane: not running for"  # in the control plane's log, per stall
+DEAF_LOGGED = "control plane: heard no rank for"  # per time every rank went silent at once
 GAPS_LAST_WRITE_S = 2.0  # on SIGTERM, the heartbeat gaps' last write gets this long
 
 
@@ -47,11 +48,16 @@ def heartbeat_server(port: int, store: Any, host: str = "0.0.0.0",
     from harness.job.detector import HeartbeatServer
 
     return HeartbeatServer(port, host, rejoin_requests=lambda: store.add(REJOIN_REQUESTS_KEY, 0),
-                           on_stall=_log_stall, on_gap=on_gap)
+                           on_stall=_log_stall, on_gap=on_gap, on_deaf=_log_deaf)
 
 
 def _log_stall(secs: float) -> None:
     sys.stderr.write(f"{STALL_LOGGED} {secs:.2f}s; heartbeat silence over it not counted\n")
+    sys.stderr.flush()
+
+
+def _log_deaf(secs: float) -> None:
+    sys.stderr.write(f"{DEAF_LOGGED} {secs:.2f}s (this host cut off); heartbeat silence over it not counted\n")
     sys.stderr.flush()
 
 

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
 TICK_S = 0.05             # how often the server sends its digest
+DEAF_AFTER_S = 2 * TICK_S  # no heartbeat from any rank this long (at least): the server is cut off
 ASKS_POLL_S = TICK_S / 2  # how often it reads the store's rejoin request count
 LOSS_WINDOW_S = 2.0       # heartbeat loss is measured over this recent window
 PHI_WINDOW = 100          # arrival intervals kept per rank for phi
@@ -206,10 +207,13 @@ class HeartbeatServer:
                  clock: Callable[[], float] = time.monotonic,
                  rejoin_requests: Callable[[], int] = lambda: 0,
                  on_stall: Callable[[float], None] = lambda secs: None,
-                 on_gap: Callable[[int, float], None] | None = None) -> None:
+                 on_gap: Callable[[int, float], None] | None = None,
+                 on_deaf: Callable[[float], None] = lambda secs: None) -> None:
         self.clock = clock
         self.rejoin_requests = rejoin_requests
         self.on_stall = on_stall  # told the seconds of each stall of its own it discounts
+        self.on_deaf = on_deaf    # told the seconds of each time it heard no rank, which it discounts too
+        self._last_heard: float | None = None  # the newest heartbeat of any rank
         self.on_gap = on_gap      # told (rank, seconds) of every gap between a rank's heartbeats (harness.job.gaps)
         self._asks = 0
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -280,14 +284,25 @@ class HeartbeatServer:
             if (stalled := self.stalls.woke()) > 0:  # before draining: what arrives now is fresh
                 for member in self.members.values():
                     member.accrual.discount(stalled)
+                if self._last_heard is not None:  # discounted once, not again as deafness
+                    self._last_heard += stalled
                 self.on_stall(stalled)
             for key, _ in ready:
                 changed |= self._handle(key)
             now = self.clock()
             if changed or now >= next_tick:
                 self._drain_udp()  # silence is judged only after reading what has arrived
-                self._broadcast(self.clock())
+                if not self.deaf(now := self.clock()):
+                    self._broadcast(now)
                 next_tick = max(next_tick + TICK_S, now)
+
+    def deaf(self, now: float) -> bool:
+        """It heard no heartbeat from any of two or more ranks for the least floor they judge
+        by (DEAF_AFTER_S at least): every rank silent at once is this server cut off (its
+        host's link down, a partition), not every rank gone. Its digest would accuse them
+        all; it sends none, and when it hears them again their silence is not counted."""
+        floor = max(DEAF_AFTER_S, min((m.floor_s for m in self.members.values()), default=0.0))
+        return self._last_heard is not None and len(self.members) >= 2 and now - self._last_heard >= floor
 
     def _handle(self, key: selectors.SelectorKey) -> bool:
         """Returns True when a lease closed (the digest goes out at once)."""
@@ -348,6 +363,12 @@ class HeartbeatServer:
                 continue
             rank, seq, gen = beat
             now = self.clock()
+            if self.deaf(now):
+                assert self._last_heard is not None
+                for deafened in self.members.values():
+                    deafened.accrual.discount(now - self._last_heard)
+                self.on_deaf(now - self._last_heard)
+            self._last_heard = now
             member = self._member(rank)
             # a gap as judged (a stall of the server's own discounted); a heart that
             # started its count anew belongs to a new process of the rank: no gap
@@ -650,13 +671,18 @@ class FailureDetector:
         self.clock = clock
         self.started = clock()
         self._judged: tuple[View, tuple[int, ...], int, list[Suspicion]] | None = None
+        self._last_step: float | None = None
+
+    def stepped(self) -> None:
+        """This rank finished a step with its group: its way to its peers worked just now."""
+        self._last_step = self.clock()
 
     def judge(self, members: tuple[int, ...], generation: int) -> list[Suspicion]:
         """Members suspected now (this rank first if it is the one cut off)."""
         now = self.clock()
         view = self.view()
         heard = view.received if view is not None else self.started
-        if now - heard - self.stalled_since(heard) >= self.suspect_after_s:
+        if now - heard - self.stalled_since(heard) >= self.suspect_after_s and not self._steps_go_on(now):
             return [Suspicion(self.me, "cut-off", round(now - heard, 3))]
         if view is None:
             return []
@@ -666,6 +692,13 @@ class FailureDetector:
         found = self._judge_peers(view, members, generation)
         self._judged = (view, members, generation, found)
         return list(found)
+
+    def _steps_go_on(self, now: float) -> bool:
+        """The group stepped within the silence's threshold: what went silent is the control
+        plane (its host gone, paused or cut off), not this rank's way to its peers, and a
+        rank that took itself for cut off would leave a group that trains (every rank at
+        once). A rank cut off stops stepping too: the rule then holds as before."""
+        return self._last_step is not None and now - self._last_step < self.suspect_after_s
 
     def _judge_peers(self, view: View, members: tuple[int, ...], generation: int) -> list[Suspicion]:
         # reads the columns in place, not `view.state`: once per digest, 20 times a second

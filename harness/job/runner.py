@@ -203,6 +203,8 @@ class FaultTolerantRunner:
         self._stepped = True
         self.recorder.emit(kinds.STEP, step=step, gen=gen, loss=round(loss, 5),
                            dur=round(self.clock() - started, 4), compute=round(self.workload.compute_s, 5), **first)
+        if self.suspicions is not None:
+            self.suspicions.stepped()
         if self.workload.step % self.workload.spec.state_every == 0:
             self._record_state("step")
         if self.group.rank == 0 and self.workload.step % self.workload.spec.checkpoint_every == 0:

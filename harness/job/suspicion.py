@@ -8,7 +8,8 @@
                 once, a silent one once it has been suspect for `exclude_after` (it may
                 speak again; a member no longer suspect is forgotten, so a later silence
                 starts a new grace, as it does once a generation forms)
-    cut_off     this rank hears no digest: the health check of a policy with a detector
+    cut_off     this rank hears no digest, and its group no longer steps: the health check
+                of a policy with a detector (`stepped` tells the detector of each step)
     rejoin_asked  a rank asked to rejoin since this rank last looked (or its generation
                 formed): the pacing sleep ends, so the step that admits it starts now
 
@@ -48,6 +49,10 @@ class Suspicions:
         self._slow_waits: set[tuple[int, int]] = set()      # (generation, step) with stragglers written
         self._suspected_at: dict[int, float] = {}           # member -> when first suspected
         self._asks_seen = 0                                 # rejoin requests already acted on
+
+    def stepped(self) -> None:
+        """This rank finished a step with its group (the detector's cut-off rule asks)."""
+        self.detector.stepped()
 
     def watch(self, generation: int, members: tuple[int, ...], step: int,
               waited_s: float) -> str | None:

@@ -116,6 +116,24 @@ def test_stale_view_means_this_rank_is_cut_off_not_that_peers_died():
     assert (s.peer, s.via) == (0, "cut-off") and s.silent_s == pytest.approx(0.9)
 
 
+def test_a_silent_control_plane_while_the_group_steps_is_no_cut_off():
+    """The store's host paused, killed or cut off: every rank's digests stop at once while
+    their steps go on. Taking that for a cut-off would make every rank leave a group that
+    trains; a rank whose own link went down stops stepping too, and is cut off as before."""
+    clock = Clock()
+    current = [view(clock, r0=alive(), r1=alive(), r2=alive())]
+    d = detector(clock, current)
+    for _ in range(8):  # 2 s without a digest, a step every 0.25 s
+        clock.t += 0.25
+        d.stepped()
+        assert d.judge((0, 1, 2), 0) == []
+    clock.t += 0.79  # steps stop too: the threshold counts from the last step
+    assert d.judge((0, 1, 2), 0) == []
+    clock.t += 0.02
+    [s] = d.judge((0, 1, 2), 0)
+    assert (s.peer, s.via) == (0, "cut-off") and s.silent_s == pytest.approx(2.81)
+
+
 def test_stalls_are_the_wakes_later_than_the_period_by_the_minimum_or_more():
     clock = Clock(0.0)
     stalls = Stalls(0.05, clock)
@@ -412,6 +430,40 @@ def test_heartbeats_that_arrive_while_the_server_is_busy_wait_in_its_socket():
             sender.sendto(f"hb 3 {seq} 0".encode(), ("127.0.0.1", port))
         server._drain_udp()
         assert len(server.members[3].arrivals) == 3000
+    finally:
+        sender.close()
+        server.stop()
+
+
+def test_a_server_that_heard_no_rank_counts_their_silence_against_none():
+    """The store's host cut off (a partition, its link): every rank's heartbeats stop at once.
+    That silence is the server's own: it is deaf (it sends no digest meanwhile: it would
+    accuse every rank), and once it hears them again their silence starts from then. One
+    rank silent while the others beat is counted as before."""
+    clock, port = Clock(), _free_port()
+    server = HeartbeatServer(port, host="127.0.0.1", clock=clock)  # not started: drained by hand
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def beat(seq: int, *ranks: int) -> None:
+        for rank in ranks:
+            sender.sendto(f"hb {rank} {seq} 0".encode(), ("127.0.0.1", port))
+        wait_for(lambda: server._drain_udp() or all(server.members[r].seq == seq for r in ranks))
+
+    try:
+        for seq in range(1, 6):
+            clock.t += 0.05
+            beat(seq, 0, 1, 2)
+        assert not server.deaf(clock.t + 0.09) and server.deaf(clock.t + 0.11)
+        clock.t += 8.0  # nothing heard from anyone
+        beat(6, 0)
+        told = parse_digest(server.digest(clock.t), clock.t)
+        assert not server.deaf(clock.t)
+        assert told.state(1).silent_s < 0.06 and told.state(2).silent_s < 0.06
+        for seq in range(7, 13):  # r0 and r1 beat, r2 stays silent: counted
+            clock.t += 0.05
+            beat(seq, 0, 1)
+        told = parse_digest(server.digest(clock.t), clock.t)
+        assert told.state(2).silent_s == pytest.approx(0.3, abs=0.06) and told.state(1).silent_s < 0.06
     finally:
         sender.close()
         server.stop()

@@ -279,6 +279,9 @@ class FakeDetector:
     def stragglers(self, members):
         return [s for s in self.degraded if s.peer in members]
 
+    def stepped(self):
+        """The cut-off rule that reads it is the real detector's (test_detector.py): scripted here."""
+
 
 class ElasticGroup:
     """Four members; collectives hang (polling the watch on the fake clock) while `stuck`."""
