@@ -343,7 +343,7 @@ def link_traffic(events: pd.DataFrame) -> tuple[LinkTraffic, ...]:
 
 
 def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
-    ranks = training_hosts(trial.plan.ranks, trial.plan.job)  # a framework's coordinator is no rank
+    ranks = training_hosts(trial.plan.ranks, trial.plan.job, trial.plan.store_host)  # a coordinator is no rank
     faults = fault_windows(events)
     end = _observation_end(events)
     steps = _step_times(events)

@@ -96,6 +96,8 @@ Any change to these files, to the plan (runfolder.plan) or to the events' fields
       generation of its own (an in-process restart), and the event `heal_fetched` (how long
       a heal's fetch of its peer's state took). A version 1-22 trial reads as one with none
       of these
+  24  a plan gains `store_host`: the runner's control plane ran on the last host, a fault
+      target and no rank (runfolder.frameworks); a version 1-23 plan reads with it false
 """
 from __future__ import annotations
 
@@ -109,7 +111,7 @@ from typing import Any, TypeVar, Union
 from runfolder.layout import RUN_FILE, TRIAL_FILE
 from runfolder.plan import TrialPlan
 
-FORMAT_VERSION = 23
+FORMAT_VERSION = 24
 LAST_UNVERSIONED_COMMIT = "b3f0031"  # the last chaos-harness that wrote run folders without a version
 
 

@@ -130,6 +130,9 @@ class TrialPlan:
     # The actions of anchored faults, `at` after their anchor's event, in time order; not in
     # `actions` (their time is known only once the event came). Absent before anchors: ().
     anchored: tuple[Action, ...] = ()
+    # The runner's control plane on the last host, a fault target, not on the switch (scenario
+    # cluster.store: host); absent from trial.json written before it: False.
+    store_host: bool = False
 
     @property
     def last_action_s(self) -> float:

@@ -64,7 +64,8 @@ class LocalCluster(ForkedCluster):
         """Nothing to make: the hosts are the machine's loopback."""
 
     def start_control(self) -> None:
-        start_control(self.launcher, self._ledger, None, self.spec.run_dir, self.store_port, host=LOOPBACK)
+        start_control(self.launcher, self._ledger, None, self.spec.run_dir, self.store_port, host=LOOPBACK,
+                      **({"name": self.hosts[-1].name} if self.spec.store_host else {}))
 
     def link_bytes(self) -> tuple[int, ...]:
         raise HarnessError("the local backend's hosts have no links to count bytes on")
@@ -78,7 +79,8 @@ class LocalBackend(Backend):
     name = "local"
     traits = Traits("a plain process per rank on this machine's loopback",
                     needs_root=False, user_namespace=False, network_faults=False,
-                    link_counters=False, host_sysctls=False, storage_faults=True, worker_faults=True)
+                    link_counters=False, host_sysctls=False, storage_faults=True, worker_faults=True,
+                    store_host=True)
 
     def up(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> LocalCluster:
         cluster = LocalCluster(spec, ledger, launchers)

@@ -4,7 +4,8 @@ The network is `chaos.topology`'s layout (switch `chaos-<run>-sw` with bridge br
 control plane on 10.77.0.1; host `chaos-<run>-r<NNN>` with eth0 on port p<rank>), built
 here from namespaces made for the run; every namespace is written to the ledger before it
 is made. Ranks are forked into their namespaces by the rank launcher (`Launcher`); the
-control plane runs on the switch (`harness.cluster.control_plane`).
+control plane runs on the switch (`harness.cluster.control_plane`), or as the last host's
+process where the scenario gives it a host of its own (cluster.store: host).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class NetnsCluster(ForkedCluster):
     def __init__(self, spec: ClusterSpec, ledger: Ledger, launchers: LauncherPool) -> None:
         super().__init__(spec, ledger, launchers)
         self.hosts = topology.hosts_of(spec.run_id, spec.ranks)
-        self.store_address = topology.SWITCH_ADDRESS
+        self.store_address = self.hosts[-1].address if spec.store_host else topology.SWITCH_ADDRESS
         self.store_port = STORE_PORT
         self.switch_ns = topology.switch_namespace(spec.run_id)
 
@@ -31,15 +32,20 @@ class NetnsCluster(ForkedCluster):
         topology.build(self._ledger, self.hosts, dict(self.spec.sysctls))
 
     def start_control(self) -> None:
-        start_control(self.launcher, self._ledger, topology.namespace_path(self.switch_ns), self.spec.run_dir,
-                      self.store_port)
+        if self.spec.store_host:
+            start_control(self.launcher, self._ledger, self.hosts[-1].ns_path, self.spec.run_dir, self.store_port,
+                          name=self.hosts[-1].name)
+        else:
+            start_control(self.launcher, self._ledger, topology.namespace_path(self.switch_ns), self.spec.run_dir,
+                          self.store_port)
 
 
 class NetnsBackend(Backend):
     name = "netns"
     traits = Traits("a Linux network namespace per rank on one bridge",
                     needs_root=True, user_namespace=True, network_faults=True,
-                    link_counters=True, host_sysctls=True, storage_faults=True, worker_faults=True)
+                    link_counters=True, host_sysctls=True, storage_faults=True, worker_faults=True,
+                    store_host=True)
 
     @classmethod
     def why_not_here(cls) -> str | None:

@@ -38,6 +38,9 @@ class Traits:
     # a process fault may act on only the workers of a host's agent (`processes: workers`):
     # the harness signals them by pid, found under the host's process (chaos.proc.workers)
     worker_faults: bool = False
+    # the runner's control plane (rendezvous store, failure detector) may run on a host of its
+    # own, the last, a fault target like any (scenario cluster.store: host)
+    store_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class ClusterSpec:
     ranks_per_host: int = 1  # ranks on each host (a scheduler's node), consecutive ranks together
     scheduler_args: tuple[str, ...] = ()  # for the allocation (sbatch): partition, account, time, more
     say: Callable[[str], None] | None = None  # where a slow bring-up says what it waits for
+    store_host: bool = False  # the control plane on the last host (Traits.store_host), not on the switch
 
 
 @dataclass(frozen=True)

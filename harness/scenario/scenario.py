@@ -139,6 +139,10 @@ class ClusterConfig(Frozen):
                        BeforeValidator(_setting_text)] = Field(
         default={}, description="every host's own net.* settings, as on your nodes "
                                 "(net.ipv4.neigh.eth0.retrans_time_ms: 100); chaos.sysctl")
+    store: Literal["switch", "host"] = Field(
+        default="switch", description="where the runner's rendezvous store and failure detector run: on the "
+        "switch, which every rank reaches over its own link (default), or on the cluster's last host, a fault "
+        "target of its own (kill, pause, its link); the other hosts are the ranks")
 
     @field_validator("ranks")
     @classmethod
@@ -426,6 +430,13 @@ class Scenario(Frozen):
                 message = str(exc)
                 raise ValueError(message if message.startswith("policies.")
                                  else f"policies.{name}: {message}") from None
+        if self.cluster.store == "host" and self.job is not None:
+            raise ValueError("cluster.store: host places the harness runner's rendezvous store, and a user's job "
+                             "(job:) keeps its own (torchrun's, a framework's coordinator); remove it, or run "
+                             "the runner (policies: instead of job:)")
+        if self.cluster.store == "host" and world < 3:
+            raise ValueError(f"cluster.store: host: the store takes the last of the cluster's {world} hosts, "
+                             "and a group needs two ranks besides: give cluster.ranks: 3 or more")
         if self.variants and self.job is None:
             raise ValueError("variants: they vary a user's job; add 'job:' or use 'policies:'")
         for i, event in enumerate(self.faults):
@@ -517,6 +528,10 @@ class Scenario(Frozen):
         if self.cluster.ranks % per:
             raise ValueError(f"cluster.ranks_per_node: {self.cluster.ranks} ranks do not split into hosts of {per}; "
                              f"give ranks a multiple of {per} (--ranks {per * max(1, round(self.cluster.ranks / per))})")
+        if self.cluster.store == "host" and not traits.store_host:
+            raise ValueError(f"cluster.store: host: the {backend} backend runs the store where its own "
+                             f"cluster puts it ({traits.summary}); remove it, or run with --backend "
+                             f"{' or '.join(backends_with('store_host'))}")
         if self.cluster.sysctls and not traits.host_sysctls:
             raise ValueError(f"cluster.sysctls: the {backend} backend's ranks share this machine's network "
                              f"settings; remove them, or run with --backend {' or '.join(backends_with('host_sysctls'))}")

@@ -58,10 +58,10 @@ from harness.trial.traffic import Sample, TrafficWatch
 from harness.trial.watch_end import Round, decide
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, EventRecorder, read_events
-from runfolder.frameworks import coordinator_host, training_hosts
+from runfolder.frameworks import STORE, coordinator_host, training_hosts
 from runfolder.info import TrialInfo, write_trial_info
 from runfolder.layout import (CHECKPOINT_DIR, LOGS_DIR)
-from runfolder.plan import APPLY, REVERT, Action
+from runfolder.plan import APPLY, REVERT, Action, TrialPlan
 
 POLL_S = 0.05
 # while an anchored fault waits for its event: the poll is the most of the event-to-fault lag
@@ -208,6 +208,11 @@ class Trial:
         self.events_path = trial_dir / EVENTS_FILE
 
     @property
+    def training(self) -> tuple[int, ...]:
+        """The hosts that train: every one but a coordinator's (runfolder.frameworks)."""
+        return training_hosts(self.plan.ranks, self.plan.job, self.plan.store_host)
+
+    @property
     def storage_dir(self) -> Path:
         """The ranks' checkpoint folder, where storage faults act: the runner's, or the one
         a user's job names under its trial folder (one folder for every rank: they share
@@ -221,7 +226,7 @@ class Trial:
 
     def _rank_config(self, cluster: Cluster, rank: int) -> dict:
         return RankConfig.model_validate(dict(
-            rank=rank, world_size=self.plan.ranks, seed=self.plan.seed,
+            rank=rank, world_size=len(self.training), seed=self.plan.seed,
             store_address=cluster.store_address, store_port=cluster.store_port,
             events_path=str(self.events_path), checkpoint_dir=str(self.trial_dir / CHECKPOINT_DIR),
             policy=self.plan.policy_spec, workload=self.plan.workload,
@@ -273,7 +278,8 @@ class Trial:
                                                   tuple(self.placement.gpu_of(r) for r in range(plan.ranks)),
                                                   tuple((plan.sysctls or {}).items()), _preload(plan.job),
                                                   ranks_per_host=self.ranks_per_node,
-                                                  scheduler_args=self.scheduler_args, say=self._say),
+                                                  scheduler_args=self.scheduler_args, say=self._say,
+                                                  store_host=plan.store_host),
                                       ledger, launchers)
             teardown.callback(cluster.close)
             teardown.callback(self._stop_ranks, cluster, recorder)
@@ -289,10 +295,11 @@ class Trial:
             if any(fault.acts_on == "storage" for fault in self.faults):
                 self.storage_dir.mkdir(parents=True, exist_ok=True)  # a job's own code may expect it
             for rank in range(plan.ranks):
-                pid = self._start(cluster, rank)
+                # the runner's store on a host of its own started with the cluster: its process
+                pid = cluster.pid(rank) if plan.store_host and rank not in self.training else self._start(cluster, rank)
                 recorder.emit(kinds.RANK_SPAWNED, rank=rank, pid=pid)
-            # a framework's coordinator (its own host, the last) makes no step: the others are the ranks
-            monitor = Monitor(self.events_path, len(training_hosts(plan.ranks, plan.job)), last_activity=up,
+            # a coordinator (its own host, the last) makes no step: the others are the ranks
+            monitor = Monitor(self.events_path, len(self.training), last_activity=up,
                               per_host=plan.job["nproc_per_host"] if plan.job else 1)
             steps_observed = self._warm_up(cluster, monitor, recorder, up)
             faults = teardown.enter_context(contextlib.ExitStack())
@@ -361,7 +368,7 @@ class Trial:
             monitor.poll()
             self._reap(cluster, monitor, recorder)
             if monitor.exited:
-                raise HarnessError(f"{_what_exited(sorted(monitor.exited), self.plan.ranks, self.plan.job)} "
+                raise HarnessError(f"{_what_exited(sorted(monitor.exited), self.plan)} "
                                    f"exited during warm-up; see {logs}")
             if self.clock() > deadline:
                 # a framework's workers step through torch.optim: none means they never came up
@@ -616,9 +623,11 @@ class Trial:
         starts = {}
         for pos, action in enumerate(actions):
             # a user's job: its gradient size is unknown, so its traffic proves nothing either way;
-            # a backend that counts no link bytes (slurm) proves nothing here
+            # a backend that counts no link bytes (slurm) proves nothing here; nor does the link of
+            # the runner's store alone, which carries no gradient
             if (action.verb == APPLY and self.faults[action.index].acts_on == "link" and self.plan.job is None
-                    and self.backend.traits.link_counters):
+                    and self.backend.traits.link_counters
+                    and set(self.plan.faults[action.index].targets) & set(self.training)):
                 on = on_phase_s(action, list(actions[pos + 1:]))
                 starts[action] = max(0.0, action.at - (action.at if on is None else on))
 
@@ -711,13 +720,14 @@ class Trial:
                   + (" (teardown)" if teardown else ""))
 
 
-def _what_exited(ranks: list[int], world: int, job: dict | None) -> str:
-    """The ranks, or a framework's coordinator, whose process ended: "rank(s) [2]",
-    "the coordinator (torchft_lighthouse on r003)"."""
-    coordinator = coordinator_host(world, job)
+def _what_exited(ranks: list[int], plan: TrialPlan) -> str:
+    """The ranks, or a coordinator, whose process ended: "rank(s) [2]", "the coordinator
+    (torchft_lighthouse on r003)", "the coordinator (the rendezvous store ... on r016)"."""
+    coordinator = coordinator_host(plan.ranks, plan.job, plan.store_host)
     named = [f"rank(s) {[r for r in ranks if r != coordinator]}"] if set(ranks) - {coordinator} else []
-    if coordinator in ranks and job is not None:
-        named.append(f"the coordinator ({FRAMEWORKS[job['launcher']].coordinator} on r{coordinator:03d})")
+    if coordinator in ranks:
+        what = STORE if plan.job is None else FRAMEWORKS[plan.job["launcher"]].coordinator
+        named.append(f"the coordinator ({what} on r{coordinator:03d})")
     return " and ".join(named)
 
 

@@ -22,7 +22,7 @@ from harness.cluster.agent import rdzv_conf_text
 from harness.job.policies import PolicySpec
 from harness.scenario.scenario import Expectation as WrittenExpectation, FaultEvent, Scenario
 from harness.scenario.yaml_errors import file_line
-from runfolder.frameworks import coordinator_host
+from runfolder.frameworks import STORE, coordinator_host
 from runfolder.plan import APPLY, REVERT, Action, Anchor, Expectation, PlannedFault, TrialPlan
 
 
@@ -52,7 +52,7 @@ def build_plan(scenario: Scenario, policy: str) -> Plan:
         hang_cap=scenario.hang_cap, faults=tuple(_planned(scenario, i, e) for i, e in enumerate(scenario.faults)),
         actions=_actions(scenario.faults, anchored=False), expect=_expectation(scenario.expect.get(policy)), job=job,
         sysctls=dict(scenario.cluster.sysctls) or None, stacks_at_detect=scenario.stacks_at_detect,
-        anchored=_actions(scenario.faults, anchored=True))
+        anchored=_actions(scenario.faults, anchored=True), store_host=scenario.cluster.store == "host")
     return Plan(trial, tuple(e.fault for e in scenario.faults), scenario.cluster.ranks_per_node,
                 scenario.cluster.slurm.sbatch_args() if scenario.cluster.slurm else ())
 
@@ -174,7 +174,9 @@ def _policy_text(plan: TrialPlan) -> str:
             + (", elastic" if spec["elastic"] else "")
             + (f", rejoin within {spec['rejoin_within']:g} s" if spec["rejoin"] else "")
             + (f", PLANTED DEFECT {spec['planted_defect']} (harness.job.planted)"
-               if spec.get("planted_defect") else ""))
+               if spec.get("planted_defect") else "")
+            + (f", {STORE} on r{plan.ranks - 1:03d} (the last host; the others are the ranks)"
+               if plan.store_host else ""))
 
 
 def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
@@ -184,7 +186,9 @@ def plan_text(scenario: Scenario, scenario_file: Path, policies: list[str],
     this machine would use for a fault."""
     plans = [build_plan(scenario, name) for name in policies]
     header = (f"scenario {scenario.name} ({scenario_file}), seed {scenario.seed}: "
-              f"{scenario.cluster.ranks} ranks on {scenario.cluster.backend} hosts")
+              + (f"{scenario.cluster.ranks - 1} ranks and the store on {scenario.cluster.ranks} "
+                 f"{scenario.cluster.backend} hosts" if scenario.cluster.store == "host"
+                 else f"{scenario.cluster.ranks} ranks on {scenario.cluster.backend} hosts"))
     if not plans:
         return f"{header}\nno policy to run: add one under 'policies:'"
     timeline, values = plans[0].trial, plans[0].faults  # the same for every policy

@@ -31,6 +31,7 @@ from harness.trial.plan import build_plan, placement_problem
 from harness.trial.progress import Progress
 from runfolder import events as kinds
 from runfolder.events import EVENTS_FILE, read_events
+from runfolder.frameworks import training_hosts
 from runfolder.info import MachineSpeed, RunInfo, read_trial_info, write_run_info
 from runfolder.layout import REFERENCE_FILE, REFERENCE_LOG, SCENARIO_FILE, TRIALS_DIR, trial_dir
 
@@ -137,14 +138,15 @@ def write_reference(run_dir: Path, trial_dirs: list[Path], launchers: LauncherPo
     if steps <= 0:
         return
     plan = read_trial_info(trial_dirs[0]).plan  # every trial of a run has the same workload, seed and world
-    config = {"workload": plan.workload, "seed": plan.seed, "world": plan.ranks, "steps": steps,
+    world = len(training_hosts(plan.ranks, plan.job, plan.store_host))
+    config = {"workload": plan.workload, "seed": plan.seed, "world": world, "steps": steps,
               "out": str(run_dir / REFERENCE_FILE)}
     ledger = Ledger(secrets.token_hex(3))
     record_owner(ledger)
     launcher = launchers.take()
     try:
         launcher.spawn(ledger, "reference", "reference", None, str(run_dir / REFERENCE_LOG), config)
-        allowed = REFERENCE_BASE_S + REFERENCE_PER_RANK_STEP_S * plan.ranks * steps
+        allowed = REFERENCE_BASE_S + REFERENCE_PER_RANK_STEP_S * world * steps
         deadline = time.monotonic() + allowed
         while not any(m["name"] == "reference" for m in launcher.exits(0.05)):
             if time.monotonic() > deadline:

@@ -267,3 +267,38 @@ def test_chaos_run_refuses_a_gpu_setting_this_machine_cannot_make(tmp_path: Path
     done = chaos_cli("run", str(scenario), "--out", str(tmp_path / "runs"))
     assert done.returncode == 2 and not (tmp_path / "runs").exists()
     assert f"{scenario}:3: faults.0.gpu_clock: a GPU setting, and {why}; run it on a GPU node as root" in done.stderr
+
+
+STORE_HOST = """\
+cluster: {{ranks: {ranks}, store: host{backend}}}
+faults:
+  - {{kind: kill, target: {{rank: {last}}}, start: 1s}}
+{trials}
+"""
+RUNNER = "policies: {timeout: {timeout: 5s}}"
+USER_JOB = "job: {command: [python, train.py], workdir: .}"
+
+
+@pytest.mark.parametrize("ranks, backend, trials, words", [
+    (2, "", RUNNER, [":1: cluster.store: host: the store takes the last of the cluster's 2 hosts",
+                     "give cluster.ranks: 3 or more"]),
+    (4, ", backend: docker", RUNNER, ["cluster.store: host: the docker backend", "run with --backend netns or local"]),
+    (4, "", USER_JOB, ["cluster.store: host places the harness runner's rendezvous store",
+                       "a user's job (job:) keeps its own", "policies: instead of job:"]),
+])
+def test_a_store_on_a_host_of_its_own_is_refused_where_it_cannot_be(
+        tmp_path: Path, ranks: int, backend: str, trials: str, words: list[str]) -> None:
+    message = error_of(tmp_path, STORE_HOST.format(ranks=ranks, backend=backend, last=ranks - 1, trials=trials))
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_a_store_on_the_last_host_makes_the_others_the_ranks(tmp_path: Path) -> None:
+    from harness.trial.plan import build_plan
+    from runfolder.frameworks import training_hosts
+
+    scenario = load_text(tmp_path, STORE_HOST.format(ranks=5, backend="", last=4, trials=RUNNER))
+    trial = build_plan(scenario, "timeout").trial
+    assert trial.store_host and trial.faults[0].targets == (4,)
+    assert training_hosts(trial.ranks, trial.job, trial.store_host) == (0, 1, 2, 3)
+    assert not build_plan(load_text(tmp_path, BASE), "timeout").trial.store_host
