@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from harness.trial.check import PolicyCheck
 
 _RESULTS = pytest.StashKey[list["PolicyCheck"]]()
+# the runtime table's lines, one per check, in plain types: a pytest-xdist worker sends its
+# own to the controller, which prints the table (`./dev.sh test` runs two workers)
+_LINES = pytest.StashKey[list[dict[str, Any]]]()
+WORKER_LINES = "chaos_checks"
 _SCENARIO_KEY = re.compile(rb"^(faults|policies):", re.MULTILINE)
 
 
@@ -57,6 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RESULTS] = []
+    config.stash[_LINES] = []
     config.addinivalue_line("markers", "chaos_scenario: a scenario YAML file run under one policy")
     for tier, meaning in TIERS.items():  # Python tests take them too: @pytest.mark.nightly
         if tier != DEFAULT_TIER:
@@ -227,28 +232,47 @@ def chaos_check(request: pytest.FixtureRequest, chaos_out: Path,
         except Terminated as exc:
             pytest.exit(f"{exc}; the running trial was torn down", returncode=143)
         config.stash[_RESULTS].append(result)
+        config.stash[_LINES].append(_line(result))
         return result
     return run
 
 
+def _line(check: PolicyCheck) -> dict[str, Any]:
+    steal = check.metrics.get("host_steal_share")
+    return {"scenario": check.scenario.name, "seconds": check.seconds, "ok": not check.failures,
+            "summary": check.summary(), "run_dir": str(check.run_dir),
+            "steal": steal if isinstance(steal, float) and not math.isnan(steal) else None}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its lines go to the controller's table
+        workeroutput[WORKER_LINES] = session.config.stash.get(_LINES, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller, as each worker ends: that worker's lines of the table."""
+    node.config.stash[_LINES].extend(getattr(node, "workeroutput", {}).get(WORKER_LINES, []))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    results = config.stash.get(_RESULTS, [])
-    if not results:
+    lines = config.stash.get(_LINES, [])
+    if not lines or hasattr(config, "workeroutput"):
         return
     terminalreporter.section("chaos scenarios: runtime per scenario and policy")
-    by_scenario: dict[str, list[PolicyCheck]] = {}
-    for result in results:
-        by_scenario.setdefault(result.scenario.name, []).append(result)
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_scenario.setdefault(line["scenario"], []).append(line)
     for name, checks in by_scenario.items():
-        total = sum(c.seconds for c in checks)
-        terminalreporter.write_line(f"{name:18} {total:6.1f} s")
+        terminalreporter.write_line(f"{name:18} {sum(c['seconds'] for c in checks):6.1f} s")
         for check in checks:
-            verdict = "ok" if not check.failures else "FAILED"
-            terminalreporter.write_line(f"    {verdict:6} {check.summary()}")
-    terminalreporter.write_line(f"{'total':18} {sum(c.seconds for c in results):6.1f} s; "
-                                f"run folders under {results[0].run_dir.parent}")
-    terminalreporter.write_line(machine_range(list(dict.fromkeys(r.run_dir for r in results))))
-    terminalreporter.write_line(steal_range([r.metrics for r in results]))
+            terminalreporter.write_line(f"    {'ok' if check['ok'] else 'FAILED':6} {check['summary']}")
+    run_dirs = list(dict.fromkeys(Path(line["run_dir"]) for line in lines))
+    terminalreporter.write_line(f"{'total':18} {sum(c['seconds'] for c in lines):6.1f} s; "
+                                f"run folders under {', '.join(sorted({str(d.parent) for d in run_dirs}))}")
+    terminalreporter.write_line(machine_range(run_dirs))
+    terminalreporter.write_line(steal_range([line["steal"] for line in lines]))
 
 
 def machine_range(run_dirs: list[Path]) -> str:
@@ -266,11 +290,10 @@ def machine_range(run_dirs: list[Path]) -> str:
             f"two processes on one CPU {wake} us{fault}, load average {load} (harness/trial/machine.py)")
 
 
-def steal_range(rows: list[dict[str, Any]]) -> str:
-    """How much CPU time the VM's host took over these trials (their host_steal_share): a
-    slow hour of a shared VM is the host's when this is high."""
-    shares = [100 * share for row in rows
-              if isinstance(share := row.get("host_steal_share"), float) and not math.isnan(share)]
+def steal_range(shares_counted: list[float | None]) -> str:
+    """How much CPU time the VM's host took over these trials (their host_steal_share; None:
+    not counted): a slow hour of a shared VM is the host's when this is high."""
+    shares = [100 * share for share in shares_counted if share is not None]
     if not shares:
         return "steal: not counted in any trial"
     return (f"steal over {len(shares)} trial(s): the VM's host took {_spread(shares, 1)}% of this "
