@@ -280,6 +280,10 @@ TRIAL_END = _kind("trial_end", HARNESS, ("reason",),
                   "running hang_cap after the last fault action); error: with reason error, what "
                   "stopped it (the harness's error, `interrupted (SIGINT)`, `received SIGTERM`)",
                   optional=("error",))
+# The anchors (a fault that starts on an event: harness.scenario.anchors) whose events only a
+# failure brings after warm-up: a fault on one waits for another fault to cause it
+# (runfolder.shrinking.uncaused; harness.scenario.anchors.AnchorEvent.after_failure)
+AFTER_FAILURE_ANCHORS = frozenset({"restore", "detect", "retry", "new_generation", "rank_start", "breaker"})
 
 
 def schema_problems(event: dict[str, Any]) -> list[str]:

@@ -41,7 +41,12 @@ class AnchorEvent:
     job: tuple[str, ...]
     meaning: str
     missing: str = ""
-    after_failure: bool = False      # only a failure brings it (after warm-up): a fault must cause it
+
+    @property
+    def after_failure(self) -> bool:
+        """Only a failure brings it (after warm-up): a fault must cause it (the names are
+        runfolder.events.AFTER_FAILURE_ANCHORS, which explore's shrinking reads too)."""
+        return self.name in kinds.AFTER_FAILURE_ANCHORS
 
 
 ANCHOR_EVENTS: dict[str, AnchorEvent] = {e.name: e for e in (
@@ -50,19 +55,15 @@ ANCHOR_EVENTS: dict[str, AnchorEvent] = {e.name: e for e in (
                 "a checkpoint save began"),
     AnchorEvent("checkpoint_saved", (kinds.CHECKPOINT,), (kinds.CHECKPOINT_SAVE,),
                 "a checkpoint save ended, written"),
-    AnchorEvent("restore", (kinds.RESTORED,), (kinds.CHECKPOINT_LOAD,), "a rank loaded state to resume from",
-                after_failure=True),
-    AnchorEvent("detect", kinds.DETECTION_KINDS, kinds.DETECTION_KINDS, "a rank saw a fault", after_failure=True),
+    AnchorEvent("restore", (kinds.RESTORED,), (kinds.CHECKPOINT_LOAD,), "a rank loaded state to resume from"),
+    AnchorEvent("detect", kinds.DETECTION_KINDS, kinds.DETECTION_KINDS, "a rank saw a fault"),
     AnchorEvent("retry", (kinds.RETRY,), (), "a rank re-joins after a failure",
-                "a user's job records no retry (torchrun restarts its workers instead): anchor on rank_start",
-                after_failure=True),
-    AnchorEvent("new_generation", (kinds.GROUP_READY,), (kinds.GROUP_INIT,), "a process group formed again",
-                after_failure=True),
+                "a user's job records no retry (torchrun restarts its workers instead): anchor on rank_start"),
+    AnchorEvent("new_generation", (kinds.GROUP_READY,), (kinds.GROUP_INIT,), "a process group formed again"),
     AnchorEvent("rank_start", (kinds.RANK_START,), (kinds.RANK_START,),
-                "a rank's process started again (a restarted worker, a requeued job)", after_failure=True),
+                "a rank's process started again (a restarted worker, a requeued job)"),
     AnchorEvent("breaker", (kinds.BREAKER_OPEN,), (), "a rank's circuit breaker opened",
-                "a user's job has no circuit breaker: anchor on detect, or on rank_start for a restart",
-                after_failure=True),
+                "a user's job has no circuit breaker: anchor on detect, or on rank_start for a restart"),
 )}
 ANCHOR_NAMES = tuple(ANCHOR_EVENTS)
 CHECKPOINT_ANCHORS = ("checkpoint_save", "checkpoint_saved", "restore")

@@ -178,6 +178,35 @@ def test_no_schedule_waits_only_for_events_that_a_failure_brings(tmp_path: Path)
                    for f in schedule.faults), schedule
 
 
+def test_the_anchors_only_a_failure_brings_are_anchor_names() -> None:
+    """The set is runfolder's (shrinking reads it without the harness): a name that is no
+    anchor, misspelt or renamed, would let a candidate wait for an event nothing causes."""
+    from harness.scenario.anchors import ANCHOR_EVENTS, ANCHOR_NAMES
+    from runfolder.events import AFTER_FAILURE_ANCHORS
+    assert AFTER_FAILURE_ANCHORS <= set(ANCHOR_NAMES)
+    assert not ANCHOR_EVENTS["step"].after_failure and ANCHOR_EVENTS["detect"].after_failure
+
+
+def test_shrinking_reads_every_time_explore_writes_as_the_scenario_loader_does(tmp_path: Path) -> None:
+    """runfolder.shrinking.seconds against chaos.units.parse_duration: every start, delay and
+    duration the generator draws and every candidate of those schedules writes; a time in
+    another unit is refused, not misread."""
+    from runfolder.shrinking import candidates, seconds
+    times: list = [0, 2.5, "0s", "1e+06s"]
+    for scenario in (load(tmp_path, RUNNER % "" + "hang_cap: 600s\n"), load(tmp_path, JOB % "")):
+        for schedule in drawn(scenario, count=60, seed=5):
+            for faults in (schedule.faults, *candidates(schedule.faults)):
+                for f in faults:
+                    start = f["start"]
+                    times += [start["delay"]] if isinstance(start, dict) else [start]
+                    times += [f["duration"]] if "duration" in f else []
+    assert len(set(map(str, times))) > 20
+    assert [seconds(t) for t in times] == [units.parse_duration(t) for t in times]
+    for other in ("250ms", "2m", "1h", "-1s", "s", True):
+        with pytest.raises(ValueError, match="not a time as explore writes one"):
+            seconds(other)
+
+
 def test_chaos_explore_dry_run_prints_the_first_schedules_and_the_least_time_per_trial(tmp_path: Path, capsys) -> None:
     from harness.cli import main
     (tmp_path / "s.yaml").write_text(RUNNER % ", backend: local")
@@ -203,7 +232,7 @@ def test_chaos_explore_refuses_bad_input_before_anything_runs(tmp_path: Path, ca
 
 
 def test_shrinking_candidates_are_one_step_smaller_simplest_first() -> None:
-    from harness.studies.explore.shrink import candidates
+    from runfolder.shrinking import candidates
     kill = {"kind": "kill", "target": {"ranks": [1, 3]}, "start": "2s"}
     pause = {"kind": "pause", "target": {"rank": 2}, "start": {"on": "retry", "nth": 2, "delay": "1s"},
              "duration": "3s"}
@@ -346,7 +375,7 @@ def test_a_resumed_folder_shrinks_first_what_its_last_session_found_and_did_not_
     """tried.jsonl after a session stopped mid-shrink: drawn 004 broke (two trials of one
     signature), candidates 004-s1.. ran, no found file; 006 broke with a signature already
     found. Only 004's first trial is taken up again."""
-    from harness.studies.explore.page import unfinished
+    from runfolder.explore import unfinished
     row = {"faults": [], "outcome": "hung", "violations": ["outcome hung"], "cause": ""}
     tried = [{**row, "schedule": "003", "policy": "timeout", "verdict": "kept", "signature": ""},
              {**row, "schedule": "004", "policy": "timeout", "verdict": "broken", "signature": "A"},

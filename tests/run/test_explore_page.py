@@ -1,5 +1,6 @@
-"""`chaos explore`'s progress line against its budget, and the page of everything tried
-(harness.studies.explore.page), built from an explore folder's files without running a trial."""
+"""`chaos explore`'s progress line against its budget (harness.studies.explore.progress), and
+the page of everything tried (reports.explore), built from an explore folder's files
+(runfolder.explore) without running a trial."""
 from __future__ import annotations
 
 import argparse
@@ -13,12 +14,14 @@ from chaos.errors import UsageError
 from harness.cli import main
 from harness.studies.explore.command import Judged, _budget_s, _resumed, _write_found
 from harness.studies.explore.generator import Schedule
-from harness.studies.explore.page import (RECORD_FORMAT, ExploreProgress, page, read_record, shrink_steps,
-                                      write_record)
+from harness.studies.explore.progress import ExploreProgress
 from harness.scenario.scenario import load_scenario
 from harness.studies.explore.shrink import Shrunk, shrink
 from harness.trial.progress import Progress, duration_text
+from reports.explore import page, shrink_steps
 from reports.oracle import BROKEN, KEPT, TOLERANT_ENDS, Verdict
+from runfolder.explore import RECORD_FORMAT, read_record, write_record
+from runfolder.info import RunFolderError
 
 
 class Clock:
@@ -125,9 +128,14 @@ def test_an_interrupted_explore_is_rebuilt_by_report_and_said_partial(tmp_path: 
     assert "PARTIAL" not in text and "no end recorded (killed, or still running): resumed by session 2" in text
 
 
-def test_resume_and_report_refuse_what_they_cannot_take(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="no explore.json: not an explore folder"):
+def test_resume_and_report_refuse_what_they_cannot_take(tmp_path: Path, capsys) -> None:
+    with pytest.raises(RunFolderError, match="no explore.json: not an explore folder"):
         read_record(tmp_path)
+    for command in ("--resume", "--report"):  # the command says it as a usage error, in the same words
+        assert main(["explore", command, str(tmp_path)]) == 2
+        assert capsys.readouterr().err == (f"chaos: error: {tmp_path}: no explore.json: not an explore folder, or "
+                                           f"one written before explore recorded its settings; give a folder that "
+                                           f"`chaos explore` wrote (OUT/explore-<scenario>-<time>)\n")
     record = json.loads((_explore_folder(tmp_path, end="interrupted") / "explore.json").read_text())
     given = argparse.Namespace(scenario=None, resume="F", policy=None, kinds=None, max_faults=3, weights=None,
                                seed=7, backend=None, repeats=3, no_shrink=False, dry_run=False, expect=False)

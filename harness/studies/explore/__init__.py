@@ -1,3 +1,4 @@
 """`chaos explore`: the schedule generator (generator), shrinking a failing schedule
-(shrink), the explore folder's record, progress line and page (page) and the command
-(command)."""
+(shrink), the progress line (progress) and the command (command). The explore folder's
+record and the shrinking candidates are the run-folder contract's (runfolder.explore,
+runfolder.shrinking); the page is reports.explore."""

@@ -16,7 +16,7 @@ crash's cause (reports.last_error), how far it shrank, its reproduction count (t
 itself run --repeats times as `chaos run` runs it, while the budget lasts: the runs that
 broke its expect: with the found outcome) and the command that runs it again; explore.json
 (the command, settings and each session's budget) and explore.md, the page of everything
-tried (harness.studies.explore.page). --resume FOLDER goes on with an interrupted folder: first
+tried (reports.explore). --resume FOLDER goes on with an interrupted folder: first
 the findings it was still shrinking (a drawn trial that broke the contract with no found
 file yet: shrunk again from the drawn schedule), then its seeded draw after its last
 schedule; --report FOLDER rebuilds its page.
@@ -185,15 +185,21 @@ def _budget_s(args: argparse.Namespace, record: dict[str, Any] | None) -> float:
 
 
 def explore_command(args: argparse.Namespace) -> int:
-    from harness.studies.explore.page import (RECORD_FORMAT, ExploreProgress, doing_text, found_files, last_drawn,
-                                          read_record, read_tried, unfinished, write_page, write_record)
-    if args.report:
-        if args.scenario or args.resume:
-            raise UsageError(f"--report {args.report}: it rebuilds a folder's page and runs nothing; leave out "
-                             f"{'the scenario' if args.scenario else '--resume'}")
-        print(write_page(Path(args.report)))
-        return 0
-    record = read_record(Path(args.resume)) if args.resume else None
+    from harness.studies.explore.progress import ExploreProgress, doing_text
+    from runfolder.explore import (RECORD_FORMAT, TRIED, found_files, last_drawn, read_record, read_tried, unfinished,
+                                   write_record)
+    from runfolder.info import RunFolderError, read_trial_info
+    try:
+        if args.report:
+            if args.scenario or args.resume:
+                raise UsageError(f"--report {args.report}: it rebuilds a folder's page and runs nothing; leave out "
+                                 f"{'the scenario' if args.scenario else '--resume'}")
+            from reports.explore import write_page
+            print(write_page(Path(args.report)))
+            return 0
+        record = read_record(Path(args.resume)) if args.resume else None
+    except RunFolderError as exc:  # not an explore folder of this format: the message names the fix
+        raise UsageError(str(exc)) from None
     if record is not None:
         args = _resumed(args, record)
     elif not args.scenario:
@@ -228,8 +234,8 @@ def explore_command(args: argparse.Namespace) -> int:
     from harness.trial.scenario_run import run_scenario
     from harness.trial.progress import Progress
     import reports
+    from reports.explore import write_page
     from reports.oracle import BROKEN, TOLERANT_ENDS, judge
-    from runfolder.info import read_trial_info
     from runfolder.layout import trial_dir
 
     def run(path: Path, policies: list[str]) -> list[Judged]:
@@ -248,7 +254,7 @@ def explore_command(args: argparse.Namespace) -> int:
             verdict = judge(row, read_trial_info(trial).plan)
             cause = row["crash_cause"] if row["outcome"] == "crashed" else ""
             judged.append(Judged(row["trial"], row["outcome"], verdict, cause))
-            with (folder / "tried.jsonl").open("a") as tried:
+            with (folder / TRIED).open("a") as tried:
                 tried.write(json.dumps({"schedule": path.stem, "faults": yaml.safe_load(path.read_text())["faults"],
                                         "policy": row["trial"], "outcome": row["outcome"],
                                         "verdict": verdict.verdict, "violations": verdict.violations,

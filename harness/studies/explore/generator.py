@@ -21,7 +21,7 @@ a file can give its own):
 A drawn schedule the scenario loader refuses (two faults of one kind on a rank at once, a
 fault after a kill on one clock), with two storage faults (every rank's checkpoint folder
 is one), or whose every fault waits for an event only a failure brings (`detect`, `retry`,
-...: none would ever be applied; harness.studies.explore.shrink.uncaused) is drawn again, at most
+...: none would ever be applied; runfolder.shrinking.uncaused) is drawn again, at most
 `DRAWS_PER_SCHEDULE` times.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from chaos.faults import FAULT_KINDS
 from harness.scenario.anchors import ANCHOR_EVENTS, ANCHOR_NAMES
 from harness.scenario.scenario import Scenario
-from harness.studies.explore.shrink import uncaused
+from runfolder.shrinking import uncaused
 
 DRAWS_PER_SCHEDULE = 20
 # the parameters of a kind that needs some, as the generator injects it

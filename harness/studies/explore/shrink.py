@@ -3,62 +3,16 @@ in turn, each run `repeats` times, and kept when it fails with the same signatur
 than half of its runs (a failure that reproduces, told from noise), until no smaller one does
 or the time is up. Pure: what runs a candidate is passed in.
 
-Smaller, simplest first (`candidates`): a fault left out; a two-rank target cut to one of
-its ranks; a duration halved (not below `MIN_DURATION_S`); an anchor's nth brought to 1 and
-its delay to 0; a start in seconds halved (to 0 below `MIN_DURATION_S`).
-
-A candidate whose faults all wait for an event that only a failure brings (`detect`,
-`restore`, `retry`, ...: AnchorEvent.after_failure), with no fault left at seconds or on a
-step or save to cause one, is skipped without running: its faults would never be applied
-(`uncaused`). Leaving out the one fault at seconds of a schedule makes such candidates.
+The candidates, simplest first, and the ones skipped unrun because nothing would cause their
+faults are runfolder.shrinking's (`candidates`, `uncaused`), which the page (reports.explore)
+also walks to replay shrinking from the folder's files.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable
 
-from chaos.units import parse_duration
-from harness.scenario.anchors import ANCHOR_EVENTS
-
-Faults = tuple[dict[str, Any], ...]
-MIN_DURATION_S = 0.5
-
-
-def _replaced(faults: Faults, index: int, **fields: Any) -> Faults:
-    return faults[:index] + ({**faults[index], **fields},) + faults[index + 1:]
-
-
-def candidates(faults: Faults) -> Iterator[Faults]:
-    """Every schedule one step smaller than `faults`, simplest first."""
-    if len(faults) > 1:
-        for i in range(len(faults)):
-            yield faults[:i] + faults[i + 1:]
-    for i, fault in enumerate(faults):
-        for rank in fault["target"].get("ranks", ()) if len(fault["target"].get("ranks", ())) > 1 else ():
-            yield _replaced(faults, i, target={"rank": rank})
-    for i, fault in enumerate(faults):
-        if "duration" in fault and parse_duration(fault["duration"]) / 2 >= MIN_DURATION_S:
-            yield _replaced(faults, i, duration=f"{parse_duration(fault['duration']) / 2:g}s")
-    for i, fault in enumerate(faults):
-        start = fault["start"]
-        if isinstance(start, dict):
-            nearer = {**start, "nth": 1, "delay": "0s"}
-            if start.get("nth", 1) != 1 or parse_duration(start.get("delay", 0)) > 0:
-                yield _replaced(faults, i, start=nearer)
-        elif parse_duration(start) > 0:
-            half = parse_duration(start) / 2
-            yield _replaced(faults, i, start=f"{half if half >= MIN_DURATION_S else 0:g}s")
-
-
-def uncaused(faults: Faults) -> str | None:
-    """Why no fault of `faults` would ever be applied, or None: every one waits for an event
-    that only a failure brings, and none is left to cause the first failure."""
-    waiting = [f["start"]["on"] for f in faults
-               if isinstance(f["start"], dict) and ANCHOR_EVENTS[f["start"]["on"]].after_failure]
-    if len(waiting) < len(faults):
-        return None
-    return (f"its faults wait for {', '.join(dict.fromkeys(waiting))}, which only a failure brings, "
-            f"and none is left at seconds or on a step or save to cause one")
+from runfolder.shrinking import Faults, candidates, uncaused
 
 
 @dataclass

@@ -1,171 +1,22 @@
-"""What an explore folder records and the page built from it (`chaos explore`, docs/explore.md).
+"""The page of `chaos explore` (explore.md, docs/explore.md): the command, settings, budget
+used, every drawn schedule's trials and each finding with its shrinking steps and reruns.
 
-    OUT/explore-<scenario>-<time>/
-      explore.json    the command, the settings the draw needs again (scenario, seed, kinds,
-                      weights, ...), and per session (a first run, each --resume) its budget,
-                      the seconds it used and how it ended; rewritten after every run
-      tried.jsonl     one line per trial, as each run ends (schedule NNN drawn, NNN-sK a
-                      shrinking candidate, found-NN a rerun of a found file)
-      found-NN.yaml   per failure signature: its header comments name the signature and schedule
-      explore.md      this module's page: everything tried, rebuilt from the three above
-
-The page is built from the files alone, so `chaos explore --report FOLDER` rebuilds it for an
-explore that was interrupted (said so: partial). Shrinking steps are replayed from the
-candidates' runs with the same greedy walk shrinking took (harness.studies.explore.shrink): each
-candidate kept, dropped, skipped unrun, or undecided where the runs stop.
-
-ExploreProgress is the one progress line against the budget, with an injected clock.
+It is built from the explore folder's files alone (runfolder.explore: explore.json,
+tried.jsonl, found-NN.yaml), so `chaos explore --report FOLDER` rebuilds it for an explore
+that was interrupted (said so: partial). Shrinking steps are replayed from the candidates'
+runs with the same greedy walk shrinking took (runfolder.shrinking): each candidate kept,
+dropped, skipped unrun, or undecided where the runs stop. A folder that is not an explore
+folder is refused with runfolder.info.RunFolderError, one line naming the fix.
 """
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from chaos.errors import UsageError
-from harness.studies.explore.shrink import candidates, uncaused
-from harness.trial.progress import Progress, duration_text
-
-RECORD = "explore.json"
-TRIED = "tried.jsonl"
-PAGE = "explore.md"
-RECORD_FORMAT = 1
-DRAWN = re.compile(r"^(\d{3})$")
-CANDIDATE = re.compile(r"^(\d{3})-s(\d+)$")
-RERUN = re.compile(r"^found-(\d{2})$")
-
-
-class ExploreProgress:
-    """Where explore stands against its budget: elapsed of budget, schedules drawn, failure
-    signatures found, ETA and what it is doing. The ETA is the runs that still fit in the
-    budget (explore starts a run only when this session's mean run fits) times that mean;
-    unknown before the first run. `schedules` and `found` count earlier sessions' too."""
-
-    def __init__(self, progress: Progress, budget_s: float, clock: Callable[[], float], first_run_s: float,
-                 schedules: int = 0, found: int = 0) -> None:
-        self.progress = progress
-        self.budget_s = budget_s
-        self.clock = clock
-        self.start = clock()
-        self.first_run_s = first_run_s    # the estimate before any run: one schedule's least time
-        self.runs_s: list[float] = []      # this session's runs: drawn schedules, candidates, reruns
-        self.schedules = schedules
-        self.found = found
-
-    def elapsed_s(self) -> float:
-        return self.clock() - self.start
-
-    def mean_run_s(self) -> float:
-        return sum(self.runs_s) / len(self.runs_s) if self.runs_s else self.first_run_s
-
-    def fits(self) -> bool:
-        """Whether one more run (of the mean time so far) ends within the budget."""
-        return self.elapsed_s() + self.mean_run_s() <= self.budget_s
-
-    def eta_s(self) -> float | None:
-        if not self.runs_s:
-            return None
-        mean = self.mean_run_s()
-        return max(0, math.floor((self.budget_s - self.elapsed_s()) / mean)) * mean
-
-    def line(self, doing: str) -> str:
-        eta = self.eta_s()
-        return (f"elapsed {duration_text(self.elapsed_s())} of {duration_text(self.budget_s)}  "
-                f"{self.schedules} schedules  {self.found} found  ETA {'?' if eta is None else duration_text(eta)}  "
-                f"{doing}")
-
-    def show(self, doing: str) -> None:
-        self.progress.phase("explore", self.line(doing))
-
-
-def doing_text(stem: str, repeats: int) -> str:
-    """What a run of the schedule file `stem` is, for the progress line."""
-    if m := CANDIDATE.match(stem):
-        return f"shrinking schedule {m[1]}: candidate s{m[2]}"
-    if m := RERUN.match(stem):
-        return f"rerunning found-{m[1]}.yaml (up to {repeats} runs)"
-    return f"drawing: schedule {stem}"
-
-
-def write_record(folder: Path, record: dict[str, Any]) -> None:
-    path = folder / RECORD
-    path.with_suffix(".tmp").write_text(json.dumps(record, indent=1) + "\n")
-    path.with_suffix(".tmp").replace(path)
-
-
-def read_record(folder: Path) -> dict[str, Any]:
-    """explore.json; an error naming the fix where the folder is not an explore folder of this format."""
-    path = folder / RECORD
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{folder}: no {RECORD}: not an explore folder, or one written before explore recorded "
-                         f"its settings; give a folder that `chaos explore` wrote (OUT/explore-<scenario>-<time>)") \
-            from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read it ({exc}); give a folder that `chaos explore` wrote") from None
-    if record.get("format") != RECORD_FORMAT:
-        raise UsageError(f"{path}: format {record.get('format')!r}, this chaos reads format {RECORD_FORMAT}; "
-                         f"use the chaos version that wrote it")
-    return record
-
-
-def read_tried(folder: Path) -> list[dict[str, Any]]:
-    """tried.jsonl's lines (a line cut off by an interruption is left out)."""
-    path = folder / TRIED
-    lines = []
-    for text in path.read_text().splitlines() if path.exists() else ():
-        try:
-            lines.append(json.loads(text))
-        except ValueError:
-            continue
-    return lines
-
-
-def last_drawn(tried: list[dict[str, Any]]) -> int:
-    """The number of the last drawn schedule whose trials all ended (0: none)."""
-    return max((int(m[1]) for line in tried if (m := DRAWN.match(line["schedule"]))), default=0)
-
-
-def unfinished(tried: list[dict[str, Any]], found: set[str]) -> list[dict[str, Any]]:
-    """The drawn trials that broke the contract with a signature no found file has: a
-    session ended while it shrank or reran them. The first trial of each signature."""
-    first: dict[str, dict[str, Any]] = {}
-    for line in tried:
-        if DRAWN.match(line["schedule"]) and line["verdict"] == "broken" and line["signature"] not in found:
-            first.setdefault(line["signature"], line)
-    return list(first.values())
-
-
-@dataclass(frozen=True)
-class FoundFile:
-    path: Path
-    signature: str
-    schedule: str             # "003"
-    rerun_command: str
-
-
-def found_files(folder: Path) -> list[FoundFile]:
-    """The found-NN.yaml files, from their header comments."""
-    found = []
-    for path in sorted(folder.glob("found-[0-9][0-9].yaml")):
-        header = {key: value for line in path.read_text().splitlines() if line.startswith("# ")
-                  for key, value in [_header_field(line[2:])] if key}
-        found.append(FoundFile(path, header.get("found", ""), header.get("schedule", ""), header.get("run", "")))
-    return found
-
-
-def _header_field(text: str) -> tuple[str, str]:
-    if text.startswith("chaos explore found: "):
-        return "found", text.removeprefix("chaos explore found: ")
-    if m := re.match(r"schedule (\d{3}),", text):
-        return "schedule", m[1]
-    if text.startswith("run it again: "):
-        return "run", text.removeprefix("run it again: ")
-    return "", ""
+from runfolder.explore import (CANDIDATE, DRAWN, PAGE, FoundFile, found_files, last_drawn, read_record,
+                               read_tried)
+from runfolder.shrinking import candidates, uncaused
 
 
 def fault_text(fault: dict[str, Any]) -> str:
@@ -200,7 +51,7 @@ class Step:
 def shrink_steps(drawn: list[dict[str, Any]], runs: list[dict[str, Any]], signature: str,
                  repeats: int) -> list[Step]:
     """Shrinking's walk replayed: from the drawn faults, the candidates in the order shrinking
-    takes them (harness.studies.explore.shrink), each matched with its runs in `runs` (a candidate's runs
+    takes them (runfolder.shrinking), each matched with its runs in `runs` (a candidate's runs
     in tried.jsonl, in order), kept when more than half of `repeats` failed with `signature`."""
     pending = [(tuple(line["faults"]), line.get("signature") == signature) for line in runs]
     steps: list[Step] = []
