@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from types import FrameType
 
 DUMP_FLIGHT_RECORDER = signal.SIGUSR2
@@ -47,8 +48,15 @@ def install() -> None:
 
 def check() -> None:
     """Raise a stop that was asked for again, for the loops that wait (the orchestrator's
-    poll). Python discards an exception raised while it runs a finalizer (a `__del__`, a
-    logging or weakref callback), and a signal handler may run just there: the request
-    would be lost and the run would go on."""
+    poll, a rank's runner). Python discards an exception raised while it runs a finalizer
+    (a `__del__`, a logging or weakref callback), and a signal handler may run just there:
+    the request would be lost and the run would go on."""
     if _requested is not None:
         raise type(_requested)(*_requested.args)
+
+
+def sleep(seconds: float) -> None:
+    """time.sleep, and then `check`: a wait that a lost stop cannot outlast."""
+    check()
+    time.sleep(seconds)
+    check()

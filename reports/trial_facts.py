@@ -365,7 +365,7 @@ def trial_facts(events: pd.DataFrame, trial: TrialInfo) -> TrialFacts:
             members = _final_hosts(events, fault.start, int(trial.plan.job.get("nproc_per_host") or 1))
         left_out = () if members is None else tuple(r for r in survivors if r not in members)
         breakers = of_kind(events, BREAKER_OPEN)
-        breakers = breakers[breakers["t"] >= fault.start]
+        breakers = breakers[(breakers["t"] >= fault.start) & (breakers["t"] < end)]  # not one in teardown
         opens = {int(r): float(t) for r, t in breakers.groupby("rank")["t"].min().items()}
     return TrialFacts(ranks=ranks, faults=faults, observation_end=end, hang=_hang(events),
                       detections=detections, detection_cause=cause, departures=gone,

@@ -31,6 +31,7 @@ def main(config: dict[str, Any]) -> int:
     from runfolder.events import EventRecorder
     from harness.job.group import GlooGroup, gloo_environment
     from harness.job.planted import planted
+    from harness import signals
     from harness.signals import Terminated
     from harness.job.workload import Workload
 
@@ -74,7 +75,7 @@ def main(config: dict[str, Any]) -> int:
         runner_class, checkpointer_class = planted(cfg.policy.planted_defect)  # shipped ones unless planted
         runner = runner_class(
             cfg.policy, group, workload, checkpointer_class(cfg.checkpoint_dir), recorder,
-            random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector,
+            random.Random(cfg.seed * 1_000_003 + cfg.rank), detector=detector, sleep=signals.sleep,
             step_delay=StepDelays(step_delay_file(Path(cfg.events_path).parent, cfg.rank)).due)
         outcome = runner.run(cfg.max_steps)
     except Terminated:

@@ -58,6 +58,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness import signals
 from harness.job.checkpoint import Checkpointer
 from harness.job.detector import FailureDetector
 from harness.job.group import CollectiveError, Group, NotAMember
@@ -150,6 +151,7 @@ class FaultTolerantRunner:
     def run(self, max_steps: int | None = None) -> ExitReason:
         state = self.start(max_steps)
         while state is not State.DONE:
+            signals.check()  # a SIGTERM whose exception a finalizer swallowed: stop all the same
             state = self.advance(state)
         assert self.exit_reason is not None
         return self.exit_reason

@@ -113,6 +113,19 @@ def test_retry_recovers_from_checkpoint_and_finishes(tmp_path):
     assert group.calls.index("leave") < group.calls.index("sleep")  # released before waiting
 
 
+def test_a_stop_a_finalizer_swallowed_ends_the_run_at_its_next_state(tmp_path, monkeypatch):
+    """SIGTERM's handler raised Terminated inside a weakref callback, where Python drops it:
+    the runner must stop all the same (harness.signals keeps the request), not go on to a
+    policy's end of its own while the harness tears the trial down."""
+    from harness import signals
+    group = ScriptedGroup(fail_steps={6})
+    runner, _ = make_runner(tmp_path, "retry", group)
+    monkeypatch.setattr(signals, "_requested", signals.Terminated("received SIGTERM"))
+    with pytest.raises(signals.Terminated, match="received SIGTERM"):
+        runner.run(max_steps=10)
+    assert "step" not in kinds(tmp_path)
+
+
 def test_backoff_is_exponential_capped_with_seeded_jitter(tmp_path):
     group = ScriptedGroup(fail_steps={1}, join_failures=4)
     runner, sleeps = make_runner(tmp_path, "retry", group, max_retries=6, backoff_base="1s",

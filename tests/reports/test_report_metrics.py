@@ -141,6 +141,16 @@ def test_a_group_a_survivor_forms_while_the_harness_stops_the_others_is_not_the_
     assert row["outcome"] == "continued" and row["final_world"] == 3
 
 
+def test_a_breaker_a_rank_opens_while_the_harness_stops_it_is_not_the_outcome():
+    """A rank whose stop came late (its SIGTERM lost in a finalizer) saw its peers go in
+    teardown and opened its breaker: that is not what the policy did under the fault."""
+    events, info = fakes.absorbed()
+    end = max(e["t"] for e in events if e["kind"] == "exit")
+    late = {"t": end + 0.3, "kind": "breaker_open", "rank": 2, "reason": "retries exhausted after: Broken pipe"}
+    row = metrics_of((sorted([*events, late], key=lambda e: e["t"]), info))
+    assert row["outcome"] == "absorbed"
+
+
 def test_an_elastic_job_going_on_without_a_rank_frozen_for_good_continued():
     row = metrics_of(fakes.continued_without_a_frozen_rank())  # r3 frozen, left out; 0-2 step from 10.8 s
     assert row["outcome"] == "continued" and row["final_world"] == 3 and row["departed"] == 0
