@@ -39,6 +39,9 @@ Definitions (the one definition of each; every report repeats them):
                       on any rank at or after fault start (and before the observation
                       end), minus fault start; also the
                       first rank, and min / median / max of the per-rank first detections.
+                      A coordinator's host (a framework's, the runner's store) detects too,
+                      but is no rank: detect_ranks counts the ranks, detect_coordinator
+                      says whether it was among them.
   resumed             a survivor's first step (of every process of its host: a user's job
                       with nproc_per_host > 1) after its last disruption: its last
                       detection or restore after fault start; for a survivor that saw no
@@ -337,7 +340,9 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
         first_rank = min(facts.detections, key=lambda r: (facts.detections[r], r))
         times.update(ttd_s=firsts[0] - start, ttd_median_s=statistics.median(firsts) - start,
                      ttd_max_s=firsts[-1] - start, detect_first_rank=first_rank,
-                     detect_ranks=len(firsts), detect_cause=facts.detection_cause)
+                     detect_ranks=sum(r in facts.ranks for r in facts.detections),
+                     detect_coordinator=any(r not in facts.ranks for r in facts.detections),
+                     detect_cause=facts.detection_cause)
     resumed_at = NAN
     if outcome in ("recovered", "continued", "absorbed"):
         resumed_at = max(facts.resumed[r] for r in facts.going_on)
@@ -373,7 +378,7 @@ def _outcome_times(events: pd.DataFrame, facts: TrialFacts, outcome: str) -> dic
 # Every metric column in report order, with its value when it does not apply.
 METRIC_DEFAULTS: dict[str, Any] = {
     "ttd_s": NAN, "ttd_median_s": NAN, "ttd_max_s": NAN, "detect_first_rank": pd.NA, "detect_ranks": 0,
-    "detect_cause": "", "ttr_s": NAN, "ttr_after_end_s": NAN, "breaker_open_s": NAN, "breaker_ranks": 0,
+    "detect_coordinator": False, "detect_cause": "", "ttr_s": NAN, "ttr_after_end_s": NAN, "breaker_open_s": NAN, "breaker_ranks": 0,
     "released_s": NAN, "hung_cap": NAN, "hung_since_s": NAN, "wasted_rank_s": NAN,
     "waste_gap_threshold_s": NAN, "max_stall_s": NAN, "observed_s": NAN, "steps_per_s_before": NAN,
     "steps_per_s_during": NAN, "steps_per_s_after": NAN, "retries": 0, "restarts": NAN, "generations": 0,

@@ -113,8 +113,9 @@ def _at(row: Mapping[str, Any], column: str) -> str:
 
 
 def _detection_text(row: Mapping[str, Any]) -> str:
-    detected = _num(row, "detect_ranks")
-    if math.isnan(detected) or detected == 0:
+    detected = 0.0 if math.isnan(_num(row, "detect_ranks")) else _num(row, "detect_ranks")
+    coordinator = str(row.get("detect_coordinator")).lower() == "true"  # a bool, or its text from a csv
+    if detected == 0 and not coordinator:
         return "no rank detects it"
     windows, lead = _lead(row)
     shift = windows[lead][0] if windows else 0.0
@@ -122,7 +123,9 @@ def _detection_text(row: Mapping[str, Any]) -> str:
     when = _s(first) if last - first < 0.05 else f"{first:.1f}-{last:.1f} s"
     ranks = int(_num(row, "ranks"))
     cause = row.get("detect_cause") or "error"
-    return f"{detected:.0f}/{ranks} ranks detect at {when} ({cause}, first r{row.get('detect_first_rank')})"
+    who = (f"{detected:.0f}/{ranks} ranks" + (" and the coordinator" if coordinator else "") + " detect"
+           if detected else "the coordinator detects")
+    return f"{who} at {when} ({cause}, first r{row.get('detect_first_rank')})"
 
 
 def _retries(row: Mapping[str, Any]) -> str:
