@@ -86,6 +86,24 @@ def test_a_copy_orphaned_on_its_way_to_slurmstepd_is_not_a_second_daemon() -> No
         _end(daemon)
 
 
+def test_copies_that_come_and_go_on_a_busy_node_are_not_a_second_daemon() -> None:
+    """A node launching steps back to back: at every look some copy is on its way to its
+    exec (here a new orphan every 0.05 s, each for 0.15 s). Only the daemon is there each time."""
+    code = ("import os, time\n"
+            "while True:\n"
+            "    if os.fork() == 0:\n"
+            "        if os.fork() == 0: time.sleep(0.15); os._exit(0)\n"
+            "        os._exit(0)\n"
+            "    os.wait()\n"
+            "    time.sleep(0.05)")
+    daemon = _started_as_slurmd(code, "chaos-test-node")
+    try:
+        _until(lambda: len(_named("chaos-test-node")) >= 3, "the orphaned copies")
+        assert slurmd.daemons("chaos-test-node") == [daemon.pid]
+    finally:
+        _end(daemon)
+
+
 def test_two_daemons_of_one_node_stay_two() -> None:
     first, second = (_started_as_slurmd("import time; time.sleep(60)", "chaos-test-node") for _ in range(2))
     try:

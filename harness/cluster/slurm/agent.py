@@ -152,7 +152,8 @@ class Agent(zygote.NodeOps):
         pids = slurmd.daemons(self.node)
         if len(pids) != 1:
             raise RuntimeError(f"slurmd of {self.node}: {len(pids) or 'no'} daemons found on this host "
-                               "(one expected: `slurmd -N NODE` where a host runs several)")
+                               "(one expected: `slurmd -N NODE` where a host runs several)"
+                               + (f": {slurmd.described(pids)}" if pids else ""))
         entry = self.ledger.record("slurmd_killed", **slurmd.describe(pids[0]))
         slurmd.kill(pids[0])
         self.ledger.mark(entry, "done")

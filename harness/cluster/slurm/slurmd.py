@@ -36,16 +36,29 @@ def daemons(node: str, settle_s: float = COPY_EXEC_WAIT_S) -> list[int]:
     """The pids of the slurmd serving `node` on this host: the one started with `-N node`,
     else the only one started without -N. A step's slurmstepd is a copy of the daemon until
     its exec: slurmd forks, and that child forks the one that execs and exits (the copy is an
-    orphan for a moment). A copy whose parent is found is left out at once; while more than
-    one remain they are looked for again until `settle_s` has passed: a copy execs within
-    milliseconds, a second daemon stays."""
+    orphan for a moment), once per step launched. A copy whose parent is found is left out at
+    once; while more than one remain they are looked at again for `settle_s`, and only those
+    there every time count: copies come and go (a busy node launches steps back to back), a
+    second daemon stays."""
     deadline = time.monotonic() + settle_s
+    stayed: set[int] | None = None
     while True:
         found = _named_or_plain(node)
-        alone = [pid for pid in found if proc.parent(pid) not in found]
-        if len(alone) <= 1 or time.monotonic() >= deadline:
-            return alone
+        alone = {pid for pid in found if proc.parent(pid) not in found}
+        stayed = alone if stayed is None else stayed & alone
+        if len(alone) <= 1:
+            return sorted(alone)
+        if time.monotonic() >= deadline:
+            return sorted(stayed)
         time.sleep(0.02)
+
+
+def described(pids: list[int]) -> str:
+    """Each process as a line of an error: pid, parent, age, command line."""
+    ticks, now = os.sysconf("SC_CLK_TCK"), time.clock_gettime(time.CLOCK_BOOTTIME)
+    return "; ".join(f"pid {pid} (parent {proc.parent(pid)}, "
+                     f"{now - (proc.start_time(pid) or 0) / ticks:.1f} s old): {' '.join(_argv(pid) or ['gone'])}"
+                     for pid in pids)
 
 
 def _named_or_plain(node: str) -> list[int]:
