@@ -10,6 +10,7 @@ from chaos.errors import HarnessError
 from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import Cluster
+from harness.cluster.control_plane import CONTROL
 from harness.cluster.spec import ClusterSpec, RankExit
 from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of
 
@@ -83,7 +84,11 @@ class ForkedCluster(Cluster):
 
     def stop_ranks(self, deadline_s: float) -> list[RankExit]:
         names = [h.name for h in self.hosts]
-        return self._rank_exits(self.launcher.stop(names, deadline_s))
+        exits = self._rank_exits(self.launcher.stop(names, deadline_s))
+        # then the control plane on the switch (on a host of its own it is one of `names`):
+        # asked, it writes its heartbeat gaps a last time; the launcher's release SIGKILLs
+        self.launcher.stop([CONTROL], deadline_s)
+        return exits
 
     def close(self) -> None:
         try:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from runfolder.heartbeats import HeartbeatGaps, RankGaps, bucket_of, write_heartbeat_gaps
 
-WRITE_EVERY_S = 2.0  # the file lags the server by at most this (the control plane is SIGKILLed at a trial's end)
+WRITE_EVERY_S = 2.0  # the file lags the server by at most this until the control plane is stopped (SIGTERM)
 
 
 class GapRecorder:
