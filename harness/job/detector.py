@@ -229,6 +229,7 @@ class HeartbeatServer:
         self.tcp.listen(1024)
         self.tcp.setblocking(False)
         self.members: dict[int, _Member] = {}
+        self._least_floor = 0.0  # of the members' floors: kept as they change, not per heartbeat
         self._leases: dict[socket.socket, int | None] = {}
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.udp, selectors.EVENT_READ, "udp")
@@ -273,6 +274,7 @@ class HeartbeatServer:
     def _member(self, rank: int) -> _Member:
         if rank not in self.members:
             self.members[rank] = _Member(PhiAccrual(), arrivals=collections.deque())
+            self._least_floor = 0.0  # its floor is 0 until its lease says it
         return self.members[rank]
 
     def _serve(self) -> None:
@@ -301,8 +303,8 @@ class HeartbeatServer:
         by (DEAF_AFTER_S at least): every rank silent at once is this server cut off (its
         host's link down, a partition), not every rank gone. Its digest would accuse them
         all; it sends none, and when it hears them again their silence is not counted."""
-        floor = max(DEAF_AFTER_S, min((m.floor_s for m in self.members.values()), default=0.0))
-        return self._last_heard is not None and len(self.members) >= 2 and now - self._last_heard >= floor
+        return (self._last_heard is not None and len(self.members) >= 2
+                and now - self._last_heard >= max(DEAF_AFTER_S, self._least_floor))
 
     def _handle(self, key: selectors.SelectorKey) -> bool:
         """Returns True when a lease closed (the digest goes out at once)."""
@@ -333,6 +335,7 @@ class HeartbeatServer:
             self._leases[conn] = rank
             member = self._member(rank)
             member.floor_s = floor_s
+            self._least_floor = min(m.floor_s for m in self.members.values())
             member.leases += 1
             member.closed = False
             return False
@@ -385,7 +388,7 @@ class HeartbeatServer:
     def digest(self, now: float) -> bytes:
         """Every rank's state, to the precision the least of their floors needs: phi (a
         sum over a rank's last PHI_WINDOW intervals) only where the silence reaches it."""
-        floor = min((m.floor_s for m in self.members.values()), default=0.0)
+        floor = self._least_floor
         peers = {}
         for rank, m in self.members.items():
             silent = m.accrual.silence(now)

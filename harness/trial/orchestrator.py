@@ -207,7 +207,7 @@ class Trial:
         self.run_id = secrets.token_hex(3)
         self.events_path = trial_dir / EVENTS_FILE
 
-    @property
+    @functools.cached_property
     def training(self) -> tuple[int, ...]:
         """The hosts that train: every one but a coordinator's (runfolder.frameworks)."""
         return training_hosts(self.plan.ranks, self.plan.job, self.plan.store_host)
