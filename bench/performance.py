@@ -12,10 +12,11 @@ Each area is one figures file, bench/results/figures/<area>.json:
                  "computed": {"column": "how its figures come from the others (a ratio, a share)"}}],
      "notes": "what the figures mean (markdown)"}
 
-A cell is its text, or {"text": ..., "from": [the field of each figure in it]}: every
-figure names the file and the field it comes from, and is that field's value to the
-precision shown (bench/figure_fields.py; tests/test_performance_doc.py), unless its table
-says in `untraced` why its figures name only their files (the page then says so).
+A cell, a caption, `about` and `notes` are each a text, or {"text": ..., "from": [the field
+of each figure in it]}: every figure names the file and the field it comes from, and is that
+field's value to the precision shown (bench/figure_fields.py; tests/test_performance_doc.py);
+the prose's fields come from the files its area's tables cite. Every table figure must name
+its field; a prose text is checked where it names them.
 `--trace` writes the field of each figure that the cited files give one way.
 
 A table without its machine, command or date is refused, naming the file and the field.
@@ -29,6 +30,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from figure_fields import figures as figures_in, propose, text_of
 
@@ -42,7 +44,10 @@ Measured figures, each with its machine, command and date. The README says what 
 harness does and guarantees; the figures that move with the machine are here. This page is
 made from the result files (`bench/results/figures/`, beside each bench's own result files
 under `bench/results/`) by `bench/performance.py`: add or change a figures file, then run
-it; a test fails while the page and the files differ.
+it; a test fails while the page and the files differ. Each figure of a table names the
+field of a result file it comes from, and a test fails while it is not that field's value;
+the prose around the tables restates them or the runs' settings, and is held to the same
+where it names its fields.
 """
 
 
@@ -61,12 +66,11 @@ def _table(path: Path, index: int, table: dict) -> list[str]:
     for r, row in enumerate(table["rows"]):
         if len(row) != width:
             raise FiguresError(f"{path}: tables.{index}.rows.{r}: {len(row)} cells for {width} columns")
-    lines = [table["caption"], ""] if table.get("caption") else []
+    lines = [text_of(table["caption"]), ""] if table.get("caption") else []
     lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * width]
     lines += ["| " + " | ".join(text_of(cell) for cell in row) + " |" for row in table["rows"]]
     source = f" Result file: `{table['source']}`." if table.get("source") else ""
-    untraced = f" {table['untraced']}" if table.get("untraced") else ""
-    return lines + ["", f"{table['machine']}; `{table['command']}`; {table['date']}.{source}{untraced}", ""]
+    return lines + ["", f"{table['machine']}; `{table['command']}`; {table['date']}.{source}", ""]
 
 
 def area_text(path: Path) -> tuple[int, str]:
@@ -79,11 +83,11 @@ def area_text(path: Path) -> tuple[int, str]:
             raise FiguresError(f"{path}: {field}: missing")
     lines = [f"## {data['area']}", ""]
     if data.get("about"):
-        lines += [data["about"], ""]
+        lines += [text_of(data["about"]), ""]
     for index, table in enumerate(data.get("tables", [])):
         lines += _table(path, index, table)
     if data.get("notes"):
-        lines += [data["notes"], ""]
+        lines += [text_of(data["notes"]), ""]
     return int(data["order"]), "\n".join(lines)
 
 
@@ -103,8 +107,20 @@ def cited(source: str) -> list[str]:
     return paths
 
 
+def prose(data: dict) -> Iterator[tuple[str, dict, str, list[str]]]:
+    """Each caption, `about` and `notes` of an area: its place, its holder and key, and the
+    files its figures come from (a caption's table's; the area's tables' for the rest)."""
+    every = [f for table in data.get("tables", []) for f in cited(table.get("source", ""))]
+    for key in ("about", "notes"):
+        if data.get(key):
+            yield key, data, key, every
+    for t, table in enumerate(data.get("tables", [])):
+        if table.get("caption"):
+            yield f"tables.{t}.caption", table, "caption", cited(table.get("source", ""))
+
+
 def trace(figures: Path = FIGURES) -> list[str]:
-    """Write the field of each figure the cited files give one way; the cells left, by place."""
+    """Write the field of each figure the cited files give one way; the texts left, by place."""
     left = []
     for path in sorted(figures.glob("*.json")):
         data = json.loads(path.read_text())
@@ -114,6 +130,10 @@ def trace(figures: Path = FIGURES) -> list[str]:
             table["rows"] = [propose(row, files, computed) for row in table["rows"]]
             left += [f"{path.name}: tables.{t}.rows.{r}.{c}: {cell!r}" for r, row in enumerate(table["rows"])
                      for c, cell in enumerate(row) if not isinstance(cell, dict) and figures_in(cell)]
+        for place, holder, key, files in prose(data):
+            holder[key] = propose([holder[key]], files)[0]
+            if not isinstance(holder[key], dict) and figures_in(holder[key]):
+                left.append(f"{path.name}: {place}: {holder[key]!r}")
         path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return left
 

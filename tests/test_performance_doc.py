@@ -45,19 +45,9 @@ def test_every_table_cites_result_files_that_are_there():
             assert not missing, f"{path.name}: tables.{i}: cites {missing}, which are not there"
 
 
-def untraced_not_in(table: dict) -> list[str]:
-    """The figures of cells without fields that no number of the table's cited files gives
-    (a ratio or share without a field is not looked for: no one number gives it)."""
-    numbers = [v for _, v in figure_fields.places(performance.cited(table.get("source", "")))]
-    return [f"{column}: {shown}" for row in table["rows"] for column, cell in zip(table["columns"], row, strict=True)
-            if not isinstance(cell, dict) for shown in figure_fields.figures(str(cell))
-            if not shown.endswith(("x", "%")) and not figure_fields.shows(shown, numbers)]
-
-
 def test_every_figure_is_the_value_of_the_field_it_names():
     """A figure typed by hand, or left from an older run, is found: each one names the file
-    and the field it comes from and is that field's value; a table whose cells name only
-    their files says why (`untraced`), and their figures are at least in those files."""
+    and the field it comes from and is that field's value."""
     problems = []
     for path in sorted(performance.FIGURES.glob("*.json")):
         for i, table in enumerate(json.loads(path.read_text())["tables"]):
@@ -65,10 +55,11 @@ def test_every_figure_is_the_value_of_the_field_it_names():
                 for column, cell in zip(table["columns"], row, strict=True):
                     problems += [f"{path.name}: tables.{i}.rows.{r} {column}: {p}"
                                  for p in figure_fields.cell_problems(cell)]
-                    if not isinstance(cell, dict) and figure_fields.figures(str(cell)) and not table.get("untraced"):
+                    if not isinstance(cell, dict) and figure_fields.figures(str(cell)):
                         problems.append(f"{path.name}: tables.{i}.rows.{r} {column}: {cell!r} names no field "
-                                        "(write it: bench/performance.py --trace), nor does the table say why")
-            problems += [f"{path.name}: tables.{i}: {m}, in no file it cites" for m in untraced_not_in(table)]
+                                        "(write it: bench/performance.py --trace, then by hand)")
+        for place, holder, key, _ in performance.prose(json.loads(path.read_text())):
+            problems += [f"{path.name}: {place}: {p}" for p in figure_fields.cell_problems(holder[key])]
     assert problems == []
 
 
@@ -91,6 +82,23 @@ def test_a_figure_not_in_the_field_it_names_is_found(tmp_path):
     assert "1 figures, 3 fields" in next(figure_fields.cell_problems({**good, "text": "5.03 s"}))
     assert "no field /rows/2" in next(figure_fields.cell_problems({"text": "5.03", "from": f"{result}#/rows/2"}))
     assert figure_fields.figures("4.2M-parameter MLP, 26.9% of 1.36 s (2.24x), 16 ranks") == ["26.9%", "1.36", "2.24x"]
+
+
+def test_an_aggregate_names_the_list_it_is_taken_over(tmp_path):
+    result = tmp_path / "r.json"
+    result.write_text('{"ttr_s": [0.168, 0.173, 0.154, NaN], "rows": [{"s": 2.0}, {"s": 4.0}, {"s": NaN}]}')
+    ttr = f"{result}#/ttr_s"
+    cell = {"text": "0.17 s (0.15-0.17)", "from": [f"median({ttr})", f"min({ttr})", f"max({ttr})"]}
+    assert list(figure_fields.cell_problems(cell)) == []
+    # the least is not the median, and a list is not one number: a figure names which
+    assert [p.split(":")[0] for p in figure_fields.cell_problems({**cell, "from": [f"min({ttr})"] * 3})] == \
+        ["0.17", "0.17"]
+    assert "a list of 4 numbers; name one, or an aggregate" in \
+        next(figure_fields.cell_problems({"text": "0.17 s", "from": [ttr]}))
+    assert figure_fields.read(f"mean({result}#/rows/*/s)") == [3.0]  # NaN: a trial without it
+    assert "no aggregate mode()" in next(figure_fields.cell_problems({"text": "3.0", "from": [f"mode({ttr})"]}))
+    ratio = {"text": "1.33x", "from": [f"max({result}#/rows/*/s) / mean({result}#/rows/*/s)"]}
+    assert list(figure_fields.cell_problems(ratio)) == [] and figure_fields.read(ratio["from"][0]) == [4.0 / 3.0]
 
 
 def test_trace_writes_a_field_only_where_the_files_give_it_one_way(tmp_path):
