@@ -95,10 +95,13 @@ def executions(events: Iterable[dict[str, Any]], start: float, end: float) -> li
             began[(ev["segment"], None)] = ev["t"]
         elif ev["kind"] == RESTORED:
             began[(ev["segment"], ev["gen"])] = max(began.get((ev["segment"], ev["gen"]), ev["t"]), ev["t"])
-        if ev["kind"] == STEP and ev.get("rank") is not None and start <= ev["t"] <= end:
+        if ev["kind"] == STEP and ev.get("rank") is not None:
             key = (ev["segment"], ev["gen"], ev["step"])
-            done[key] = max(done.get(key, ev["t"]), ev["t"])
+            # every rank of an execution counts, the window's last one too: its ranks' steps
+            # land a few ms apart and the window's end may fall between them
             ranks.setdefault(key, set()).add(ev["rank"])
+            if start <= ev["t"] <= end:
+                done[key] = max(done.get(key, ev["t"]), ev["t"])
     ordered = sorted(done.items(), key=lambda item: item[1])
     # kept: no later execution goes back to its step or below it
     kept, lowest_later = [], None

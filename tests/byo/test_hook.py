@@ -27,14 +27,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(argv: list[str], events: Path, ranks: int, cwd: Path) -> list[subprocess.CompletedProcess]:
+def run_ranks(argv: list[str], events: Path, ranks: int, cwd: Path,
+              extra: list[dict[str, str]] | None = None) -> list[subprocess.CompletedProcess]:
     """Start `ranks` processes with the harness's environment (on loopback instead of a
-    host's link) and wait for all of them."""
+    host's link), each with its `extra` variables, and wait for all of them."""
     port = str(free_port())
     procs = []
     for rank in range(ranks):
         env = rank_environment(JobSpec(command=tuple(argv)), rank, ranks, "hooktest", "default", str(events), "lo")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra[rank] if extra else {}))
         procs.append(subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     try:
@@ -152,6 +153,20 @@ def test_a_process_group_made_again_in_process_begins_a_generation_of_its_own(tm
                     ("step", 0, 2, None), ("step", 0, 3, None),
                     ("group_init", 1, None, None), ("state", 1, 0, "start"), ("step", 1, 1, None),
                     ("step", 1, 2, None)]
+
+
+def test_the_workers_of_agents_that_restarted_a_different_number_of_times_share_one_generation(tmp_path):
+    """ft_launcher or torchrun after a host's agent was killed and started again: the
+    survivors' agents count a restart, the new one none, and their workers are one world;
+    each records the world's generation, the largest count."""
+    events = tmp_path / "events.jsonl"
+    agents = [{"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": count} for count in ("1", "0")]
+    done = run_ranks([sys.executable, str(EXAMPLE), "--steps", "2", "--step-period", "0"], events, 2, tmp_path,
+                     agents)
+    assert [d.returncode for d in done] == [0, 0], [d.stdout[-2000:] for d in done]
+    gens = {(rank, e["kind"], e["gen"]) for rank, own in kinds_by_rank(events).items() for e in own
+            if e["kind"] in ("group_init", "step")}
+    assert gens == {(rank, kind, 1) for rank in (0, 1) for kind in ("group_init", "step")}
 
 
 def test_a_step_delay_command_holds_each_optimizer_step_while_its_file_is_there(tmp_path):

@@ -156,6 +156,14 @@ def test_a_job_restarted_faster_than_a_step_still_loses_its_restart() -> None:
     assert math.isclose(sum(m.lost_s.values()) + m.kept_s, end, abs_tol=1e-6)
 
 
+def test_the_ranks_at_the_end_count_every_rank_of_the_last_step_the_window_cut() -> None:
+    """Three ranks finish each step 1 ms apart; the window ends after the first of them
+    finished its last step: the job still ends with 3 ranks."""
+    events = _steps(0, 0, 1, 8, 0.25, 0.25, ranks=3)
+    end = 8 * 0.25 + 0.0005
+    assert measure(events, 0.0, end).final_ranks == 3
+
+
 # -- the command -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, wanted", [

@@ -57,6 +57,8 @@ _wait: float | None = None  # from then to its optimizer step: the step's wait f
 _timed = False  # every parameter of the first optimizer stepped notes its gradient (_time_gradients)
 _manager: Any = None  # torchft's Manager in this process, once one is made
 _groups_made = 0  # init_process_group calls of this process: each after the first, an in-process restart
+_world_offset = 0  # the world's agreed generation less this process's own count (world_generation)
+AGREE_S = 10.0  # the most the first init_process_group waits for the world's generation
 
 
 def _open() -> Any:
@@ -77,8 +79,24 @@ def _local_rank() -> int:
 
 
 def _generation() -> int:
-    """The launcher's restarts of this process's worker, plus its own restarts in-process."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + max(0, _groups_made - 1)
+    """The launcher's restarts of this process's worker, plus its own restarts in-process,
+    raised to its world's where an elastic agent started it (_agree_generation)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + max(0, _groups_made - 1) + _world_offset
+
+
+def _agree_generation(world: int) -> None:
+    """A worker an elastic agent started takes its world's generation (the largest restart
+    count among its processes: harness.job.hook.world_generation), through the store torchrun
+    made for this round of workers; where it is not agreed in time, its own count."""
+    global _world_offset
+    # an agent's worker (only an agent sets this), whose world's store is at MASTER_PORT
+    if "TORCHELASTIC_USE_AGENT_STORE" not in os.environ or not os.environ.get("MASTER_PORT", "").isdigit() \
+            or world < 2:
+        return
+    from harness.job.hook.world_generation import agree
+    own = _generation()
+    agreed = agree(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]), world, own, AGREE_S)
+    _world_offset = 0 if agreed is None else max(0, agreed - own)
 
 
 def _framework_step(before: bool = False) -> dict[str, Any]:
@@ -298,6 +316,8 @@ def _watch_group(module: Any) -> None:
             _steps, _last = 0, None
         recorder = _open()
         if recorder is not None:
+            if _groups_made == 1:
+                _agree_generation(module.get_world_size())
             recorder.emit("group_init", gen=_generation(), world=module.get_world_size(), local_rank=_local_rank())
         return result
 
