@@ -28,9 +28,9 @@ class Host:
     pid: int | None = None    # the process on the host (a rank), for process faults
     storage: str | None = None  # the rank's checkpoint directory, for storage faults
     gpu: int | None = None  # the rank's GPU (this machine's index), for a GPU's settings
-    # the workers its agent runs now, each (pid, start time), for a process fault on them
-    # (`processes: workers`), found by the harness that knows how it started them
-    workers: tuple[tuple[int, int], ...] = ()
+    # the processes of its agent a process fault acts on (`processes: workers` or
+    # `monitors`), each (pid, start time), found by the harness that knows how it started them
+    agent_processes: tuple[tuple[int, int], ...] = ()
 
     @property
     def has_link(self) -> bool:

@@ -50,13 +50,14 @@ class FaultBase(BaseModel):
         return False
 
     @property
-    def on_workers(self) -> bool:
-        """Whether it acts on the workers of its hosts' agents only (`processes: workers`)."""
-        return getattr(self, "processes", HOST) == WORKERS
+    def on_agent_processes(self) -> bool:
+        """Whether it acts on some of its hosts' agents' processes only (`processes: workers`
+        or `monitors`), not on the hosts whole."""
+        return getattr(self, "processes", HOST) != HOST
 
     def describe(self) -> str:
         # a whole host is what a process fault acts on unless it says otherwise: not repeated
-        quiet = {"kind"} | ({"processes"} if hasattr(self, "processes") and not self.on_workers else set())
+        quiet = {"kind"} | ({"processes"} if hasattr(self, "processes") and not self.on_agent_processes else set())
         params = ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude=quiet).items())
         return f"{self.kind}({params})" if params else self.kind  # type: ignore[attr-defined]
 
@@ -73,16 +74,18 @@ def _signal_number(value: Any) -> int:
 
 
 # Which of a host's processes a process fault acts on: the whole host (its process and
-# every one under it, as a node's failure), or only the workers an agent on it started
+# every one under it, as a node's failure); only the workers an agent on it started
 # (torchrun, torchft's replica group, ft_launcher), as a worker's own crash or hang: the
-# agent lives on to see it and restart them.
-HOST, WORKERS = "host", "workers"
-Processes = Literal["host", "workers"]
+# agent lives on to see it and restart them; or only the monitors its agent watches its
+# workers with (ft_launcher's rank monitor per worker): the watcher itself fails.
+HOST, WORKERS, MONITORS = "host", "workers", "monitors"
+Processes = Literal["host", "workers", "monitors"]
 
 
 class Kill(FaultBase):
     """The rank's process receives `signal` (SIGKILL by default): it dies, it does not come
-    back. With `processes: workers`, only the workers of the host's agent: the agent lives."""
+    back. With `processes: workers`, only the workers of the host's agent: the agent lives;
+    with `processes: monitors`, only the agent's monitors of its workers."""
 
     kind: Literal["kill"] = "kill"
     signal: Annotated[int, BeforeValidator(_signal_number)] = signal.SIGKILL.value
@@ -104,7 +107,8 @@ def _finite_duration(seconds: float) -> float:
 class Pause(FaultBase):
     """The rank's process is frozen with SIGSTOP and thawed with SIGCONT (a GC or scheduler
     stall). With `processes: workers`, only the workers of the host's agent (a hung worker
-    under a live agent, which ft_launcher's rank monitor is there to see)."""
+    under a live agent, which ft_launcher's rank monitor is there to see); with `processes:
+    monitors`, only the agent's monitors of its workers (the watcher hung)."""
 
     kind: Literal["pause"] = "pause"
     processes: Processes = HOST

@@ -54,38 +54,41 @@ def _require_pid(fault: FaultBase, host: Host) -> int:
 
 def _roots(fault: FaultBase, host: Host) -> list[tuple[int, int | None]]:
     """The processes a process fault acts on, each with what is under it: the host's one
-    process, or with `processes: workers` the workers its agent runs now (`host.workers`;
-    none: the agent is between two restarts, and the fault is not applied)."""
+    process, or with `processes: workers` (`monitors`) the workers (monitors) its agent runs
+    now (`host.agent_processes`; none: the agent is between two restarts, and the fault is
+    not applied)."""
     pid = _require_pid(fault, host)
-    if not fault.on_workers:
+    if not fault.on_agent_processes:
         return [(pid, proc.start_time(pid))]
-    if not host.workers:
-        raise TargetGone(f"{fault.kind} of {host.name}'s workers: no worker runs under its agent ({pid}) now")
-    return list(host.workers)
+    if not host.agent_processes:
+        processes = fault.processes  # type: ignore[attr-defined]
+        raise TargetGone(f"{fault.kind} of {host.name}'s {processes}: no {processes.rstrip('s')} runs under its "
+                         f"agent ({pid}) now")
+    return list(host.agent_processes)
 
 
 # A process fault hits the host's whole workload, as a node's failure would: the rank's
 # process and every process under it (a torchrun agent and its workers, a job's data
-# loaders); or, asked, only its agent's workers and what is under them. A descendant that
+# loaders); or, asked, only its agent's workers (or monitors) and what is under them. A descendant that
 # ends meanwhile is already gone, not an error.
 class SignalKill(Mechanism):
-    name = "signal to the rank's process (or its agent's workers) and what is under it"
+    name = "signal to the rank's process (or its agent's workers or monitors) and what is under it"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
         for pid, started in _roots(fault, host):
-            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_workers)
+            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_agent_processes)
         return []  # a kill has nothing to undo
 
 
 class SignalStop(Mechanism):
-    name = "SIGSTOP / SIGCONT of the rank's process (or its agent's workers) and what is under it"
+    name = "SIGSTOP / SIGCONT of the rank's process (or its agent's workers or monitors) and what is under it"
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         entries = []
         for pid, started in _roots(fault, host):
             # a worker that ended between the look and the signal is gone, not an error
-            entries.append(self._stop(ledger, pid, started, gone_ok=fault.on_workers))
+            entries.append(self._stop(ledger, pid, started, gone_ok=fault.on_agent_processes))
             # the stopped parent starts no one else; its descendants are stopped after it
             entries += [self._stop(ledger, child, child_started, gone_ok=True)
                         for child, child_started in proc.descendants(pid)]

@@ -54,7 +54,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Di
 
 from chaos import sysctl, units
 from chaos.errors import UsageError
-from chaos.faults import FAULT_KINDS, Fault, Seconds, kind_names
+from chaos.faults import FAULT_KINDS, MONITORS, Fault, Seconds, kind_names
 from chaos.reach import why_unreadable
 from chaos.topology import host_index, host_name
 from harness.cluster.backends import BACKEND_NAMES, DEFAULT_BACKEND, backends_with, traits_of
@@ -445,10 +445,10 @@ class Scenario(Frozen):
                 raise ValueError(f"faults.{i}.{setting}: sets the rank's GPU, and the ranks run on the CPU "
                                  "(cluster.device: cpu); set cluster.device: cuda (or auto on a GPU node), "
                                  "or slow the rank by cpu_percent")
-            if event.fault.on_workers and self.job is None:
-                raise ValueError(f"faults.{i}.processes: workers are those a host's agent started (torchrun, "
-                                 "torchft, ft_launcher), and the harness's runner is one process per host; "
-                                 "remove processes to act on the host, or run your job under an agent (job:)")
+            if event.fault.on_agent_processes and self.job is None:
+                raise ValueError(f"faults.{i}.processes: {event.fault.processes} are those a host's agent started "
+                                 "(torchrun, torchft, ft_launcher), and the harness's runner is one process per "
+                                 "host; remove processes to act on the host, or run your job under an agent (job:)")
             if self.job is not None and event.fault.kind == "gpu_hang":
                 raise ValueError(f"faults.{i}.kind: 'gpu_hang' is queued by the harness's rank code, and "
                                  "a user's job (job:) has none; use kind: pause for a silent stall, "
@@ -466,12 +466,19 @@ class Scenario(Frozen):
                     raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
                                      f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
             workers = next((i for i, event in enumerate(self.faults)
-                            if event.fault.on_workers), None)
+                            if event.fault.on_agent_processes), None)
             if job is not None and workers is not None and job.one_process_per_host:
-                raise ValueError(f"faults.{workers}.processes: workers are those a host's agent started, and "
-                                 f"{f'variant {name} of ' if name else ''}the job runs without one (launcher: "
-                                 f"{job.launcher}); run it under torchrun, torchft or ft_launcher (job.launcher), "
-                                 "or remove processes to act on the host")
+                raise ValueError(f"faults.{workers}.processes: {self.faults[workers].fault.processes} are those a "
+                                 f"host's agent started, and {f'variant {name} of ' if name else ''}the job runs "
+                                 f"without one (launcher: {job.launcher}); run it under torchrun, torchft or "
+                                 "ft_launcher (job.launcher), or remove processes to act on the host")
+            monitors = next((i for i, event in enumerate(self.faults)
+                             if getattr(event.fault, "processes", None) == MONITORS), None)
+            if job is not None and monitors is not None and (job.framework is None or job.framework.monitors is None):
+                raise ValueError(f"faults.{monitors}.processes: monitors are the processes an agent watches its "
+                                 f"workers with (ft_launcher's rank monitors), and "
+                                 f"{f'variant {name} of ' if name else ''}the job's launcher, {job.launcher}, has "
+                                 "none; run it under ft_launcher (job.launcher), or use processes: workers")
             if job is not None and (problem := _framework_problem(job, self.cluster)):
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.launcher: {problem}")
             if job is not None and job.min_hosts is not None and job.min_hosts > world:
@@ -510,9 +517,9 @@ class Scenario(Frozen):
                     f"faults.{i}.kind: {event.fault.kind} cannot act on the {backend} backend's hosts "
                     f"({traits.summary}): its link faults are {', '.join(traits.link_kinds)}; use one of those, "
                     f"or run it with --backend {' or '.join(b for b in backends_with('network_faults') if traits_of(b).link_kinds is None)}")
-            if event.fault.on_workers and not traits.worker_faults:
+            if event.fault.on_agent_processes and not traits.worker_faults:
                 raise ValueError(
-                    f"faults.{i}.processes: workers: the {backend} backend acts on a host whole "
+                    f"faults.{i}.processes: {event.fault.processes}: the {backend} backend acts on a host whole "
                     f"({traits.summary}); run it with --backend {' or '.join(backends_with('worker_faults'))}, "
                     "or remove processes to act on the host")
             if event.fault.acts_on == "storage" and not traits.storage_faults:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Collection, Sequence
 from chaos.api import AppliedFault, Injection, Injector
 from chaos.cmdfile import command_mechanisms
 from chaos.errors import HarnessError, TargetGone, UsageError
-from chaos.faults import FaultBase
+from chaos.faults import MONITORS, FaultBase
 from chaos.inject import default_mechanisms
 from chaos.ledger import Ledger
 from chaos.mechanism import Mechanism
@@ -654,6 +654,16 @@ class Trial:
             self._not_applied(index, gone, exited, f"the process had exited ({when})", recorder)
         return tuple(rank for rank in planned.targets if rank not in gone)
 
+    def _agent_processes(self, fault: FaultBase, pid: int | None) -> tuple[tuple[int, int], ...]:
+        """The processes of the agent under `pid` a fault acts on, where it acts on some
+        (`processes: workers`, or `monitors`: the framework's, as the scenario checked)."""
+        if pid is None or not fault.on_agent_processes:
+            return ()
+        if fault.processes == MONITORS:  # type: ignore[attr-defined]
+            monitors = FRAMEWORKS[self.plan.job["launcher"]].monitors  # type: ignore[index]
+            return tuple(monitors(pid)) if monitors is not None else ()
+        return tuple(worker_processes(pid))
+
     def _apply(self, index: int, targets: tuple[int, ...], cluster: Cluster, injector: Injector,
                recorder: EventRecorder, outstanding: dict[int, Injection], on_phase: float | None,
                traffic: dict[str, Any], anchor: Fired | None = None) -> AppliedFault | None:
@@ -663,7 +673,7 @@ class Trial:
         storage = str(self.storage_dir) if fault.acts_on == "storage" else None  # a job may name none
         hosts = [replace(cluster.hosts[rank], pid=(pid := cluster.pid(rank)), storage=storage,
                          gpu=self.placement.gpu_of(rank),
-                         workers=tuple(worker_processes(pid)) if fault.on_workers and pid is not None else ())
+                         agent_processes=self._agent_processes(fault, pid))
                  for rank in targets]
         # The dead-man switch reverts a disruptive fault even if this process dies first: at
         # the end of this on-phase (a pulse, not the whole train), plus a margin.

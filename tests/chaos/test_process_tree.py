@@ -144,7 +144,7 @@ def marked():
 
 
 def workers_host(agent: int) -> Host:
-    return replace(host_of(agent), workers=tuple(proc.workers(agent)))
+    return replace(host_of(agent), agent_processes=tuple(proc.workers(agent)))
 
 
 def test_the_workers_are_the_topmost_processes_with_the_agents_mark(marked):

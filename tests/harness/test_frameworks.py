@@ -5,6 +5,8 @@ in namespaces, a real kill) is scenarios/frameworks_kill.yaml, a test of its own
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -369,6 +371,64 @@ def test_a_fault_on_the_workers_where_no_agent_starts_them_is_refused_at_load(tm
     path.write_text(f"name: s\n{head}{WORKERS_FAULT}".replace("x.py]", f"x.py], workdir: {tmp_path}"))
     with pytest.raises(UsageError, match=message):
         load_scenario(path)
+
+
+MONITORS_FAULT = "faults:\n  - {kind: kill, processes: monitors, target: {rank: 1}, start: 1s}\n"
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "torchft"])
+def test_a_fault_on_the_monitors_of_an_agent_that_has_none_is_refused_at_load(tmp_path, launcher):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\njob: {{command: [python, x.py], launcher: {launcher}, workdir: {tmp_path}}}\n"
+                    f"{MONITORS_FAULT}")
+    with pytest.raises(UsageError, match=rf"s\.yaml:\d+: faults\.0\.processes: monitors are the processes an agent "
+                                         rf"watches its workers with .* launcher, {launcher}, has none; run it under "
+                                         "ft_launcher"):
+        load_scenario(path)
+    path.write_text(path.read_text().replace(f"launcher: {launcher}", "launcher: ft_launcher"))
+    fault = load_scenario(path).faults[0].fault
+    assert fault.describe() == "kill(signal=9, processes=monitors)" and not fault.ends_host
+
+
+# ft_launcher's rank monitor (torch.multiprocessing's fork of the agent) makes
+# `_ft_launcher<its pid>_to_rmon.socket` in its temporary folder: a stand-in agent forks one
+# that does, and a worker that does not.
+AGENT_WITH_MONITOR = """
+import os, socket, sys, time
+def child(monitor):
+    if monitor:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(f"{os.environ['TMPDIR']}/_ft_launcher{os.getpid()}_to_rmon.socket")
+    print("monitor" if monitor else "worker", os.getpid(), flush=True)
+    time.sleep(120)
+for monitor in (True, False):
+    if os.fork() == 0:
+        child(monitor)
+time.sleep(120)
+"""
+
+
+def test_ft_launchers_rank_monitors_are_the_agents_children_that_made_their_socket(tmp_path):
+    import subprocess
+    import sys
+
+    from chaos import proc
+    from harness.cluster.frameworks.ft_launcher import monitors
+    agent = subprocess.Popen([sys.executable, "-c", AGENT_WITH_MONITOR], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        children = dict(agent.stdout.readline().split() for _ in range(2))
+        monitor, worker = int(children["monitor"]), int(children["worker"])
+        deadline = time.monotonic() + 10
+        while not (tmp_path / f"_ft_launcher{monitor}_to_rmon.socket").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert monitors(agent.pid) == [(monitor, proc.start_time(monitor))]
+        assert worker != monitor and worker in {pid for pid, _ in proc.descendants(agent.pid)}
+    finally:
+        for pid, _ in [*proc.descendants(agent.pid), (agent.pid, 0)]:
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        agent.wait(30)
+        agent.stdout.close()
 
 
 def test_a_fault_on_the_workers_under_an_agent_loads_and_says_so(tmp_path):

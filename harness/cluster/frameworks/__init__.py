@@ -21,6 +21,8 @@ module says, as a `Framework`:
                  where the framework advertises `socket.gethostname()` to its peers
     elastic      its hosts form one torchrun rendezvous, which takes torchrun's elastic
                  options (`min_hosts`, `rdzv_conf`)
+    monitors     the processes its agent watches its workers with, under a host's process
+                 (None: it has none): what a fault with `processes: monitors` acts on
 
 A host a kill fault ended is started again after its settings' `relaunch` (where they have
 one), as the framework's scheduler would start it again.
@@ -56,6 +58,8 @@ class Framework:
     environment: Callable[[Any, int, Sequence[str]], dict[str, str]] | None = None
     own_hostname: bool = False
     elastic: bool = False
+    # (a host's process) -> its agent's monitors of its workers, each (pid, start time)
+    monitors: Callable[[int], list[tuple[int, int]]] | None = None
 
     @property
     def agent(self) -> bool:
@@ -82,7 +86,7 @@ FRAMEWORKS: dict[str, Framework] = {
     "ft_launcher": Framework(
         name="ft_launcher", package="nvidia_resiliency_ext", install=ft_launcher.INSTALL,
         settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, why_backend=ft_launcher.WHY_BACKENDS,
-        command=ft_launcher.command, elastic=True),
+        command=ft_launcher.command, elastic=True, monitors=ft_launcher.monitors),
     "nvrx_inprocess": Framework(
         name="nvrx_inprocess", package="nvidia_resiliency_ext", install=nvrx_inprocess.INSTALL,
         settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS,

@@ -12,10 +12,12 @@ and the rendezvous's store is the harness's.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chaos import proc
 from chaos.faults import Seconds
 from harness.cluster.agent import AgentHost, agent_command
 
@@ -60,3 +62,23 @@ def command(job: Any, host: AgentHost) -> list[str]:
     options = [f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}"
                for name, flag in FLAGS.items() if (value := getattr(settings, name)) is not None]
     return agent_command("ft_launcher", job, host, len(host.addresses), *options)
+
+
+def monitors(host_pid: int) -> list[tuple[int, int]]:
+    """The rank monitors under a host's process, each with its start time: ft_launcher's
+    agent forks one per worker (torch.multiprocessing's fork: the agent's command line), and
+    each makes `_ft_launcher<its pid>_to_rmon.socket` in its temporary folder, where the
+    agent talks to it: a descendant that made its own is a monitor."""
+    return [(pid, started) for pid, started in proc.descendants(host_pid)
+            if os.path.exists(f"/proc/{pid}/root{_temporary_folder(pid)}/_ft_launcher{pid}_to_rmon.socket")]
+
+
+def _temporary_folder(pid: int) -> str:
+    """Where the process's tempfile.gettempdir() is: its TMPDIR, else /tmp."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return "/tmp"
+    return next((e[len(b"TMPDIR="):].decode(errors="replace").rstrip("/") for e in entries
+                 if e.startswith(b"TMPDIR=") and len(e) > len(b"TMPDIR=")), "/tmp")
