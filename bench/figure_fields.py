@@ -10,6 +10,9 @@ numbers are counts and labels. Each figure of the text, in order, has one field:
 - `PATH#/json/pointer`: the number at that place of a JSON file (RFC 6901);
 - `PATH:LINE`: a number on that line of a text file (a bench's printed table);
 - `FIELD / FIELD`: the ratio of two fields (a ratio or a share computed from them);
+- `FIELD - FIELD`, `FIELD + FIELD`: their difference (how much sooner) or sum (two phases);
+- `none: WHY`: a figure no result file holds (a setting, a target, a figure measured before
+  result files were kept), said so in the text it is in; not checked.
 - `median(FIELD)`, `min(FIELD)`, `max(FIELD)`, `mean(FIELD)`: an aggregate of the numbers a
   field holds, a JSON list (`#/evidence/tuned_2_5s/silent_detected_s`) or a pointer with
   `*` for every member of a list or object (`#/per_fault/*/first_s`), NaN (a trial without
@@ -36,6 +39,7 @@ FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(x|%)?(?![\w.]*\d|[A-Za-wyz])")
 UNITS = (1.0, 1e3, 1e-3, 1e6, 1e-6, 100.0)  # s as ms, bytes as MB, a fraction in percent
 
 
+UNRECORDED = "none:"  # a figure's field where no result file holds it, with why
 AGGREGATES = {"median": statistics.median, "min": min, "max": max, "mean": statistics.fmean}
 
 
@@ -121,6 +125,10 @@ def read(field: str) -> list[float]:
     if " / " in field:
         top, bottom = field.split(" / ", 1)
         return [a / b for a in read(top) for b in read(bottom) if b]
+    for sign, combine in ((" - ", float.__sub__), (" + ", float.__add__)):
+        if sign in field:
+            left, right = field.split(sign, 1)
+            return [combine(a, b) for a in read(left) for b in read(right)]
     aggregate = re.fullmatch(r"(?P<name>\w+)\((?P<inner>.*)\)", field)
     if aggregate:
         if aggregate["name"] not in AGGREGATES:
@@ -173,6 +181,8 @@ def cell_problems(cell: object) -> Iterator[str]:
         yield f"{text!r}: {len(shown)} figures, {len(fields)} fields"
         return
     for figure, field in zip(shown, fields, strict=True):
+        if field.startswith(UNRECORDED):
+            continue
         try:
             values = read(field)
         except FieldError as exc:

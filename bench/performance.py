@@ -15,8 +15,7 @@ Each area is one figures file, bench/results/figures/<area>.json:
 A cell, a caption, `about` and `notes` are each a text, or {"text": ..., "from": [the field
 of each figure in it]}: every figure names the file and the field it comes from, and is that
 field's value to the precision shown (bench/figure_fields.py; tests/test_performance_doc.py);
-the prose's fields come from the files its area's tables cite. Every table figure must name
-its field; a prose text is checked where it names them.
+every figure names its field, or `none: why` where no result file holds it.
 `--trace` writes the field of each figure that the cited files give one way.
 
 A table without its machine, command or date is refused, naming the file and the field.
@@ -44,10 +43,10 @@ Measured figures, each with its machine, command and date. The README says what 
 harness does and guarantees; the figures that move with the machine are here. This page is
 made from the result files (`bench/results/figures/`, beside each bench's own result files
 under `bench/results/`) by `bench/performance.py`: add or change a figures file, then run
-it; a test fails while the page and the files differ. Each figure of a table names the
-field of a result file it comes from, and a test fails while it is not that field's value;
-the prose around the tables restates them or the runs' settings, and is held to the same
-where it names its fields.
+it; a test fails while the page and the files differ. Each figure here, in a table or in
+the prose around it, names the field of a result file it comes from, and a test fails while
+it is not that field's value; the few that no file holds (a setting, a target, a run not
+kept) say so in their text.
 """
 
 

@@ -46,8 +46,9 @@ def test_every_table_cites_result_files_that_are_there():
 
 
 def test_every_figure_is_the_value_of_the_field_it_names():
-    """A figure typed by hand, or left from an older run, is found: each one names the file
-    and the field it comes from and is that field's value."""
+    """A figure typed by hand, or left from an older run, is found: each one, in a table or
+    in the prose around it, names the file and the field it comes from and is that field's
+    value, or says that no file holds it and why."""
     problems = []
     for path in sorted(performance.FIGURES.glob("*.json")):
         for i, table in enumerate(json.loads(path.read_text())["tables"]):
@@ -60,6 +61,9 @@ def test_every_figure_is_the_value_of_the_field_it_names():
                                         "(write it: bench/performance.py --trace, then by hand)")
         for place, holder, key, _ in performance.prose(json.loads(path.read_text())):
             problems += [f"{path.name}: {place}: {p}" for p in figure_fields.cell_problems(holder[key])]
+            if not isinstance(holder[key], dict) and figure_fields.figures(holder[key]):
+                problems.append(f"{path.name}: {place} names no field for its figures (write them: "
+                                "bench/performance.py --trace, then by hand; `none: why` for one no file holds)")
     assert problems == []
 
 
@@ -112,3 +116,15 @@ def test_trace_writes_a_field_only_where_the_files_give_it_one_way(tmp_path):
     assert step[2] == {"text": "34.8 ms", "from": [f"{result}#/rows/0/worst_s"]}
     assert every[2] == {"text": "34.8 ms", "from": [f"{result}#/rows/1/worst_s"]}
     assert figure_fields.propose(["both", "34.8 ms"], cited) == ["both", "34.8 ms"]  # two places, no guess
+
+
+def test_a_difference_a_sum_and_a_figure_no_file_holds(tmp_path):
+    result = tmp_path / "r.json"
+    result.write_text('{"before_s": 4.55, "after_s": 3.98, "up_s": 1.76, "warm_s": 1.60}')
+    cell = {"text": "0.57 s sooner, warm in 3.36 s, at 0.5 ms apart",
+            "from": [f"{result}#/before_s - {result}#/after_s", f"{result}#/up_s + {result}#/warm_s",
+                     "none: the probe's spacing, a setting"]}
+    assert list(figure_fields.cell_problems(cell)) == []
+    wrong = {**cell, "text": cell["text"].replace("0.57", "0.75")}
+    assert [p.split(":")[0] for p in figure_fields.cell_problems(wrong)] == ["0.75"]
+
