@@ -154,6 +154,13 @@ class _JobFields(BaseModel):
         return FRAMEWORKS.get(self.launcher)
 
     @property
+    def rendezvous_on_harness_store(self) -> bool:
+        """Its hosts' agents meet in a c10d rendezvous on the harness's store (torchrun's, and
+        a framework's that takes torchrun's elastic options): the store a fault can target
+        on a host of its own (cluster.store: host)."""
+        return self.launcher == "torchrun" or (self.framework is not None and self.framework.elastic)
+
+    @property
     def one_process_per_host(self) -> bool:
         """The job's command runs once per host, with no agent (direct, or a framework that
         restarts inside the process)."""

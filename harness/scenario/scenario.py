@@ -140,9 +140,10 @@ class ClusterConfig(Frozen):
         default={}, description="every host's own net.* settings, as on your nodes "
                                 "(net.ipv4.neigh.eth0.retrans_time_ms: 100); chaos.sysctl")
     store: Literal["switch", "host"] = Field(
-        default="switch", description="where the runner's rendezvous store and failure detector run: on the "
-        "switch, which every rank reaches over its own link (default), or on the cluster's last host, a fault "
-        "target of its own (kill, pause, its link); the other hosts are the ranks")
+        default="switch", description="where the rendezvous store (the runner's, or torchrun's and ft_launcher's "
+        "agents') and the failure detector run: on the switch, which every rank reaches over its own link "
+        "(default), or on the cluster's last host, a fault target of its own (kill, pause, its link); the other "
+        "hosts are the ranks")
 
     @field_validator("ranks")
     @classmethod
@@ -430,10 +431,6 @@ class Scenario(Frozen):
                 message = str(exc)
                 raise ValueError(message if message.startswith("policies.")
                                  else f"policies.{name}: {message}") from None
-        if self.cluster.store == "host" and self.job is not None:
-            raise ValueError("cluster.store: host places the harness runner's rendezvous store, and a user's job "
-                             "(job:) keeps its own (torchrun's, a framework's coordinator); remove it, or run "
-                             "the runner (policies: instead of job:)")
         if self.cluster.store == "host" and world < 3:
             raise ValueError(f"cluster.store: host: the store takes the last of the cluster's {world} hosts, "
                              "and a group needs two ranks besides: give cluster.ranks: 3 or more")
@@ -479,6 +476,11 @@ class Scenario(Frozen):
                                  f"workers with (ft_launcher's rank monitors), and "
                                  f"{f'variant {name} of ' if name else ''}the job's launcher, {job.launcher}, has "
                                  "none; run it under ft_launcher (job.launcher), or use processes: workers")
+            if job is not None and self.cluster.store == "host" and not job.rendezvous_on_harness_store:
+                raise ValueError(f"cluster.store: host places the rendezvous store the harness runs, and "
+                                 f"{f'variant {name} of ' if name else ''}the job (launcher: {job.launcher}) does not "
+                                 "rendezvous there (only torchrun's and ft_launcher's agents do); remove it, or "
+                                 "use one of those launchers")
             if job is not None and (problem := _framework_problem(job, self.cluster)):
                 raise ValueError(f"{f'variants.{name}' if name else 'job'}.launcher: {problem}")
             if job is not None and job.min_hosts is not None and job.min_hosts > world:

@@ -241,11 +241,14 @@ class Trial:
             return cluster.start_rank(rank, self._rank_config(cluster, rank))
         job = JobSpec.model_validate(self.plan.job)
         host = cluster.hosts[rank]
-        addresses = [h.address for h in cluster.hosts]
-        env = rank_environment(job, rank, self.plan.ranks, self.run_id, self.plan.policy, str(self.events_path),
+        # the job's hosts: every one, or where the store has a host of its own (the last),
+        # the others: its agents rendezvous there and the job never counts it
+        hosts = cluster.hosts[:len(self.training)] if self.plan.store_host else cluster.hosts
+        addresses = [h.address for h in hosts]
+        env = rank_environment(job, rank, len(hosts), self.run_id, self.plan.policy, str(self.events_path),
                                host.ifname, device=job_device_env(self.placement, rank, host.ifname),
                                master=(cluster.hosts[0].address, cluster.job_port), addresses=addresses)
-        argv = rank_command(job, rank, self.plan.ranks, self.run_id, f"{cluster.store_address}:{cluster.store_port}",
+        argv = rank_command(job, rank, len(hosts), self.run_id, f"{cluster.store_address}:{cluster.store_port}",
                             addresses=addresses)
         return cluster.start_job(rank, launch_command(job, argv, env, self.trial_dir, host.address))
 

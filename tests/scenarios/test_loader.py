@@ -283,14 +283,27 @@ USER_JOB = "job: {command: [python, train.py], workdir: .}"
     (2, "", RUNNER, [":1: cluster.store: host: the store takes the last of the cluster's 2 hosts",
                      "give cluster.ranks: 3 or more"]),
     (4, ", backend: docker", RUNNER, ["cluster.store: host: the docker backend", "run with --backend netns or local"]),
-    (4, "", USER_JOB, ["cluster.store: host places the harness runner's rendezvous store",
-                       "a user's job (job:) keeps its own", "policies: instead of job:"]),
+    (4, "", USER_JOB, ["cluster.store: host places the rendezvous store the harness runs",
+                       "the job (launcher: direct) does not rendezvous there", "only torchrun's and ft_launcher's"]),
+    (4, "", USER_JOB.replace("workdir: .", "workdir: ., launcher: torchft"),
+     ["the job (launcher: torchft) does not rendezvous there"]),
 ])
 def test_a_store_on_a_host_of_its_own_is_refused_where_it_cannot_be(
         tmp_path: Path, ranks: int, backend: str, trials: str, words: list[str]) -> None:
     message = error_of(tmp_path, STORE_HOST.format(ranks=ranks, backend=backend, last=ranks - 1, trials=trials))
     for word in words:
         assert word in message, (word, message)
+
+
+def test_a_store_on_a_host_of_its_own_takes_torchruns_and_ft_launchers_rendezvous(tmp_path: Path) -> None:
+    from harness.cluster.userjob import rank_command
+    for launcher in ("torchrun", "ft_launcher"):
+        job = USER_JOB.replace("workdir: .", f"workdir: ., launcher: {launcher}")
+        scenario = load_text(tmp_path, STORE_HOST.format(ranks=4, backend="", last=3, trials=job))
+        assert scenario.cluster.store == "host" and scenario.job.rendezvous_on_harness_store
+        # three agents, which rendezvous on the fourth host's store
+        argv = rank_command(scenario.job, 0, 3, "r", "10.77.0.13:29400", addresses=["a", "b", "c"])
+        assert "--nnodes=3" in argv and "--rdzv-endpoint=10.77.0.13:29400" in argv
 
 
 def test_a_store_on_the_last_host_makes_the_others_the_ranks(tmp_path: Path) -> None:
