@@ -79,6 +79,42 @@ def test_an_ordinary_user_runs_a_kill_on_the_local_backend_and_doctor_says_so(us
     assert not processes_of(NOBODY, user_dir)
 
 
+# frameworks_kill.yaml's ft_launcher trial alone (the file's torchft trials need the netns
+# backend's UTS namespaces)
+FT_LAUNCHER_KILL = f"""\
+name: ft_launcher_local
+cluster: {{ranks: 4}}
+job:
+  command: [python, train_ft_launcher.py, --step-period, "0.25", --checkpoint, "{{trial_dir}}/checkpoint.pt"]
+  workdir: {REPO / "examples"}
+  launcher: ft_launcher
+  max_restarts: 3
+  ft_launcher: {{initial_rank_heartbeat_timeout: 60s, rank_heartbeat_timeout: 5s, workload_check_interval: 1s,
+                relaunch: 1s}}
+  start_timeout: 120s
+warmup_steps: 8
+faults:
+  - {{kind: kill, target: {{rank: 2}}, start: {{'on': step, nth: 4, rank: 2, delay: 0.1s}}}}
+hang_cap: 30s
+settle_steps: 8
+expect:
+  job: {{outcome: recovered, detect_within: 1s, recover_within: 20s, state: consistent}}
+"""
+
+
+@pytest.mark.requires_root  # to become another user; the run itself has no privilege
+def test_an_ordinary_user_runs_ft_launcher_under_a_kill_on_the_local_backend(user_dir):
+    scenario = user_dir / "ft_launcher_local.yaml"
+    scenario.write_text(FT_LAUNCHER_KILL)
+    done = as_nobody(user_dir, "run", str(scenario), "--backend", "local", "--out", str(user_dir / "runs"),
+                     timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| job | kill on r2 |" in done.stdout and "all ranks step again" in done.stdout, done.stdout
+    assert "| consistent |" in done.stdout and "| met |" in done.stdout, done.stdout
+    assert not list((user_dir / "state").glob("*.jsonl")), "a ledger was left"
+    assert not processes_of(NOBODY, user_dir)
+
+
 @pytest.mark.requires_root
 def test_a_harness_killed_while_a_rank_is_paused_leaves_nothing_after_that_users_heal(user_dir):
     run = as_nobody(user_dir, "run", str(PAUSE), "--backend", "local", "--policy", "timeout",

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 INSTALL = ("pip install -e '.[frameworks]' in the harness's repository (nvidia-resiliency-ext==0.4.1), "
            "or run ./dev.sh")
-BACKENDS = ("netns",)
-WHY_BACKENDS = "it has been run under the netns backend only"
+BACKENDS = ("netns", "local")
+WHY_BACKENDS = "it has not been run under the docker or slurm backend"
 
 
 class Settings(BaseModel):
