@@ -35,13 +35,17 @@ def test_the_srun_on_the_nodes_keeps_the_partition_and_account_only() -> None:
     assert placement(()) == []
 
 
+# this process's own node name: pytest-xdist's workers run these tests side by side
+NODE = f"chaos-test-node-{os.getpid()}"
+
+
 def _started_as_slurmd(code: str, node: str) -> subprocess.Popen:
     return subprocess.Popen(["slurmd", "-c", code, "-N", node], executable=sys.executable)
 
 
 def _named(node: str) -> list[int]:
     return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-            if proc.command_line(pid).startswith("slurmd ") and f"-N {node}" in proc.command_line(pid)]
+            if proc.command_line(pid).startswith("slurmd ") and proc.command_line(pid).endswith(f" -N {node}")]
 
 
 def _until(condition, what: str, timeout_s: float = 10.0) -> None:
@@ -61,10 +65,10 @@ def _end(*daemons: subprocess.Popen) -> None:
 
 def test_a_copy_slurmd_forked_is_not_a_second_daemon() -> None:
     """slurmd forks to exec slurmstepd for a step: for a moment the copy has its command line."""
-    daemon = _started_as_slurmd("import os, time; os.fork(); time.sleep(60)", "chaos-test-node")
+    daemon = _started_as_slurmd("import os, time; os.fork(); time.sleep(60)", NODE)
     try:
         _until(lambda: len(proc.descendants(daemon.pid)) == 1, "the daemon's copy")
-        assert slurmd.daemons("chaos-test-node") == [daemon.pid]
+        assert slurmd.daemons(NODE) == [daemon.pid]
     finally:
         _end(daemon)
 
@@ -77,11 +81,11 @@ def test_a_copy_orphaned_on_its_way_to_slurmstepd_is_not_a_second_daemon() -> No
             "    if os.fork() == 0: time.sleep(0.5); os._exit(0)\n"
             "    os._exit(0)\n"
             "time.sleep(60)")
-    daemon = _started_as_slurmd(code, "chaos-test-node")
+    daemon = _started_as_slurmd(code, NODE)
     try:
-        _until(lambda: [pid for pid in _named("chaos-test-node") if proc.parent(pid) != daemon.pid
+        _until(lambda: [pid for pid in _named(NODE) if proc.parent(pid) != daemon.pid
                         and pid != daemon.pid], "the orphaned copy")
-        assert slurmd.daemons("chaos-test-node") == [daemon.pid]
+        assert slurmd.daemons(NODE) == [daemon.pid]
     finally:
         _end(daemon)
 
@@ -96,18 +100,18 @@ def test_copies_that_come_and_go_on_a_busy_node_are_not_a_second_daemon() -> Non
             "        os._exit(0)\n"
             "    os.wait()\n"
             "    time.sleep(0.05)")
-    daemon = _started_as_slurmd(code, "chaos-test-node")
+    daemon = _started_as_slurmd(code, NODE)
     try:
-        _until(lambda: len(_named("chaos-test-node")) >= 3, "the orphaned copies")
-        assert slurmd.daemons("chaos-test-node") == [daemon.pid]
+        _until(lambda: len(_named(NODE)) >= 3, "the orphaned copies")
+        assert slurmd.daemons(NODE) == [daemon.pid]
     finally:
         _end(daemon)
 
 
 def test_two_daemons_of_one_node_stay_two() -> None:
-    first, second = (_started_as_slurmd("import time; time.sleep(60)", "chaos-test-node") for _ in range(2))
+    first, second = (_started_as_slurmd("import time; time.sleep(60)", NODE) for _ in range(2))
     try:
-        _until(lambda: len(_named("chaos-test-node")) == 2, "both daemons")
-        assert sorted(slurmd.daemons("chaos-test-node", settle_s=0.2)) == sorted([first.pid, second.pid])
+        _until(lambda: len(_named(NODE)) == 2, "both daemons")
+        assert sorted(slurmd.daemons(NODE, settle_s=0.2)) == sorted([first.pid, second.pid])
     finally:
         _end(first, second)
