@@ -215,11 +215,12 @@ def places(files: list[str], aggregates: bool = False) -> Iterator[tuple[Place, 
             for pointer, node in _nodes(document, ""):
                 if isinstance(node, (int, float)) and not isinstance(node, bool):
                     yield Place(rel, "#" + (pointer or "/")), float(node)
-                elif aggregates and isinstance(node, list) and len([n for n in node if n == n]) > 1 and all(
+                elif aggregates and isinstance(node, list) and all(
                         isinstance(n, (int, float)) and not isinstance(n, bool) for n in node):
-                    for name_ in ("median", "min", "max"):
-                        field = Place(rel, "#" + pointer, name_)
-                        yield field, read(str(field))[0]
+                    numbers = [float(n) for n in node if n == n]  # NaN left out, as read() does
+                    if len(numbers) > 1:  # the list already read: its aggregates from it
+                        for kind in ("median", "min", "max"):
+                            yield Place(rel, "#" + pointer, kind), AGGREGATES[kind](numbers)
 
 
 def _nodes(node: object, pointer: str) -> Iterator[tuple[str, object]]:

@@ -462,10 +462,10 @@ class Scenario(Frozen):
                 except ValueError as exc:
                     raise ValueError(f"faults.{storage}.kind: {self.faults[storage].fault.kind} acts on the "
                                      f"job's checkpoint folder{f' (variant {name})' if name else ''}: {exc}") from None
-            workers = next((i for i, event in enumerate(self.faults)
-                            if event.fault.on_agent_processes), None)
-            if job is not None and workers is not None and job.one_process_per_host:
-                raise ValueError(f"faults.{workers}.processes: {self.faults[workers].fault.processes} are those a "
+            on_agent = next((i for i, event in enumerate(self.faults)
+                             if event.fault.on_agent_processes), None)
+            if job is not None and on_agent is not None and job.one_process_per_host:
+                raise ValueError(f"faults.{on_agent}.processes: {self.faults[on_agent].fault.processes} are those a "
                                  f"host's agent started, and {f'variant {name} of ' if name else ''}the job runs "
                                  f"without one (launcher: {job.launcher}); run it under torchrun, torchft or "
                                  "ft_launcher (job.launcher), or remove processes to act on the host")
