@@ -10,6 +10,7 @@ import it; it imports none of them.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from typing import Any
 
@@ -45,6 +46,15 @@ def _undo_process(args: dict[str, Any]) -> None:
     proc.reap(args["pid"], proc.KILLED_WITHIN_S)
 
 
+def _undo_folder(args: dict[str, Any]) -> None:
+    """A folder the harness made for a run's processes (a host's temporary folder), with
+    whatever they left in it (a killed process removes nothing of its own)."""
+    try:
+        shutil.rmtree(args["path"])
+    except FileNotFoundError:
+        pass
+
+
 def _undo_stop_process(args: dict[str, Any]) -> None:
     """A helper that must finish its work on the way out (a delayer releases what it holds)."""
     proc.stop(args["pid"], args["started"], STOP_GRACE_S)
@@ -54,7 +64,8 @@ def _undo_stop_process(args: dict[str, Any]) -> None:
 UNDOS = UndoTable.combine({
     "chaos.undo": UndoTable({"owner": _undo_owner, "netns": _undo_netns, "link_up": _undo_link_down,
                                "sigcont": _undo_pause, "sigkill": _undo_process,
-                               "stop_process": _undo_stop_process}),
+                               "stop_process": _undo_stop_process,
+                               "remove_folder": _undo_folder}),
     "chaos.tc": tc.UNDOS,
     "chaos.nft": nft.UNDOS,
     "chaos.cmdfile": cmdfile.UNDOS,

@@ -3,6 +3,8 @@ backends): starting, reaping and stopping ranks, and giving the launcher back.""
 from __future__ import annotations
 
 import abc
+import os
+import tempfile
 import time
 
 from chaos import topology
@@ -25,6 +27,7 @@ class ForkedCluster(Cluster):
         self._launchers = launchers
         self._launcher: Launcher | None = None
         self.timings: dict[str, float] = {}  # bring-up phases, for benchmarks
+        self._temporary_folders: dict[int, str] = {}  # by rank: its job's TMPDIR
 
     def bring_up(self) -> None:
         """Take the launcher, build the hosts while it imports torch, start the control
@@ -66,7 +69,22 @@ class ForkedCluster(Cluster):
     def start_job(self, rank: int, launch: dict) -> int:
         if launch["start"] == "preloaded":
             self.launcher.preload(launch["preload"], PRELOAD_TIMEOUT_S)
+        if launch.get("own_temporary_folder"):
+            launch = {**launch, "env": {**launch["env"], "TMPDIR": self._temporary_folder(rank)}}
         return self._spawn(rank, "exec", {**launch, "rank": rank})
+
+    def _temporary_folder(self, rank: int) -> str:
+        """The job's temporary folder on `rank`'s host, one per trial and host, kept across
+        its restarts and removed with the cluster: what a killed process leaves there
+        (ft_launcher's IPC sockets, a watchdog's files) goes with the trial, not into the
+        machine's /tmp. Its path is short: a Unix socket's is at most 107 bytes."""
+        if rank not in self._temporary_folders:
+            path = os.path.join(tempfile.gettempdir(), f"chaos-{self.spec.run_id}-{topology.host_name(rank)}")
+            entry = self._ledger.record("remove_folder", path=path)
+            os.mkdir(path, 0o700)
+            self._ledger.mark(entry, "done")
+            self._temporary_folders[rank] = path
+        return self._temporary_folders[rank]
 
     def _spawn(self, rank: int, entry: str, config: dict) -> int:
         host = self.hosts[rank]

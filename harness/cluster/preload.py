@@ -47,6 +47,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,7 @@ def run(start: Start, launch: dict[str, Any]) -> int:
     set_by_imports = {k: v for k, v in os.environ.items() if before.get(k) != v and k not in env}
     os.environ.clear()
     os.environ.update({**env, **set_by_imports})
+    tempfile.tempdir = None  # as in a new Python, read from TMPDIR: the launcher's may differ
     set_title(start.title)
     sys.argv = [start.argv0, *start.args]
     first = os.path.dirname(start.script) if start.script else os.getcwd()

@@ -376,8 +376,10 @@ def command_problem(job: JobSpec) -> str | None:
 
 def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir: Path,
                    address: str | None = None) -> dict[str, Any]:
-    """What the rank launcher's `exec` entry needs: argv, cwd, env, the step pattern, and
-    the hostname its processes see where a framework advertises it (the host's `address`).
+    """What the rank launcher's `exec` entry needs: argv, cwd, env, the step pattern, the
+    hostname its processes see where a framework advertises it (the host's `address`), and
+    whether the host gives it a temporary folder of its own (TMPDIR), unless the job names
+    one.
     `{trial_dir}` in an argument or an env value becomes the trial's folder (where a job
     keeps its checkpoint, fresh for every trial)."""
     def expand(text: str) -> str:
@@ -389,5 +391,5 @@ def launch_command(job: JobSpec, argv: list[str], env: dict[str, str], trial_dir
     return {"argv": [expand(a) for a in argv], "cwd": job.workdir,
             "env": {k: expand(v) for k, v in env.items()},
             "step_pattern": job.step_pattern, "start": start, "preload": list(job.preload),
-            "serve_workers": SERVER_ENV in env,
+            "serve_workers": SERVER_ENV in env, "own_temporary_folder": "TMPDIR" not in job.env,
             "hostname": address if framework is not None and framework.own_hostname else None}

@@ -107,6 +107,7 @@ def test_each_preloaded_rank_draws_its_own_random_numbers(launcher, tmp_path):
     ({"PYTHONDONTWRITEBYTECODE": "1"}, "dont_write_bytecode"),
     ({"TORCH_LOGS": "+dynamo"}, "dynamo_log_level"),
     ({"PYTHONUNBUFFERED": ""}, "stdout"),
+    ({"TMPDIR": "/dev/shm"}, "tempdir"),  # a host's own (harness.cluster.forked), not the launcher's
 ])
 def test_environment_read_at_start_is_applied(launcher, tmp_path, env, same):
     runs = both(launcher, tmp_path, ("python", "start_probe.py", "{out}"), env)

@@ -5,7 +5,6 @@ in namespaces, a real kill) is scenarios/frameworks_kill.yaml, a test of its own
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -392,9 +391,11 @@ def test_a_fault_on_the_monitors_of_an_agent_that_has_none_is_refused_at_load(tm
 
 # ft_launcher's rank monitor (torch.multiprocessing's fork of the agent) makes
 # `_ft_launcher<its pid>_to_rmon.socket` in its temporary folder: a stand-in agent forks one
-# that does, and a worker that does not.
+# that does, and a worker that does not. Its TMPDIR is set inside the process, as a preloaded
+# start sets it (harness.cluster.preload): /proc/<pid>/environ does not show it.
 AGENT_WITH_MONITOR = """
 import os, socket, sys, time
+os.environ["TMPDIR"] = sys.argv[1]
 def child(monitor):
     if monitor:
         s = socket.socket(socket.AF_UNIX)
@@ -415,8 +416,8 @@ def test_ft_launchers_rank_monitors_are_the_agents_children_that_made_their_sock
 
     from chaos import proc
     from harness.cluster.frameworks.ft_launcher import monitors
-    agent = subprocess.Popen([sys.executable, "-c", AGENT_WITH_MONITOR], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    agent = subprocess.Popen([sys.executable, "-c", AGENT_WITH_MONITOR, str(tmp_path)], stdout=subprocess.PIPE,
+                             text=True)
     try:
         children = dict(agent.stdout.readline().split() for _ in range(2))
         monitor, worker = int(children["monitor"]), int(children["worker"])

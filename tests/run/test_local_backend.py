@@ -106,13 +106,19 @@ expect:
 def test_an_ordinary_user_runs_ft_launcher_under_a_kill_on_the_local_backend(user_dir):
     scenario = user_dir / "ft_launcher_local.yaml"
     scenario.write_text(FT_LAUNCHER_KILL)
+    temporary = user_dir / "tmp"  # the user's TMPDIR: each host's own folder is made in it
+    temporary.mkdir()
+    os.chown(temporary, NOBODY, NOBODY)
     done = as_nobody(user_dir, "run", str(scenario), "--backend", "local", "--out", str(user_dir / "runs"),
-                     timeout=240)
+                     env={**os.environ, "TMPDIR": str(temporary)}, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| job | kill on r2 |" in done.stdout and "all ranks step again" in done.stdout, done.stdout
     assert "| consistent |" in done.stdout and "| met |" in done.stdout, done.stdout
     assert not list((user_dir / "state").glob("*.jsonl")), "a ledger was left"
     assert not processes_of(NOBODY, user_dir)
+    # the killed agent's IPC sockets (_ft_launcher<pid>*.socket) went with its host's folder
+    # (torch's compile cache, torchinductor_<user>, is the harness's own: kept, as torch keeps it)
+    assert not [*temporary.glob("_ft_launcher*"), *temporary.glob("chaos-*")]
 
 
 @pytest.mark.requires_root

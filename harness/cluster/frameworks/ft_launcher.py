@@ -67,18 +67,21 @@ def command(job: Any, host: AgentHost) -> list[str]:
 def monitors(host_pid: int) -> list[tuple[int, int]]:
     """The rank monitors under a host's process, each with its start time: ft_launcher's
     agent forks one per worker (torch.multiprocessing's fork: the agent's command line), and
-    each makes `_ft_launcher<its pid>_to_rmon.socket` in its temporary folder, where the
-    agent talks to it: a descendant that made its own is a monitor."""
+    each binds `_ft_launcher<its pid>_to_rmon.socket` in its temporary folder, where the
+    agent talks to it: a descendant whose socket the host's network namespace lists is a
+    monitor. Read from the namespace's socket table, not from a folder: the folder is the
+    process's TMPDIR, which a preloaded start sets inside the process, where
+    /proc/<pid>/environ does not show it."""
+    bound = _bound_socket_names(host_pid)
     return [(pid, started) for pid, started in proc.descendants(host_pid)
-            if os.path.exists(f"/proc/{pid}/root{_temporary_folder(pid)}/_ft_launcher{pid}_to_rmon.socket")]
+            if f"_ft_launcher{pid}_to_rmon.socket" in bound]
 
 
-def _temporary_folder(pid: int) -> str:
-    """Where the process's tempfile.gettempdir() is: its TMPDIR, else /tmp."""
+def _bound_socket_names(pid: int) -> set[str]:
+    """The file names of the Unix sockets bound in `pid`'s network namespace."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            entries = f.read().split(b"\0")
-    except OSError:  # gone, or not ours to read
-        return "/tmp"
-    return next((e[len(b"TMPDIR="):].decode(errors="replace").rstrip("/") for e in entries
-                 if e.startswith(b"TMPDIR=") and len(e) > len(b"TMPDIR=")), "/tmp")
+        with open(f"/proc/{pid}/net/unix") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:  # gone
+        return set()
+    return {os.path.basename(fields[7]) for fields in map(str.split, lines) if len(fields) > 7}

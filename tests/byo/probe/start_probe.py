@@ -41,6 +41,7 @@ def probe() -> None:
         "main_module": sys.modules["__main__"].__dict__.get("__file__"),
         "warm": probe_warm.WARM,
         "cmdline": open("/proc/self/cmdline", "rb").read().split(b"\0")[0].decode(),
+        "tempdir": tempfile.gettempdir(),
     }
     if "loader" in sys.argv[2:]:
         for method in ("fork", "spawn"):
