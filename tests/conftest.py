@@ -251,8 +251,9 @@ def chaos_namespaces() -> set[str]:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """What the runs recorded under `folder` left on this host: namespaces and CPU cgroups
-    named after their run ids, their ledgers, rank processes still alive, and mounts below it."""
+    """What the runs recorded under `folder` left on this host: namespaces, CPU cgroups and
+    the hosts' temporary folders named after their run ids, their ledgers, rank processes
+    still alive, and mounts below it."""
     from chaos.cgroup import cpu_hierarchy
     from chaos.ledger import state_dir
     from chaos.storage import mounts_below
@@ -263,6 +264,7 @@ def leftovers(folder: Path) -> list[str]:
         run_id = json.loads(trial.read_text())["run_id"]
         found += sorted(n for n in namespaces if n.startswith(f"chaos-{run_id}-"))
         found += sorted(str(p) for p in Path(hierarchy.mount).glob(f"chaos-{run_id}-*")) if hierarchy else []
+        found += sorted(str(p) for p in Path(tempfile.gettempdir()).glob(f"chaos-{run_id}-*"))
         if (state_dir() / f"{run_id}.jsonl").exists():
             found.append(f"ledger {run_id}")
         events = trial.parent / "events.jsonl"

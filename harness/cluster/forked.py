@@ -3,8 +3,6 @@ backends): starting, reaping and stopping ranks, and giving the launcher back.""
 from __future__ import annotations
 
 import abc
-import os
-import tempfile
 import time
 
 from chaos import topology
@@ -13,6 +11,7 @@ from chaos.undo import UNDOS, undo_outstanding
 from chaos.ledger import Ledger
 from harness.cluster.api import Cluster
 from harness.cluster.control_plane import CONTROL
+from harness.cluster.hosttmp import TemporaryFolders
 from harness.cluster.spec import ClusterSpec, RankExit
 from harness.cluster.launcher import PRELOAD_TIMEOUT_S, Launcher, LauncherPool, exit_of
 
@@ -27,7 +26,7 @@ class ForkedCluster(Cluster):
         self._launchers = launchers
         self._launcher: Launcher | None = None
         self.timings: dict[str, float] = {}  # bring-up phases, for benchmarks
-        self._temporary_folders: dict[int, str] = {}  # by rank: its job's TMPDIR
+        self._temporary_folders = TemporaryFolders(ledger, spec.run_id)
 
     def bring_up(self) -> None:
         """Take the launcher, build the hosts while it imports torch, start the control
@@ -69,22 +68,8 @@ class ForkedCluster(Cluster):
     def start_job(self, rank: int, launch: dict) -> int:
         if launch["start"] == "preloaded":
             self.launcher.preload(launch["preload"], PRELOAD_TIMEOUT_S)
-        if launch.get("own_temporary_folder"):
-            launch = {**launch, "env": {**launch["env"], "TMPDIR": self._temporary_folder(rank)}}
+        launch = self._temporary_folders.launch(topology.host_name(rank), launch)
         return self._spawn(rank, "exec", {**launch, "rank": rank})
-
-    def _temporary_folder(self, rank: int) -> str:
-        """The job's temporary folder on `rank`'s host, one per trial and host, kept across
-        its restarts and removed with the cluster: what a killed process leaves there
-        (ft_launcher's IPC sockets, a watchdog's files) goes with the trial, not into the
-        machine's /tmp. Its path is short: a Unix socket's is at most 107 bytes."""
-        if rank not in self._temporary_folders:
-            path = os.path.join(tempfile.gettempdir(), f"chaos-{self.spec.run_id}-{topology.host_name(rank)}")
-            entry = self._ledger.record("remove_folder", path=path)
-            os.mkdir(path, 0o700)
-            self._ledger.mark(entry, "done")
-            self._temporary_folders[rank] = path
-        return self._temporary_folders[rank]
 
     def _spawn(self, rank: int, entry: str, config: dict) -> int:
         host = self.hosts[rank]

@@ -145,6 +145,10 @@ class NodeOps:
     def answer(self, cmd: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
         raise ValueError(f"unknown op {cmd['op']!r}")
 
+    def spawning(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """A spawn command as the launcher is to run it (the node's own additions)."""
+        return cmd
+
     def tick(self) -> None:
         """Called every turn of the loop (at least every 20 ms): what is due now."""
 
@@ -210,6 +214,7 @@ def main(node: NodeOps | None = None, ready: dict[str, Any] | None = None) -> No
                     problem = preload.import_all(cmd["modules"])
                     _reply(out, ev="preloaded", problem=problem, secs=round(time.monotonic() - began, 3))
                     continue
+                cmd = node.spawning(cmd)
                 if cmd["entry"] == "exec":  # a user's job: its output goes through a tap
                     tap_fd, cmd["out_fd"] = os.pipe()
                     tap = os.fork()

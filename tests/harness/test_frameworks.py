@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from chaos.errors import UsageError
+from harness.cluster.backends import BACKEND_NAMES
 from harness.cluster.frameworks import FRAMEWORKS, Framework
 from harness.cluster.userjob import JobSpec, JobVariant, launch_command, rank_command, rank_environment
 from harness.job.hook.chaos_hook import HOST_RANK_ENV
@@ -96,11 +97,10 @@ faults:
 
 
 @pytest.mark.parametrize("launcher, ranks, backend, message", [
-    ("torchft", 4, "docker", r"s\.yaml:\d+: job\.launcher: torchft runs on the netns backend only .*UTS namespace"),
+    ("torchft", 4, "local", r"s\.yaml:\d+: job\.launcher: torchft runs on the netns or docker or slurm backend "
+                            r"only \(the local backend's hosts share loopback.*; set cluster\.backend: netns"),
     ("torchft", 2, "netns", r"s\.yaml:\d+: job\.launcher: torchft's coordinator \(torchft_lighthouse\) takes "
                             "the last"),
-    ("ft_launcher", 4, "slurm", r"s\.yaml:\d+: job\.launcher: ft_launcher runs on the netns or local backend only "
-                                r"\(it has not been run under the docker or slurm backend\)"),
 ])
 def test_a_framework_trial_where_it_cannot_run_is_refused_at_load_with_file_and_line(tmp_path, launcher, ranks,
                                                                                       backend, message):
@@ -108,6 +108,21 @@ def test_a_framework_trial_where_it_cannot_run_is_refused_at_load_with_file_and_
     path.write_text(SCENARIO.format(ranks=ranks, backend=backend, workdir=tmp_path, launcher=launcher))
     with pytest.raises(UsageError, match=message):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("launcher", ["ft_launcher", "nvrx_inprocess"])
+def test_nvidias_frameworks_load_on_every_backend(tmp_path, launcher):
+    for backend in BACKEND_NAMES:
+        path = tmp_path / f"{backend}.yaml"
+        path.write_text(SCENARIO.format(ranks=4, backend=backend, workdir=tmp_path, launcher=launcher))
+        assert load_scenario(path).cluster.backend == backend
+
+
+def test_a_slurm_node_of_the_local_cluster_gives_torchft_a_hostname_and_a_real_ones_keeps_its_own():
+    from harness.cluster.slurm.agent import shares_a_hostname
+    assert shares_a_hostname("node03", "buildbox")          # the local cluster: the machine's name
+    assert not shares_a_hostname("node03", "node03")        # a cluster's machine: its own
+    assert not shares_a_hostname("gpu017", "gpu017.cluster.example.org")
 
 
 def test_torchfts_lines_say_a_quorum_change_and_a_heal():

@@ -145,8 +145,10 @@ class DockerCluster(Cluster):
             volumes[job_dir] = {"bind": job_dir, "mode": "ro"}
         return dict(
             image=self.image, name=self.container_name(rank), hostname=topology.host_name(rank),
-            # its hostname resolves (torchrun's rendezvous looks itself up) to its cluster address
-            extra_hosts={topology.host_name(rank): topology.host_address(rank)},
+            # every host's name resolves to its cluster address, in every container, as a
+            # cluster's DNS would have it: torchrun's rendezvous looks its own up, a torchft
+            # Manager advertises its own to its peers (harness.cluster.frameworks)
+            extra_hosts={topology.host_name(r): topology.host_address(r) for r in range(self.spec.ranks)},
             command=[self._python, "-m", "harness.cluster.container", "rank", "--config", self._config_path(rank),
                      "--link-timeout", str(LINK_TIMEOUT_S), "--barrier", str(BARRIER_TIMEOUT_S),
                      "--lease", str(self._lease.path)],
@@ -197,8 +199,9 @@ class DockerCluster(Cluster):
                                f"bind-mounts this host's Python and project; {self.image} has its own: "
                                f"set {IMAGE_ENV}=local")
         log = str((self.spec.run_dir / "logs" / f"{topology.host_name(rank)}.log").resolve())
+        # no hostname to set: the container has its own, which every container resolves
         return self._start(rank, {**launch, "rank": rank, "world": self.spec.ranks, "log": log,
-                                   "ifname": self._layout[rank].ifname},
+                                   "ifname": self._layout[rank].ifname, "hostname": None},
                            tapped=True)
 
     def _start(self, rank: int, config: dict, tapped: bool) -> int:

@@ -51,7 +51,7 @@ class Framework:
     install: str
     settings: type[BaseModel]
     backends: tuple[str, ...]
-    why_backend: str  # why it runs on `backends` only
+    why_backend: str = ""  # why it runs on `backends` only, where that is not every backend
     coordinator: str | None = None
     command: Callable[[Any, AgentHost], list[str]] | None = None  # (job, host) -> argv
     # (job, host, addresses) -> the training host's environment besides the harness's
@@ -85,10 +85,9 @@ FRAMEWORKS: dict[str, Framework] = {
         command=torchft.command, environment=torchft.environment, own_hostname=True),
     "ft_launcher": Framework(
         name="ft_launcher", package="nvidia_resiliency_ext", install=ft_launcher.INSTALL,
-        settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS, why_backend=ft_launcher.WHY_BACKENDS,
+        settings=ft_launcher.Settings, backends=ft_launcher.BACKENDS,
         command=ft_launcher.command, elastic=True, monitors=ft_launcher.monitors),
     "nvrx_inprocess": Framework(
         name="nvrx_inprocess", package="nvidia_resiliency_ext", install=nvrx_inprocess.INSTALL,
-        settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS,
-        why_backend=nvrx_inprocess.WHY_BACKENDS),
+        settings=nvrx_inprocess.Settings, backends=nvrx_inprocess.BACKENDS),
 }

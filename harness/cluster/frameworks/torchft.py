@@ -25,11 +25,14 @@ from harness.cluster.spec import JOB_MASTER_PORT
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_PORT = 29510  # torchft's default --bind port
 INSTALL = "pip install -e '.[frameworks]' in the harness's repository (torchft==0.2.0), or run ./dev.sh"
-# each host's hostname is set in a UTS namespace of its own (harness.cluster.jobstart):
-# root on the machine's kernel, as the netns backend has
-BACKENDS = ("netns",)
-WHY_BACKENDS = ("torchft's Managers advertise their hostname to their peers, and the harness gives each host its "
-                "own (its address) in a UTS namespace of its own, which only the netns backend makes")
+# a Manager advertises its hostname, which its peers must resolve to its host: the netns
+# backend gives each host's processes a UTS namespace named after its address (root on the
+# machine's kernel, as the netns backend has), and so does a node of the local Slurm cluster
+# (the agent is root where root runs the trial); a docker container, and a node of a real
+# Slurm cluster, has a name of its own that the others resolve.
+BACKENDS = ("netns", "docker", "slurm")
+WHY_BACKENDS = ("the local backend's hosts share loopback, where every replica group's store would take the same "
+                "port")
 
 
 class Settings(BaseModel):

@@ -45,6 +45,7 @@ from chaos.ledger import Ledger
 from chaos.tc import BpfDrop
 from chaos.undo import UNDOS, record_owner, undo_outstanding
 from harness.cluster import zygote
+from harness.cluster.hosttmp import TemporaryFolders
 from harness.cluster.slurm import nodecheck, slurmd
 from runfolder.events import CLOCK_OFFSET_ENV
 from harness.cluster.slurm.undo import NODE_UNDOS, node_run_id
@@ -80,6 +81,7 @@ class Agent(zygote.NodeOps):
                          ns_path=OWN_NAMESPACE, ifname=self.ifname)
         self.ledger = Ledger(node_run_id(run_id, node))
         record_owner(self.ledger, place=node)  # its namespace is "this process's": healed on the node only
+        self.temporary_folders = TemporaryFolders(self.ledger, run_id)  # on the node's own disk
         # A link down seen from the node is a lost carrier: its interface stays up with its
         # routes and nothing passes either way (the netns backend's switch-side port down does
         # that to a host). Setting the node's own interface down instead removes its routes:
@@ -146,6 +148,14 @@ class Agent(zygote.NodeOps):
             return {"t": t}
         return super().answer(cmd, names)
 
+    def spawning(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd["entry"] != "exec":
+            return cmd
+        config = self.temporary_folders.launch(cmd["name"], cmd["config"])
+        if config.get("hostname") and not shares_a_hostname(self.node, socket.gethostname()):
+            config = {**config, "hostname": None}  # the node's own name, which its peers resolve
+        return {**cmd, "config": config}
+
     def _kill_slurmd(self, index: int) -> dict[str, Any]:
         """The node's daemon, recorded (to start it again) and killed; its revert is the undo."""
         t_requested = time.monotonic()
@@ -201,6 +211,14 @@ class Agent(zygote.NodeOps):
         """Everything it did is taken back: its ledger is closed (the harness needs no heal on
         the node then)."""
         return not self.ledger.path.exists()
+
+
+def shares_a_hostname(node: str, hostname: str) -> bool:
+    """Whether the node's processes see a hostname that is not the node's own: a node of the
+    local cluster (a network namespace) has the machine's. A framework that advertises its
+    hostname to peers (torchft) gets one of its own there (harness.cluster.jobstart); on a
+    cluster's own machines the name is the node's, which the others resolve."""
+    return hostname.split(".")[0] != node
 
 
 def main(argv: list[str] | None = None) -> bool:
