@@ -8,7 +8,11 @@ ft_launcher is torchrun with a rank monitor beside each worker: the script conne
 monitor (`RankMonitorClient.init_workload_monitoring`) and sends a heartbeat every step. A
 worker whose heartbeat stops for `--ft-rank-heartbeat-timeout` (a hang, a stopped process)
 is terminated by its monitor, and the launcher restarts the worker group, every host's, by a
-new rendezvous round, as it does when a worker exits. A restarted worker resumes from the
+new rendezvous round, as it does when a worker exits. With `--sections` the script times
+sections instead (`start_section`/`end_section`): each step, its pause included, is the
+section `step`, each save `checkpoint`, and a worker whose section stays open longer than
+its `--ft-rank-section-timeouts` entry (or that is outside both longer than
+`--ft-rank-out-of-section-timeout`) is terminated. A restarted worker resumes from the
 last checkpoint: the model, the optimizer, the LR scheduler, the data position and the step,
 saved every `--checkpoint-every` steps by rank 0 (a temporary file renamed into place), with
 the monitor's state (the heartbeat intervals it measured). CPU and gloo unless there are
@@ -36,6 +40,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600.0, help="the process group's timeout in seconds")
     parser.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (shared by every rank)")
     parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--sections", action="store_true",
+                        help="time the sections step and checkpoint instead of sending heartbeats")
     return parser.parse_args()
 
 
@@ -67,6 +73,8 @@ def main() -> None:
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
 
     while step < args.steps:
+        if args.sections:
+            monitor.start_section("step")
         # the data position is the step: batch `step` of a stream each rank draws from its
         # own seed, so a resumed rank takes up the batch after the checkpoint's
         generator = torch.Generator().manual_seed(step * world + rank)
@@ -78,16 +86,23 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         step += 1
-        monitor.send_heartbeat()
+        if not args.sections:
+            monitor.send_heartbeat()
         if rank == 0:
             print(f"step {step} lr {scheduler.get_last_lr()[0]:.5f} loss {loss.item():.4f}", flush=True)
             if step % args.checkpoint_every == 0:
+                if args.sections:
+                    monitor.start_section("checkpoint")
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "lr_scheduler": scheduler.state_dict(), "step": step,
                          "fault_tolerance": monitor.state_dict()}
                 torch.save(state, args.checkpoint + ".tmp")
                 os.replace(args.checkpoint + ".tmp", args.checkpoint)
+                if args.sections:
+                    monitor.end_section("checkpoint")
         time.sleep(args.step_period)
+        if args.sections:
+            monitor.end_section("step")
     dist.barrier()
     monitor.shutdown_workload_monitoring()
     dist.destroy_process_group()

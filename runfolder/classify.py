@@ -13,6 +13,9 @@ for an ordinary line. The causes are those of `job_output` events (runfolder.eve
                group or gives up
     heartbeat  a framework's monitor missed a worker's heartbeat (ft_launcher's rank
                monitor: "Did not get subsequent heartbeat. Waited 5.00 seconds.")
+    section    a framework's monitor saw a worker's timed section open too long, or the
+               worker outside every section too long (ft_launcher's rank monitor: "Section
+               'step' has been open for 3.15 seconds. Timeout is 3.00 seconds.")
     quorum     a framework saw its membership change (torchft: the Lighthouse or a Manager
                detected a quorum change), a step it could not commit, or its coordinator
                gone (torchft: a Manager could not reach the Lighthouse)
@@ -34,6 +37,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cause, re.compile(patter
     ("agent", r"failed \(exitcode: -?\d+\) local_rank|worker group (failed|unhealthy)"
               r"|restarting worker group|will restart worker group|ChildFailedError|RendezvousClosedError"),
     ("heartbeat", r"Did not get (initial|subsequent) heartbeat"),
+    ("section", r"Section '[^']*' has been open for|Was out of section for"),
     ("quorum", r"Detected quorum change|should_commit=False|lighthouse quorum failed"
                r"|Failed to send heartbeat to lighthouse"),
     ("timeout", r"timed out|connect timeout|timeout\(ms\)|socket timeout|DistStoreError"),

@@ -170,6 +170,14 @@ def test_every_host_runs_an_ft_launcher_agent_in_the_harness_rendezvous_with_its
     assert env[HOST_RANK_ENV] == "1" and "RANK" not in env  # the agent sets the worker's
 
 
+def test_ft_launchers_section_timeouts_are_its_flags():
+    job = ft_launcher_job(ft_launcher={"rank_section_timeouts": {"step": "3s", "checkpoint": 10},
+                                       "rank_out_of_section_timeout": "1m"})
+    argv = rank_command(job, 0, 4, "ab12cd", "10.77.0.1:29400", addresses=ADDRESSES)
+    assert [a for a in argv if a.startswith("--ft-")] == ["--ft-rank-section-timeouts=step:3,checkpoint:10",
+                                                          "--ft-rank-out-of-section-timeout=60"]
+
+
 def test_a_variant_runs_another_framework_with_its_own_script_and_settings():
     job = torchft_job()
     variant = JobVariant.model_validate({"launcher": "ft_launcher", "command": ["python", "train_ft_launcher.py"],
@@ -211,6 +219,16 @@ def test_a_store_polls_warning_is_not_an_error_line():
             "addr=[::]:28453, remote=[fdff:ffff:fd7f::1]:29502) timed out after 1000ms")
     assert classify_line(poll) is None
     assert classify_line("torch.distributed.DistStoreError: wait timeout after 30000ms, keys: /x") == "timeout"
+
+
+def test_ft_launchers_lines_say_a_section_open_too_long():
+    assert classify_line("[2026-12-07 23:14:01,351] [WARNING] [RankMonServer32720@vm:1] Section 'step' has been "
+                         "open for 3.15 seconds. Timeout is 3.00 seconds.") == "section"
+    assert classify_line("[WARNING] [RankMonServer1@vm:0] Was out of section for 61.02 seconds. "
+                         "Timeout is 60.00 seconds.") == "section"
+    # the warning a monitor prints as its worker ends with a section open is no detection
+    assert classify_line("[WARNING] [RankMonServer32724@vm:0] Section(s) ['step'] were still open. you can "
+                         "use`.end_all_sections` to avoid this warning") is None
 
 
 def test_ft_launchers_lines_say_a_missed_heartbeat_and_a_restart():

@@ -39,6 +39,11 @@ class Settings(BaseModel):
         default=None, description="a worker whose next heartbeat is this late is terminated (default: 45 min)")
     workload_check_interval: Seconds | None = Field(
         default=None, description="how often each rank monitor checks its worker's heartbeats (default: 5 s)")
+    rank_section_timeouts: dict[str, Seconds] | None = Field(
+        default=None, description="a worker whose named section (RankMonitorClient.start_section) is open this "
+                                  "long is terminated, per section name, e.g. {step: 3s, checkpoint: 10s}")
+    rank_out_of_section_timeout: Seconds | None = Field(
+        default=None, description="a worker outside every section this long is terminated (its start included)")
     restart_policy: Literal["any-failed", "min-healthy"] | None = Field(
         default=None, description="any-failed: the worker groups restart when any fails (torchrun's); "
                                   "min-healthy: while at least min_hosts are healthy")
@@ -50,15 +55,24 @@ class Settings(BaseModel):
 
 FLAGS = {"initial_rank_heartbeat_timeout": "--ft-initial-rank-heartbeat-timeout",
          "rank_heartbeat_timeout": "--ft-rank-heartbeat-timeout",
-         "workload_check_interval": "--ft-workload-check-interval", "restart_policy": "--ft-restart-policy"}
+         "workload_check_interval": "--ft-workload-check-interval", "restart_policy": "--ft-restart-policy",
+         "rank_section_timeouts": "--ft-rank-section-timeouts",
+         "rank_out_of_section_timeout": "--ft-rank-out-of-section-timeout"}
 
 
 def command(job: Any, host: AgentHost) -> list[str]:
     """One ft_launcher agent per host, torchrun's options and the scenario's `--ft-*`."""
     settings = job.ft_launcher or Settings()
-    options = [f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}"
-               for name, flag in FLAGS.items() if (value := getattr(settings, name)) is not None]
+    options = [f"{flag}={_flag_value(value)}" for name, flag in FLAGS.items()
+               if (value := getattr(settings, name)) is not None]
     return agent_command("ft_launcher", job, host, len(host.addresses), *options)
+
+
+def _flag_value(value: Any) -> str:
+    """A setting as its flag takes it: seconds as a number, sections as name:seconds,..."""
+    if isinstance(value, dict):
+        return ",".join(f"{name}:{seconds:g}" for name, seconds in value.items())
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def monitors(host_pid: int) -> list[tuple[int, int]]:
