@@ -12,6 +12,7 @@ the fallbacks in `chaos.tc`, `chaos.nfq`, `chaos.nft`, else a refusal with the r
 """
 from __future__ import annotations
 
+import os
 import signal
 import time
 from typing import Sequence
@@ -67,22 +68,43 @@ def _roots(fault: FaultBase, host: Host) -> list[tuple[int, int | None]]:
     return list(host.agent_processes)
 
 
+def _left_the_tree(fault: FaultBase, host: Host, tree: set[int]) -> list[tuple[int, int]]:
+    """The host's processes that left its process tree but not its network namespace (a
+    daemon's double fork: nvidia-resiliency-ext's in-process restart watches each rank from
+    one), where a fault acts on the whole host and the host has a namespace of its own: a
+    node's failure takes them too. Not the processes in `tree` (already signalled)."""
+    if fault.on_agent_processes or not host.ns_path:
+        return []
+    try:
+        inode = os.stat(host.ns_path).st_ino
+    except OSError:  # no namespace of its own at that path (a fake host, a gone one)
+        return []
+    return [(pid, started) for pid, started in proc.in_namespaces({inode}) if pid not in tree]
+
+
 # A process fault hits the host's whole workload, as a node's failure would: the rank's
 # process and every process under it (a torchrun agent and its workers, a job's data
-# loaders); or, asked, only its agent's workers (or monitors) and what is under them. A descendant that
-# ends meanwhile is already gone, not an error.
+# loaders), and every other process in the host's network namespace; or, asked, only its
+# agent's workers (or monitors) and what is under them. A descendant that ends meanwhile is
+# already gone, not an error.
 class SignalKill(Mechanism):
-    name = "signal to the rank's process (or its agent's workers or monitors) and what is under it"
+    name = ("signal to the rank's process (or its agent's workers or monitors), what is under it and what else "
+            "runs in the host's namespace")
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         assert isinstance(fault, Kill)
+        tree: set[int] = set()
         for pid, started in _roots(fault, host):
+            tree |= {pid, *(child for child, _ in proc.descendants(pid))}
             proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_agent_processes)
+        for pid, started in _left_the_tree(fault, host, tree):
+            proc.send_signal(pid, fault.signal, started, gone_ok=True)
         return []  # a kill has nothing to undo
 
 
 class SignalStop(Mechanism):
-    name = "SIGSTOP / SIGCONT of the rank's process (or its agent's workers or monitors) and what is under it"
+    name = ("SIGSTOP / SIGCONT of the rank's process (or its agent's workers or monitors), what is under it and "
+            "what else runs in the host's namespace")
 
     def apply(self, fault: FaultBase, host: Host, ledger: Ledger) -> list[Entry]:
         entries = []
@@ -92,6 +114,9 @@ class SignalStop(Mechanism):
             # the stopped parent starts no one else; its descendants are stopped after it
             entries += [self._stop(ledger, child, child_started, gone_ok=True)
                         for child, child_started in proc.descendants(pid)]
+        stopped = {entry.args["pid"] for entry in entries}
+        entries += [self._stop(ledger, pid, started, gone_ok=True)
+                    for pid, started in _left_the_tree(fault, host, stopped)]
         return entries
 
     @staticmethod

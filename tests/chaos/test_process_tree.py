@@ -222,3 +222,49 @@ def test_undoing_a_recorded_child_leaves_no_zombie(tmp_path):
     finally:
         helper.kill()
         helper.wait()
+
+
+# A host's process that daemonizes a watcher, as nvidia-resiliency-ext's in-process restart
+# does for each rank (a double fork and setsid: it leaves the process tree, not the host's
+# network namespace); it prints the daemon's pid.
+DAEMONIZING = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        print(os.getpid(), flush=True)
+        time.sleep(120)
+    os._exit(0)
+time.sleep(120)
+"""
+
+
+@pytest.mark.requires_root  # a network namespace
+@pytest.mark.parametrize("kind", ["kill", "pause"])
+def test_a_fault_on_a_host_reaches_its_daemons_in_its_namespace(state_dir, kind):
+    run_id = new_run_id()
+    ledger = Ledger(run_id)
+    [host] = topology.hosts_of(run_id, 1)
+    topology.build(ledger, [host])
+    namespace = host.ns_path.rsplit("/", 1)[1]
+    rank = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c", DAEMONIZING],
+                            stdout=subprocess.PIPE, text=True)
+    daemon = int(rank.stdout.readline())
+    try:
+        assert daemon not in {pid for pid, _ in proc.descendants(rank.pid)}  # out of the tree
+        mechanism = SignalKill() if kind == "kill" else SignalStop()
+        entries = mechanism.apply(parse_fault({"kind": kind}), replace(host, pid=rank.pid), ledger)
+        wait_for(lambda: proc.state(daemon) in ((None, "Z") if kind == "kill" else ("T",)),
+                 f"the daemon in the host's namespace was not {kind}ed")
+        if kind == "pause":
+            assert daemon in [e.args["pid"] for e in entries]
+            for entry in reversed(entries):
+                UNDOS.revert(entry, ledger)
+            wait_for(lambda: proc.state(daemon) not in ("T", None), "the daemon was not continued")
+    finally:
+        for pid in (daemon, rank.pid):
+            proc.send_signal(pid, 9, None, gone_ok=True)
+        rank.wait(DEADLINE_S)
+        rank.stdout.close()
+        heal_run(run_id, HealReport(), UNDOS)
+        assert run_leftovers(run_id) == ([], [])
