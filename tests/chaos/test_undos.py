@@ -110,14 +110,20 @@ def test_heal_runs_the_sweeps_of_its_table(tmp_path: Path) -> None:
 
 
 def test_a_hosts_temporary_folder_goes_with_what_its_processes_left_and_a_second_undo_is_a_no_op(tmp_path):
+    import shutil
     import socket
-    folder = tmp_path / "chaos-abc123-r002"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "sub" / "left.txt").write_text("a killed process's file")
-    with socket.socket(socket.AF_UNIX) as s:
-        s.bind(str(folder / "_ft_launcher123.socket"))  # a killed agent's IPC socket
-    ledger = Ledger("tmpdir", tmp_path / "state")
-    ledger.mark(ledger.record("remove_folder", path=str(folder)), "done")
-    undo_outstanding(ledger, UNDOS)
-    assert not folder.exists() and ledger.outstanding() == []
-    UNDOS.ops["remove_folder"]({"path": str(folder)})  # already gone: a heal after the teardown
+    import tempfile
+    # under the machine's temporary folder, as a host's is: a socket's path has 107 bytes at most
+    folder = Path(tempfile.mkdtemp(prefix="chaos-abc123-"))
+    try:
+        (folder / "sub").mkdir()
+        (folder / "sub" / "left.txt").write_text("a killed process's file")
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(folder / "_ft_launcher123.socket"))  # a killed agent's IPC socket
+        ledger = Ledger("tmpdir", tmp_path / "state")
+        ledger.mark(ledger.record("remove_folder", path=str(folder)), "done")
+        undo_outstanding(ledger, UNDOS)
+        assert not folder.exists() and ledger.outstanding() == []
+        UNDOS.ops["remove_folder"]({"path": str(folder)})  # already gone: a heal after the teardown
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

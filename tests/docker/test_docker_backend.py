@@ -297,6 +297,21 @@ def test_heal_finds_labelled_containers_without_a_ledger(run_id: str) -> None:
     assert leftovers(run_id) == []
 
 
+def test_two_heals_removing_one_container_each_return_once_it_is_gone(run_id: str) -> None:
+    """The second heal's removal finds the first's "already in progress": it waits for the
+    container to be gone, so that its report is true when it returns."""
+    from concurrent.futures import ThreadPoolExecutor
+    from harness.cluster.docker.heal import undo_container
+    for _ in range(5):  # the engine answers "in progress" now and then only
+        _orphan(run_id)
+        with ThreadPoolExecutor(2) as pool:
+            removals = [pool.submit(undo_container, {"name": f"chaos-{run_id}-orphan", "run_id": run_id})
+                        for _ in range(2)]
+            for removal in removals:
+                removal.result()
+                assert leftovers(run_id) == []
+
+
 def test_a_dead_runs_containers_are_its_own_ledger_folders_to_heal(run_id: str, tmp_path: Path) -> None:
     """A heal of the default folder leaves a dead run's containers whose ledger is kept in
     another folder (a test's, a user's CHAOS_STATE_DIR) to the heal of that folder."""

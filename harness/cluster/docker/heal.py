@@ -11,6 +11,7 @@ is already gone.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,28 @@ def _ledger_elsewhere(found: list[Any], run_id: str, directory: Path | None) -> 
     return None
 
 
+REMOVAL_WAIT_S = 30.0  # another heal's removal of the same container, waited out
+
+
 def _removal_in_progress(exc: BaseException) -> bool:
     return conflict(exc) and "already in progress" in str(exc)
+
+
+def _wait_gone(client: Any, name: str) -> None:
+    """Until the engine no longer has the container (another heal is removing it: gone only
+    then, for this heal's report too)."""
+    deadline = time.monotonic() + REMOVAL_WAIT_S
+    while True:
+        try:
+            client.containers.get(name)
+        except Exception as exc:
+            if not_found(exc):
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise HarnessError(f"container {name} is still being removed after {REMOVAL_WAIT_S:g} s; "
+                               "run `chaos heal` again")
+        time.sleep(0.1)
 
 
 def undo_container(args: dict[str, Any]) -> None:
@@ -63,8 +84,11 @@ def undo_container(args: dict[str, Any]) -> None:
             try:
                 container.remove(force=True, v=True)
             except Exception as exc:
-                if not not_found(exc) and not _removal_in_progress(exc):
+                if not_found(exc):
+                    return
+                if not _removal_in_progress(exc):
                     raise
+                _wait_gone(client, args["name"])
     finally:
         client.close()
 
