@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -75,13 +76,15 @@ class ScriptedGroup:
         return ok, "control plane reachable" if ok else "control plane unreachable"
 
 
-def make_runner(tmp_path: Path, policy: str, group: ScriptedGroup, **overrides):
+def make_runner(tmp_path: Path, policy: str, group: ScriptedGroup, really_sleep: bool = False, **overrides):
     spec = policy_spec(policy, {"timeout": "5s", **overrides})
     sleeps: list[float] = []
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
         group.calls.append("sleep")
+        if really_sleep:
+            time.sleep(seconds)
 
     workload = Workload(WorkloadSpec(step_period=0, checkpoint_every=2, hidden=8, features=4),
                         seed=3, rank=0)
@@ -141,11 +144,13 @@ def test_backoff_is_exponential_capped_with_seeded_jitter(tmp_path):
 
 def test_a_step_delay_is_waited_before_each_step_and_left_out_of_its_duration(tmp_path):
     group = ScriptedGroup()
-    runner, sleeps = make_runner(tmp_path, "timeout", group)
-    runner.step_delay = lambda: 0.25
+    # slept for real: a step's duration that took the delay in would be 1 s at least, one
+    # that does not is the scripted step's milliseconds (a loaded machine's stall included)
+    runner, sleeps = make_runner(tmp_path, "timeout", group, really_sleep=True)
+    runner.step_delay = lambda: 1.0
     assert runner.run(max_steps=3) is Outcome.STOPPED
-    assert sleeps == [0.25, 0.25, 0.25]
-    assert all(e["dur"] < 0.25 for e in events(tmp_path) if e["kind"] == "step")
+    assert sleeps == [1.0, 1.0, 1.0]
+    assert all(e["dur"] < 1.0 for e in events(tmp_path) if e["kind"] == "step")
 
 
 def test_the_delay_is_the_command_s_while_its_file_exists(tmp_path):
