@@ -8,12 +8,14 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli
+from tests.conftest import CHAOS, NOBODY, REPO, as_nobody, chaos_cli, leftovers
+from tests.run.test_local_backend import FT_LAUNCHER_KILL  # the same trial, on the local backend there
 
 pytestmark = pytest.mark.system  # a Slurm cluster: its daemons: not in ./dev.sh check
 
@@ -358,3 +360,27 @@ def test_doctor_asks_each_node_what_its_agent_may_inject(slurm_env):
     # the local cluster runs jobs as root: every kind on every node
     assert all(line[1:3] == ["uid", "0:"] and "slurmd_kill" in " ".join(line) for line in lines), done.stdout
     _nothing_left(slurm_env)
+
+
+# NVIDIA's ft_launcher as its documentation runs it under Slurm (one agent per node), a
+# node's agent killed and started again. Each node's agent gives the job a temporary folder
+# of its own and removes it: the killed ft_launcher's IPC sockets do not stay in the node's
+# /tmp. The shipped comparison's trials on Slurm are the slurm night's (nightly/slurm.yaml).
+# Here, in this module, not one of its own: the package's cluster is made once, and a test
+# module of its own made a second cluster beside the first in CI.
+def test_ft_launcher_recovers_from_a_nodes_kill_and_leaves_no_socket(slurm_env, tmp_path):
+    scenario = tmp_path / "ft_launcher.yaml"
+    scenario.write_text(FT_LAUNCHER_KILL)
+    out = tmp_path / "runs"
+    sockets = set(Path(tempfile.gettempdir()).glob("_ft_launcher*"))  # another run's, if any
+    done = chaos_cli("run", str(scenario), "--backend", "slurm", "--out", str(out), env=slurm_env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| job | kill on r2 |" in done.stdout and "all ranks step again" in done.stdout, done.stdout
+    assert "| consistent |" in done.stdout and "| met |" in done.stdout, done.stdout
+    (trial,) = out.glob("*/trials/job/trial.json")
+    assert "node03" in next(json.loads(line)["mechanism"] for line in (trial.parent / "events.jsonl").open()
+                            if '"fault_applied"' in line)
+    assert set(Path(tempfile.gettempdir()).glob("_ft_launcher*")) <= sockets
+    assert leftovers(out) == []
+    _nothing_left(slurm_env, out)
+
