@@ -95,8 +95,7 @@ class SignalKill(Mechanism):
         assert isinstance(fault, Kill)
         tree: set[int] = set()
         for pid, started in _roots(fault, host):
-            tree |= {pid, *(child for child, _ in proc.descendants(pid))}
-            proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_agent_processes)
+            tree |= proc.signal_tree(pid, fault.signal, started, gone_ok=fault.on_agent_processes)
         for pid, started in _left_the_tree(fault, host, tree):
             proc.send_signal(pid, fault.signal, started, gone_ok=True)
         return []  # a kill has nothing to undo

@@ -72,13 +72,14 @@ def state(pid: int) -> str | None:
     return None if fields is None else fields[0]
 
 
-def signal_tree(pid: int, signum: int, started: int | None, gone_ok: bool = False) -> None:
+def signal_tree(pid: int, signum: int, started: int | None, gone_ok: bool = False) -> set[int]:
     """Signal `pid` (as send_signal) and then every process descended from it, listed before
-    the signal: a dead parent's children move away."""
+    the signal: a dead parent's children move away. Returns the pids it signalled."""
     below = descendants(pid)
     send_signal(pid, signum, started, gone_ok)
     for child, child_started in below:
         send_signal(child, signum, child_started, gone_ok=True)
+    return {pid, *(child for child, _ in below)}
 
 
 # torch.distributed.elastic's agent (torchrun, torchft's replica groups, ft_launcher) puts
